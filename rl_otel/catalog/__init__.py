@@ -1,0 +1,135 @@
+"""The metric catalog: the one place a metric is defined.
+
+Every key of the ROLL, TRL and Trinity-RFT references has an entry here (instrument kind, name, unit, labels,
+description). Docs (`rl-otel catalog`), the exporters and the bridge are derived from it. Keys without an entry
+still work through a sanitized fallback gauge.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rl_otel.catalog import meta, roll, trinity, trl
+from rl_otel.catalog.naming import fallback_name
+from rl_otel.catalog.spec import ALLOWED_LABELS, Kind, MetricSpec
+
+__all__ = ["ALLOWED_LABELS", "Catalog", "Kind", "MetricSpec", "Resolution", "default_catalog", "strip_reducer_tag"]
+
+# ROLL tags a metric with the reducer its workers use (``actor/pg_loss@sum``); Trinity's ``mean@4`` is no tag.
+_REDUCER_TAG = re.compile(r"@(sum|mean|max|min|last|first|std|concat)$")
+
+
+def strip_reducer_tag(key: str) -> str:
+    """``actor/pg_loss@sum`` -> ``actor/pg_loss``; keys without a reducer tag are returned unchanged."""
+    return _REDUCER_TAG.sub("", key)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What one logged key becomes: its entry (or the fallback) and the label values the key carries."""
+
+    key: str
+    known: bool
+    spec: MetricSpec
+    labels: tuple[tuple[str, str], ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "key": self.key,
+            "known": self.known,
+            "prometheus_name": self.spec.prometheus_name,
+            "otel_name": self.spec.name,
+            "kind": self.spec.kind.value,
+            "labels": dict(self.labels),
+            "unit": self.spec.unit,
+            "tracker_unit": self.spec.tracker_unit or self.spec.unit,
+            "scale": self.spec.scale,
+            "catalog_key": self.spec.key if self.known else None,
+            "description": self.spec.description,
+        }
+
+
+class Catalog:
+    """An immutable set of entries with key resolution. Thread-safe: resolution reads only."""
+
+    def __init__(self, specs: Iterable[MetricSpec]) -> None:
+        self.specs: tuple[MetricSpec, ...] = tuple(specs)
+        self._concrete: dict[str, MetricSpec] = {}
+        self._templates: list[MetricSpec] = []
+        owners: dict[str, str] = {}
+        by_name: dict[str, MetricSpec] = {}
+        for spec in self.specs:
+            if spec.name in by_name:
+                raise ValueError(f"catalog entries {by_name[spec.name].key!r} and {spec.key!r} share the name "
+                                 f"{spec.name!r}")
+            by_name[spec.name] = spec
+            for exposed in spec.exposed_names:
+                if exposed in owners:
+                    raise ValueError(f"{spec.key!r} would expose {exposed!r}, already exposed by {owners[exposed]!r}")
+                owners[exposed] = spec.key
+            if spec.templated:
+                self._templates.append(spec)
+            elif spec.key in self._concrete:
+                raise ValueError(f"catalog key {spec.key!r} is defined twice")
+            else:
+                self._concrete[spec.key] = spec
+        self._exposed = frozenset(owners)
+        self._by_name = by_name
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def __iter__(self):
+        return iter(self.specs)
+
+    def by_name(self, name: str) -> MetricSpec:
+        return self._by_name[name]
+
+    def exposes(self, prometheus_name: str) -> bool:
+        """True if some entry writes samples under ``prometheus_name`` (fallback names must avoid these)."""
+        return prometheus_name in self._exposed
+
+    def lookup(self, key: str) -> Resolution | None:
+        """The entry covering ``key`` (reducer tag stripped), or ``None``."""
+        key = strip_reducer_tag(key)
+        spec = self._concrete.get(key)
+        if spec is not None:
+            return Resolution(key, True, spec, ())
+        for spec in self._templates:
+            labels = spec.match(key)
+            if labels is not None:
+                return Resolution(key, True, spec, tuple(labels.items()))
+        return None
+
+    def resolve(self, key: str) -> Resolution:
+        """The entry covering ``key``, else a fallback gauge named from the sanitized key (``known`` false)."""
+        found = self.lookup(key)
+        if found is not None:
+            return found
+        key = strip_reducer_tag(key)
+        spec = MetricSpec(key=key.replace("{", "(").replace("}", ")"), name=fallback_name(key), kind=Kind.GAUGE,
+                          unit="1", description=f"Value logged under the key {key!r} (no catalog entry).",
+                          source="fallback")
+        return Resolution(key, False, spec, ())
+
+    def to_json(self) -> str:
+        return json.dumps([spec.to_dict() for spec in self.specs], indent=2)
+
+    def to_markdown(self) -> str:
+        from rl_otel.catalog.markdown import render
+
+        return render(self)
+
+
+_DEFAULT: Catalog | None = None
+
+
+def default_catalog() -> Catalog:
+    """The catalog of ROLL, TRL, Trinity-RFT (with veRL's trainer families) and rl_otel's own series."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = Catalog((*roll.SPECS, *trl.SPECS, *trinity.SPECS, *trinity.VERL_SPECS, *meta.SPECS))
+    return _DEFAULT

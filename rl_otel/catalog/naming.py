@@ -1,0 +1,87 @@
+"""Prometheus-safe names for keys the catalog does not know.
+
+The rules are those ``promtool check metrics`` enforces (client_golang's promlint), so a sanitized name never
+draws a lint warning: snake_case, no colon, no unit abbreviation or non-base unit as a ``_``-separated token,
+no metric type in the name, and no suffix reserved for counters, histograms, summaries or OpenMetrics.
+"""
+
+from __future__ import annotations
+
+import re
+
+PREFIX = "rl_"
+
+# promlint's abbreviations, non-base unit words, SI prefixes and base units.
+_ABBREVIATIONS = frozenset({"s", "ms", "us", "ns", "sec", "b", "kb", "mb", "gb", "tb", "pb", "m", "h", "d"})
+_NON_BASE = frozenset({
+    "minutes", "hours", "days", "weeks", "kelvin", "kelvins", "fahrenheit", "rankine", "inches", "yards",
+    "miles", "bits", "calories", "pounds", "ounces",
+})
+_BASE = frozenset({"seconds", "bytes", "meters", "grams", "joules", "celsius", "volts", "amperes", "bits"})
+_UNIT_PREFIXES = ("pico", "nano", "micro", "milli", "centi", "deci", "deca", "hecto", "kilo", "kibi", "mega",
+                  "mibi", "giga", "gibi", "tera", "tebi", "peta", "pebi")
+_TYPE_WORDS = frozenset({"counter", "gauge", "histogram", "summary"})
+RESERVED_SUFFIXES = ("_total", "_count", "_sum", "_bucket", "_created", "_info", "_gcount", "_gsum")
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_INVALID = re.compile(r"[^a-z0-9]+")
+
+
+def _lint_flagged(token: str) -> bool:
+    if token in _ABBREVIATIONS or token in _NON_BASE or token in _TYPE_WORDS:
+        return True
+    for prefix in _UNIT_PREFIXES:
+        if token.startswith(prefix) and (token[len(prefix):] in _BASE or token[len(prefix):] in _NON_BASE):
+            return True
+    return False
+
+
+def sanitize_tokens(text: str) -> list[str]:
+    """Split ``text`` into lowercase snake_case tokens, gluing any token promlint would flag to its neighbour."""
+    tokens = [t for t in _INVALID.split(_CAMEL.sub("_", text).lower()) if t]
+    out: list[str] = []
+    for token in tokens:
+        if _lint_flagged(token):
+            if out:
+                out[-1] += token
+            else:
+                out.append(token)  # glued to the next token below
+            continue
+        if out and _lint_flagged(out[-1]):
+            out[-1] += token
+        else:
+            out.append(token)
+    if out and _lint_flagged(out[-1]):
+        out[-1] += "x"
+    return out
+
+
+def fallback_name(key: str) -> str:
+    """The Prometheus gauge name for a key with no catalog entry: ``rl_`` + sanitized key.
+
+    >>> fallback_name("custom/myLoss-v2")
+    'rl_custom_my_loss_v2'
+    >>> fallback_name("perf/time_ms")
+    'rl_perf_timems'
+    """
+    tokens = sanitize_tokens(key)
+    name = PREFIX + "_".join(tokens) if tokens else PREFIX + "unnamed"
+    if name.startswith(PREFIX + "rl_"):
+        name = name[len(PREFIX):]
+    if name.endswith(RESERVED_SUFFIXES):
+        name += "_value"
+    return name
+
+
+def label_value(text: str) -> str:
+    """A label value taken from a key segment: ``/`` becomes ``_``; other characters are kept."""
+    return text.replace("/", "_")
+
+
+def check_name(name: str) -> None:
+    """Raise ``ValueError`` unless ``name`` is a lint-clean rl_otel metric name (used to validate the catalog)."""
+    if not re.fullmatch(r"rl_[a-z0-9_]+", name) or "__" in name or name.endswith("_"):
+        raise ValueError(f"metric name {name!r} is not snake_case with the 'rl_' prefix")
+    flagged = [t for t in name.split("_") if _lint_flagged(t)]
+    if flagged:
+        raise ValueError(f"metric name {name!r} contains unit abbreviations, non-base units or type words: {flagged}")

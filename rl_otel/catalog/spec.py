@@ -1,0 +1,139 @@
+"""What one catalog entry says: a key pattern and the instrument, unit, labels and Prometheus name it becomes."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from rl_otel.catalog.naming import check_name, label_value
+
+# Labels a catalog entry may use. Every one is bounded by the training code (never a step, sample id or
+# timestamp); free-text ones are still capped per metric at run time.
+ALLOWED_LABELS = frozenset({
+    "run", "rank", "cluster", "phase", "part", "stage", "kind", "device_id", "gpu_uuid", "taskset", "metric",
+    "stat", "k", "across", "operation", "operator", "sink", "reason", "version",
+})
+
+# Values used to write a concrete example of a templated key (docs, tests, `rl-otel catalog`).
+EXAMPLE_VALUES = {
+    "cluster": "actor_train", "phase": "train_step", "device_id": "0", "taskset": "gsm8k", "metric": "accuracy",
+    "k": "4", "operation": "rollout", "operator": "group_advantages", "sink": "prometheus",
+    "reason": "bad_value", "version": "0.1.0",
+}
+
+_PLACEHOLDER = re.compile(r"\{(\w+)(?::([^{}]+))?\}")
+_UCUM_TO_SUFFIX = {"s": "_seconds", "By": "_bytes"}
+
+
+class Kind(str, enum.Enum):
+    """The OTel instrument kind an entry is exported as."""
+
+    GAUGE = "gauge"
+    COUNTER = "counter"
+    HISTOGRAM = "histogram"
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One catalog entry.
+
+    ``key`` is a slash key, concrete (``actor/approxkl``) or a template with placeholders ``{label}`` (one key
+    segment) or ``{label:alt1|alt2}`` (a regular expression, which may span segments; ``/`` in a captured value
+    becomes ``_`` in the label). ``scale`` converts the tracker-side value into the base unit Prometheus gets
+    (GiB -> bytes is ``2**30``). ``buckets`` are the explicit upper bounds of a histogram.
+    """
+
+    key: str
+    name: str
+    kind: Kind
+    unit: str
+    description: str
+    source: str
+    scale: float = 1.0
+    buckets: tuple[float, ...] = ()
+    tracker_unit: str = ""
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    placeholders: tuple[tuple[str, str | None], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        if self.kind is Kind.COUNTER and self.name.endswith("_total"):
+            raise ValueError(f"{self.name!r}: give counters their name without '_total'; it is added on export")
+        suffix = _UCUM_TO_SUFFIX.get(self.unit)
+        if suffix and not self.name.endswith(suffix):
+            raise ValueError(f"{self.name!r} has unit {self.unit!r} and must end in {suffix!r}")
+        if self.kind is Kind.HISTOGRAM and (not self.buckets or list(self.buckets) != sorted(set(self.buckets))):
+            raise ValueError(f"histogram {self.name!r} needs strictly increasing explicit buckets")
+        placeholders = tuple((m.group(1), m.group(2)) for m in _PLACEHOLDER.finditer(self.key))
+        for label, _ in placeholders:
+            if label not in ALLOWED_LABELS:
+                raise ValueError(f"{self.key!r}: label {label!r} is not one of the bounded labels {sorted(ALLOWED_LABELS)}")
+        pattern, last = [], 0
+        for m in _PLACEHOLDER.finditer(self.key):
+            pattern.append(re.escape(self.key[last:m.start()]))
+            pattern.append(f"(?P<{m.group(1)}>{m.group(2) or '[^/]+'})")
+            last = m.end()
+        pattern.append(re.escape(self.key[last:]))
+        object.__setattr__(self, "placeholders", placeholders)
+        object.__setattr__(self, "regex", re.compile("".join(pattern)))
+
+    @property
+    def templated(self) -> bool:
+        return bool(self.placeholders)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Label names the entry's series carry besides ``run`` and ``rank``."""
+        return tuple(label for label, _ in self.placeholders)
+
+    @property
+    def prometheus_name(self) -> str:
+        """The family name in the exposition (counters get ``_total``; histograms add ``_bucket/_sum/_count``)."""
+        return self.name + "_total" if self.kind is Kind.COUNTER else self.name
+
+    @property
+    def exposed_names(self) -> tuple[str, ...]:
+        """Every sample name the family writes: used to prove no two families can collide."""
+        if self.kind is Kind.HISTOGRAM:
+            return (self.name, self.name + "_bucket", self.name + "_sum", self.name + "_count")
+        return (self.prometheus_name,)
+
+    def match(self, key: str) -> dict[str, str] | None:
+        """Labels of ``key`` if this entry covers it, else ``None``."""
+        m = self.regex.fullmatch(key)
+        if m is None:
+            return None
+        return {label: label_value(value) for label, value in m.groupdict().items()}
+
+    @cached_property
+    def examples(self) -> tuple[str, ...]:
+        """Concrete keys of this entry: every alternative of an enumerated placeholder, example values elsewhere."""
+        choices = []
+        for label, regex in self.placeholders:
+            if regex and re.fullmatch(r"[\w/]+(\|[\w/]+)*", regex):
+                choices.append(regex.split("|"))
+            else:
+                choices.append([EXAMPLE_VALUES.get(label, label)])
+        keys = []
+        for combo in itertools.product(*choices):
+            values = iter(combo)
+            keys.append(_PLACEHOLDER.sub(lambda _m: next(values), self.key))
+        return tuple(keys)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "key": self.key,
+            "otel_name": self.name,
+            "prometheus_name": self.prometheus_name,
+            "kind": self.kind.value,
+            "unit": self.unit,
+            "tracker_unit": self.tracker_unit or self.unit,
+            "scale": self.scale,
+            "labels": ["run", "rank", *self.labels],
+            "description": self.description,
+            "source": self.source,
+            **({"buckets": list(self.buckets)} if self.buckets else {}),
+        }

@@ -1,0 +1,55 @@
+"""TRL's PPO metrics (TRL docs: "Logging")."""
+
+from __future__ import annotations
+
+from rl_otel.catalog.define import (IMPORTANCE_RATIO_BUCKETS, KL_BUCKETS, LENGTH_BUCKETS, LOGPROB_BUCKETS,
+                                    SIGNED_BUCKETS, gauge, histogram)
+
+_S = "trl"
+
+SPECS = (
+    gauge("env/reward_{stat:mean|std}", "rl_env_reward",
+          "Reward from the environment / reward model (alias ppo/mean_scores, ppo/std_scores).", _S),
+    histogram("env/reward_dist", "rl_env_reward_dist", "Distribution of the reward from the environment.", _S,
+              SIGNED_BUCKETS),
+    gauge("objective/kl", "rl_objective_kl", "Mean KL divergence between the policy and the reference policy.", _S),
+    histogram("objective/kl_dist", "rl_objective_kl_dist", "Distribution of objective/kl.", _S, KL_BUCKETS),
+    gauge("objective/kl_coef", "rl_objective_kl_coef", "Coefficient of the KL penalty in the objective.", _S),
+    gauge("objective/entropy", "rl_objective_entropy", "Entropy of the policy: -logprobs.sum(-1).mean().", _S),
+    histogram("objective/logprobs", "rl_objective_logprobs_dist",
+              "Distribution of the log-probabilities of the tokens the policy took.", _S, LOGPROB_BUCKETS),
+    histogram("objective/ref_logprobs", "rl_objective_ref_logprobs_dist",
+              "Distribution of the reference model's log-probabilities of the tokens taken.", _S, LOGPROB_BUCKETS),
+    gauge("ppo/mean_non_score_reward", "rl_ppo_mean_non_score_reward",
+          "Mean KL penalty reward (objective/kl * objective/kl_coef, negated).", _S),
+    gauge("ppo/{stat:mean|std}_scores", "rl_ppo_scores", "Reward-model scores (alias of env/reward_mean|std).", _S),
+    gauge("ppo/learning_rate", "rl_ppo_learning_rate", "Learning rate of PPO.", _S),
+    gauge("ppo/policy/entropy", "rl_ppo_policy_entropy", "Entropy of the policy from its logits.", _S),
+    gauge("ppo/policy/clipfrac", "rl_ppo_policy_clip_ratio",
+          "Fraction of probability ratios outside the PPO clipping range.", _S),
+    gauge("ppo/policy/approxkl", "rl_ppo_policy_approx_kl",
+          "k2 KL estimate between old and new policy: 0.5 * masked_mean((logprobs - old_logprobs)^2).", _S),
+    gauge("ppo/policy/policykl", "rl_ppo_policy_policy_kl",
+          "k1 KL estimate between old and new policy: masked_mean(old_logprobs - logprobs).", _S),
+    histogram("ppo/policy/ratio", "rl_ppo_policy_ratio_dist",
+              "Distribution of the new/old policy probability ratio.", _S, IMPORTANCE_RATIO_BUCKETS),
+    gauge("ppo/policy/advantages_{stat:mean}", "rl_ppo_policy_advantages", "GAE advantage estimates.", _S),
+    histogram("ppo/policy/advantages", "rl_ppo_policy_advantages_dist", "Distribution of the GAE advantages.", _S,
+              SIGNED_BUCKETS),
+    gauge("ppo/returns/{stat:mean|var}", "rl_ppo_returns", "TD(lambda) returns (advantage + values).", _S),
+    gauge("ppo/val/{stat:mean|var}", "rl_ppo_val", "Values of the value function.", _S),
+    gauge("ppo/val/var_explained", "rl_ppo_val_explained_variance", "Explained variance of the value function.", _S),
+    gauge("ppo/val/clipfrac", "rl_ppo_val_clip_ratio", "Fraction of value predictions that were clipped.", _S),
+    gauge("ppo/val/vpred", "rl_ppo_val_vpred", "Values predicted by the value function.", _S),
+    gauge("ppo/val/error", "rl_ppo_val_error", "Mean squared error between ppo/val/vpred and the returns.", _S),
+    gauge("ppo/loss/{kind:policy|value|total}", "rl_ppo_loss",
+          "PPO losses: policy, value, and their sum (total).", _S),
+    gauge("tokens/queries_len_{stat:mean|std}", "rl_tokens_queries_length", "Length of the query tokens.", _S,
+          unit="{token}"),
+    histogram("tokens/queries_dist", "rl_tokens_queries_length_dist", "Distribution of query lengths.", _S,
+              LENGTH_BUCKETS, unit="{token}"),
+    gauge("tokens/responses_len_{stat:mean|std}", "rl_tokens_responses_length", "Length of the response tokens.",
+          _S, unit="{token}"),
+    histogram("tokens/responses_dist", "rl_tokens_responses_length_dist", "Distribution of response lengths.", _S,
+              LENGTH_BUCKETS, unit="{token}"),
+)

@@ -1,0 +1,1 @@
+"""The telemetry core: configuration, key routing, the series store and the Telemetry object."""

@@ -1,0 +1,93 @@
+"""init()'s arguments, checked once: a bad value raises ConfigurationError naming it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rl_otel.errors import ConfigurationError
+
+DEFAULT_PORT = 9464
+DEFAULT_HOST = "0.0.0.0"
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    run: str
+    rank: int
+    role: str
+    host_name: str
+    prometheus: PrometheusConfig | None
+    max_series_per_metric: int
+    max_unknown_keys: int
+    series_ttl_s: float | None
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def _prometheus(value: object) -> PrometheusConfig | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return PrometheusConfig()
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"prometheus must be a dict like {{'host': ..., 'port': ...}}, True or False; "
+                                 f"got {value!r}")
+    unknown = set(value) - {"host", "port"}
+    if unknown:
+        raise ConfigurationError(f"unknown prometheus option(s) {sorted(unknown)}; known: ['host', 'port']")
+    host = value.get("host", DEFAULT_HOST)
+    port = value.get("port", DEFAULT_PORT)
+    if not isinstance(host, str):
+        raise ConfigurationError(f"prometheus host must be a str, got {host!r}")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigurationError(f"prometheus port must be an int in 0..65535 (0 = a free port), got {port!r}")
+    return PrometheusConfig(host=host, port=port)
+
+
+def _rank(value: object) -> int:
+    if value is None:
+        env = os.environ.get("RANK", "0")
+        try:
+            value = int(env)
+        except ValueError:
+            raise ConfigurationError(f"the RANK environment variable must be an int, got {env!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"rank must be an int >= 0, got {value!r}")
+    return value
+
+
+def build_config(*, run: str | None, rank: int | None, role: str, prometheus: object, max_series_per_metric: int,
+                 max_unknown_keys: int, series_ttl_s: float | None) -> TelemetryConfig:
+    if run is None:
+        run = os.environ.get("RL_OTEL_RUN") or time.strftime("run-%Y%m%d-%H%M%S")
+    if not isinstance(run, str) or not run.strip():
+        raise ConfigurationError(f"run must be a non-empty str, got {run!r}")
+    if not isinstance(role, str) or not role:
+        raise ConfigurationError(f"role must be a non-empty str, got {role!r}")
+    if series_ttl_s is not None and (isinstance(series_ttl_s, bool) or not isinstance(series_ttl_s, (int, float))
+                                     or series_ttl_s <= 0):
+        raise ConfigurationError(f"series_ttl_s must be a positive number of seconds or None, got {series_ttl_s!r}")
+    return TelemetryConfig(
+        run=run,
+        rank=_rank(rank),
+        role=role,
+        host_name=socket.gethostname(),
+        prometheus=_prometheus(prometheus),
+        max_series_per_metric=_positive_int("max_series_per_metric", max_series_per_metric),
+        max_unknown_keys=_positive_int("max_unknown_keys", max_unknown_keys),
+        series_ttl_s=None if series_ttl_s is None else float(series_ttl_s),
+    )

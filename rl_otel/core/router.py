@@ -1,0 +1,70 @@
+"""Routes a logged key to its catalog entry, or to a fallback gauge when the policy allows one.
+
+A fallback name is refused when it would collide - with a name the catalog exposes, or with the fallback of
+another key that sanitizes to the same name - and once ``max_unknown_keys`` fallbacks exist. Resolutions are
+cached (bounded), so the per-step cost is one dict lookup per key. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from rl_otel.catalog import Catalog, MetricSpec, Resolution
+
+_CACHE_LIMIT = 100_000
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a key's value goes."""
+
+    spec: MetricSpec
+    labels: tuple[tuple[str, str], ...]
+    known: bool
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a key's value cannot reach Prometheus (it still reaches trackers)."""
+
+    reason: str  # "collision" | "unknown_key_cap"
+    detail: str
+
+
+class Router:
+    def __init__(self, catalog: Catalog, max_unknown_keys: int) -> None:
+        self._catalog = catalog
+        self._max_unknown = max_unknown_keys
+        self._cache: dict[str, Route | Refusal] = {}
+        self._fallback_owner: dict[str, str] = {}  # fallback metric name -> the key that claimed it
+        self._lock = threading.Lock()
+
+    def route(self, key: str) -> Route | Refusal:
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._cache.get(key)
+            if found is None:
+                found = self._decide(self._catalog.resolve(key))
+                if len(self._cache) < _CACHE_LIMIT:
+                    self._cache[key] = found
+        return found
+
+    def _decide(self, res: Resolution) -> Route | Refusal:
+        if res.known:
+            return Route(res.spec, res.labels, True)
+        name = res.spec.name
+        owner = self._fallback_owner.get(name)
+        if owner is not None:
+            if owner == res.key:
+                return Route(res.spec, (), False)
+            return Refusal("collision", f"key {res.key!r} sanitizes to {name!r}, already used by key {owner!r}")
+        if self._catalog.exposes(name) or any(self._catalog.exposes(name + s) for s in ("_bucket", "_sum", "_count")):
+            return Refusal("collision", f"key {res.key!r} sanitizes to {name!r}, a name of the catalog")
+        if len(self._fallback_owner) >= self._max_unknown:
+            return Refusal("unknown_key_cap", f"key {res.key!r} is past the cap of {self._max_unknown} keys "
+                                              "without a catalog entry")
+        self._fallback_owner[name] = res.key
+        return Route(res.spec, (), False)

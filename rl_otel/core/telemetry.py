@@ -1,0 +1,188 @@
+"""Telemetry: one per process. log() turns a training loop's metrics into OTel data served to Prometheus."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+
+import numpy as np
+from opentelemetry.metrics import Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics._internal.exemplar import AlwaysOffExemplarFilter
+from opentelemetry.sdk.resources import Resource
+
+from rl_otel._version import __version__
+from rl_otel.catalog import Catalog, Kind, meta
+from rl_otel.core.config import TelemetryConfig
+from rl_otel.core.router import Refusal, Router
+from rl_otel.core.store import SeriesStore
+from rl_otel.core.values import BadValue, coerce, flatten
+from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry, StoreMetricReader
+
+_log = logging.getLogger("rl_otel")
+_WARN_LIMIT = 10_000  # distinct (what, key) pairs remembered for warn-once
+
+
+class Telemetry:
+    """The handle a training loop logs through; create it with :func:`rl_otel.init`.
+
+    Thread-safe: ``log()`` may be called from several threads. ``close()`` runs once; the object is also a
+    context manager. Nothing on the per-step path raises: bad values are skipped with one warning per key and
+    counted in ``rl_telemetry_errors_total{sink="input"}``.
+    """
+
+    def __init__(self, config: TelemetryConfig, catalog: Catalog) -> None:
+        self.config = config
+        self.catalog = catalog
+        self._warned: set[tuple[str, str]] = set()
+        self._warn_lock = threading.Lock()
+        self._step_lock = threading.Lock()
+        self._step: int | None = None
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._store = SeriesStore({"run": config.run, "rank": str(config.rank)},
+                                  max_series_per_metric=config.max_series_per_metric, ttl_s=config.series_ttl_s,
+                                  dropped_spec=meta.DROPPED_SERIES, on_drop=self._warn_dropped)
+        self._router = Router(catalog, config.max_unknown_keys)
+        self.resource = Resource.create({
+            "service.name": "rl_otel", "service.version": __version__, "service.instance.id":
+                f"{config.host_name}/{config.run}/{config.rank}", "host.name": config.host_name,
+            "rl.run": config.run, "rl.rank": config.rank, "rl.role": config.role,
+        })
+        self._endpoint: ScrapeEndpoint | None = None
+        self._meter_provider: MeterProvider | None = None
+        if config.prometheus is not None:
+            registry = ScrapeRegistry(on_duplicate=lambda name: self._count_error("prometheus", "duplicate_family"))
+            reader = StoreMetricReader(self._store.collect, self.resource, registry,
+                                       on_error=lambda reason: self._count_error("prometheus", reason))
+            self._meter_provider = MeterProvider(resource=self.resource, metric_readers=[reader],
+                                                 exemplar_filter=AlwaysOffExemplarFilter())
+            # An SDK instrument of our own keeps every collection flowing through the reader (the SDK skips
+            # readers when it has no data of its own), and is the conventional build-info series.
+            info_attrs = {"run": config.run, "rank": str(config.rank), "version": __version__}
+            self._meter_provider.get_meter("rl_otel", __version__).create_observable_gauge(
+                meta.BUILD_INFO.name, callbacks=[lambda _options: [Observation(1, info_attrs)]],
+                unit=meta.BUILD_INFO.unit, description=meta.BUILD_INFO.description)
+            try:
+                self._endpoint = ScrapeEndpoint(registry, config.prometheus.host, config.prometheus.port)
+            except Exception:
+                self._meter_provider.shutdown()
+                raise
+
+    # -- public surface -------------------------------------------------------------------------------------
+
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://host:port/metrics`` of the scrape endpoint (``None`` without one)."""
+        return self._endpoint.url if self._endpoint else None
+
+    @property
+    def step(self) -> int | None:
+        """The step of the last ``log()`` call."""
+        return self._step
+
+    def log(self, metrics: Mapping[str, object], step: int | None = None) -> None:
+        """Record one step's metrics. ``step=None`` means the previous step + 1 (0 for the first call).
+
+        Accepts int/float/bool, numpy scalars, 0-d tensors, 1-d tensors/arrays/lists for distribution keys, and
+        nested dicts (keys joined with "/"). NaN and ±Inf pass through; ``None`` is skipped.
+        """
+        if self._closed:
+            self._warn_once("closed", "", "log() after close() is ignored")
+            return
+        try:
+            self._log(metrics, step)
+        except Exception:  # the training step must go on
+            if self._warn_once("internal", "", "rl_otel: log() failed internally; training goes on"):
+                _log.exception("rl_otel: log() failed")
+            self._count_error("input", "internal")
+
+    def close(self) -> None:
+        """Stop serving and release everything. Idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._endpoint is not None:
+            self._endpoint.close()
+        if self._meter_provider is not None:
+            self._meter_provider.shutdown()
+
+    def __enter__(self) -> Telemetry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ------------------------------------------------------------------------------------------
+
+    def _log(self, metrics: Mapping[str, object], step: int | None) -> None:
+        if not isinstance(metrics, Mapping):
+            self._bad("", f"log() takes a dict of metrics, got {type(metrics).__name__}")
+            return
+        step = self._advance(step)
+        items = []
+        for key, raw in flatten(metrics):
+            try:
+                value = coerce(raw)
+            except BadValue as exc:
+                self._bad(key, str(exc))
+                continue
+            if value is None:
+                continue
+            route = self._router.route(key)
+            if isinstance(route, Refusal):
+                self._store.note_dropped("unknown_keys" if route.reason == "unknown_key_cap" else route.detail
+                                         .split("sanitizes to ")[1].split(",")[0].strip("'"))
+                self._warn_once(route.reason, key, f"rl_otel: {route.detail}; it is not exported to Prometheus")
+                continue
+            spec = route.spec
+            if spec.kind is Kind.HISTOGRAM:
+                value = np.atleast_1d(np.asarray(value, dtype=np.float64))
+            elif isinstance(value, np.ndarray):
+                self._bad(key, f"a distribution of {value.size} values, but {spec.prometheus_name} is a "
+                               f"{spec.kind.value}: log its mean/max/min, or a *_dist key")
+                continue
+            items.append((spec, route.labels, value * spec.scale if spec.scale != 1.0 else value))
+        for spec, n in self._store.write(items):
+            self._count_error("input", "non_finite_in_distribution", n)
+            self._warn_once("non_finite", spec.name, f"rl_otel: {n} NaN/Inf values left out of the histogram "
+                                                     f"{spec.name} (Prometheus buckets cannot hold them)")
+        self._store.write([(meta.STEP, (), float(step)), (meta.LAST_STEP_TIMESTAMP, (), time.time())],
+                          expires=False)
+
+    def _advance(self, step: object) -> int:
+        with self._step_lock:
+            if step is not None:
+                if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+                    try:
+                        step = int(step)  # 0-d tensors, floats like 3.0
+                    except (TypeError, ValueError, OverflowError):
+                        self._bad("", f"step must be an int, got {step!r}; using the previous step + 1")
+                        step = None
+            if step is None:
+                step = 0 if self._step is None else self._step + 1
+            self._step = int(step)
+            return self._step
+
+    def _bad(self, key: str, why: str) -> None:
+        self._count_error("input", "bad_value")
+        self._warn_once("bad_value", key, f"rl_otel: skipping {key!r}: {why}")
+
+    def _count_error(self, sink: str, reason: str, amount: float = 1.0) -> None:
+        self._store.increment(meta.ERRORS, (("sink", sink), ("reason", reason)), amount)
+
+    def _warn_dropped(self, metric_name: str) -> None:
+        self._warn_once("series_cap", metric_name,
+                        f"rl_otel: {metric_name} reached max_series_per_metric={self.config.max_series_per_metric}; "
+                        "new label sets are dropped (counted in rl_telemetry_dropped_series_total)")
+
+    def _warn_once(self, what: str, key: str, message: str) -> bool:
+        with self._warn_lock:
+            if (what, key) in self._warned or len(self._warned) >= _WARN_LIMIT:
+                return False
+            self._warned.add((what, key))
+        _log.warning(message)
+        return True

@@ -1,0 +1,77 @@
+"""What log() accepts: nested dicts flattened with "/", and values coerced to a float or a 1-d float array.
+
+Heavy libraries are never imported here: torch tensors and numpy values are recognised by duck typing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from numbers import Real
+
+import numpy as np
+
+
+class BadValue(Exception):
+    """A value log() cannot use; the message says why (logged once per key, never raised to the caller)."""
+
+
+def flatten(metrics: Mapping[str, object], prefix: str = "") -> Iterator[tuple[str, object]]:
+    """Yield ``(key, value)`` with nested mappings joined by "/" (``{"a": {"b": 1}}`` -> ``("a/b", 1)``)."""
+    for key, value in metrics.items():
+        full = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            yield from flatten(value, full)
+        else:
+            yield full, value
+
+
+def _is_torch_tensor(value: object) -> bool:
+    cls = type(value)
+    return cls.__module__.startswith("torch") and hasattr(value, "detach") and hasattr(value, "dim")
+
+
+def coerce(value: object) -> float | np.ndarray | None:
+    """A float for a scalar, a 1-d float64 array for a distribution, ``None`` to skip silently (``None``).
+
+    NaN and ±Inf pass through. Raises ``BadValue`` for strings, objects, complex numbers, >1-d arrays and ints
+    too large for a float.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (bool, int, float)) or (isinstance(value, Real) and not isinstance(value, np.ndarray)):
+        try:
+            return float(value)
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise BadValue(f"cannot convert {type(value).__name__} to float: {exc}") from None
+    if _is_torch_tensor(value):
+        return _coerce_tensor(value)
+    if isinstance(value, (np.ndarray, np.generic)):
+        return _coerce_array(np.asarray(value))
+    if isinstance(value, (list, tuple)):
+        try:
+            return _coerce_array(np.asarray(value, dtype=np.float64))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise BadValue(f"a list that is not numbers: {exc}") from None
+    raise BadValue(f"values of type {type(value).__name__} are not metrics")
+
+
+def _coerce_array(arr: np.ndarray) -> float | np.ndarray:
+    if arr.dtype.kind not in "biuf":
+        raise BadValue(f"array of dtype {arr.dtype} is not numeric")
+    if arr.ndim == 0:
+        return float(arr)
+    if arr.ndim > 1:
+        raise BadValue(f"a {arr.ndim}-d array is neither a scalar nor a distribution")
+    return arr.astype(np.float64, copy=False)
+
+
+def _coerce_tensor(tensor) -> float | np.ndarray:
+    if tensor.is_complex():
+        raise BadValue("complex tensors are not metrics")
+    if tensor.dim() == 0:
+        return float(tensor.item())
+    if tensor.dim() > 1:
+        raise BadValue(f"a {tensor.dim()}-d tensor is neither a scalar nor a distribution")
+    # float64 keeps int64 lengths and float32/bf16/fp16 values exact enough; one device->host copy.
+    return tensor.detach().to(device="cpu").double().numpy()
+

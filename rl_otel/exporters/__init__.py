@@ -1,0 +1,1 @@
+"""Exporters: where rl_otel's data leaves the process (the Prometheus scrape endpoint, ...)."""
