@@ -33,7 +33,7 @@ def _catalog(args: argparse.Namespace) -> int:
     elif args.format == "markdown":
         print(catalog.to_markdown())
     else:
-        width = max(len(s.key) for s in catalog)
+        width = min(60, max(len(s.key) for s in catalog))
         for spec in catalog:
             print(f"{spec.key:<{width}}  {spec.kind.value:<9}  {spec.prometheus_name}")
     return 0
