@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rl_otel.catalog.define import GIB, MIN_MAX_MEAN, counter, gauge
+from rl_otel.catalog.define import (GIB, IMPORTANCE_RATIO_BUCKETS, KL_BUCKETS, LENGTH_BUCKETS, LOGPROB_BUCKETS,
+                                    MIN_MAX_MEAN, SIGNED_BUCKETS, counter, gauge, histogram)
 
 _S = "roll"
 INFIX = "{cluster}/{phase}"
@@ -49,7 +50,8 @@ SPECS = (
     gauge("actor/approxkl", "rl_actor_approx_kl",
           "Approximate KL between the current and the old policy (k2 = 0.5 * mean((logp - logp_old)^2)).", _S),
     gauge("actor/policykl", "rl_actor_policy_kl",
-          "KL between the current and the old policy (k1 = mean(logp_old - logp)).", _S),
+          "k1 KL estimate between the current and the old policy as ROLL computes it: mean(logp - logp_old) "
+          "(TRL's ppo/policy/policykl has the opposite sign).", _S),
     # Evaluation metrics (log-probabilities and entropy)
     gauge(f"critic/ref_log_prob/{MIN_MAX_MEAN}", "rl_critic_ref_log_prob",
           "Log-probability of the taken tokens under the reference model.", _S),
@@ -66,6 +68,22 @@ SPECS = (
           unit="{sample}"),
     gauge("actor/valid_sample_ratio", "rl_actor_valid_sample_ratio", "Fraction of valid samples in the batch.", _S),
     gauge("actor/sample_weights_{stat:mean|max|min}", "rl_actor_sample_weights", "Sample weights in the batch.", _S),
+    # Distributions (rl_otel.stats.ppo_stats(distributions=True)): the batch behind the mean/max/min above
+    histogram("actor/ratio_dist", "rl_actor_importance_ratio_dist",
+              "Distribution of the importance ratio exp(logp - logp_old) over the batch's response tokens.", _S,
+              IMPORTANCE_RATIO_BUCKETS),
+    histogram("actor/log_prob_dist", "rl_actor_log_prob_dist",
+              "Distribution of the policy's log-probabilities of the response tokens.", _S, LOGPROB_BUCKETS),
+    histogram("actor/kl_dist", "rl_actor_kl_dist",
+              "Distribution of the per-token k1 KL logp - logp_ref against the reference policy.", _S, KL_BUCKETS),
+    histogram("critic/advantages_dist", "rl_critic_advantages_dist",
+              "Distribution of the advantages over the batch's response tokens.", _S, SIGNED_BUCKETS),
+    histogram("critic/rewards_dist", "rl_critic_rewards_dist",
+              "Distribution of the per-sequence (normalized/clipped) rewards.", _S, SIGNED_BUCKETS),
+    histogram("critic/score_dist", "rl_critic_score_dist", "Distribution of the raw per-sequence scores.", _S,
+              SIGNED_BUCKETS),
+    histogram("tokens/response_length_dist", "rl_tokens_response_length_dist",
+              "Distribution of response lengths in tokens.", _S, LENGTH_BUCKETS, unit="{token}"),
     # SFT loss
     gauge("actor/sft_loss", "rl_actor_sft_loss", "Supervised fine-tuning loss.", _S),
     gauge("actor/positive_sft_loss", "rl_actor_positive_sft_loss", "SFT loss on positive samples.", _S),

@@ -79,8 +79,9 @@ class SeriesStore:
 
     def write(self, items: Iterable[tuple[MetricSpec, tuple[tuple[str, str], ...], object]], *,
               expires: bool = True) -> list[tuple[MetricSpec, int]]:
-        """Store ``(spec, labels, value)`` items: a float for gauges and counters, a 1-d float array for
-        histograms. Returns ``(spec, n)`` for each histogram item that had ``n`` non-finite values left out."""
+        """Store ``(spec, labels, value)`` items: a float for gauges and counters, a 1-d float array (or
+        ``BucketCounts`` bucketed against the entry's bounds) for histograms. Returns ``(spec, n)`` for each
+        histogram item that had ``n`` non-finite values left out."""
         now = time.time_ns()
         dropped_non_finite = []
         with self._lock:
@@ -92,7 +93,7 @@ class SeriesStore:
                 if spec.kind is Kind.HISTOGRAM:
                     if point[0] is None:
                         point[0] = BulkHistogram(spec.buckets)
-                    left_out = point[0].observe(value)
+                    left_out = point[0].add(value)
                     if left_out:
                         dropped_non_finite.append((spec, left_out))
                 else:

@@ -18,7 +18,7 @@ from rl_otel.catalog import Catalog, Kind, meta
 from rl_otel.core.config import TelemetryConfig
 from rl_otel.core.router import Refusal, Router
 from rl_otel.core.store import SeriesStore
-from rl_otel.core.values import BadValue, coerce, flatten
+from rl_otel.core.values import BadValue, as_histogram, coerce, flatten
 from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry, StoreMetricReader
 
 _log = logging.getLogger("rl_otel")
@@ -126,7 +126,7 @@ class Telemetry:
         items = []
         for key, raw in flatten(metrics):
             try:
-                value = coerce(raw)
+                value = coerce(raw, keep_tensors=True)
             except BadValue as exc:
                 self._bad(key, str(exc))
                 continue
@@ -140,10 +140,14 @@ class Telemetry:
                 continue
             spec = route.spec
             if spec.kind is Kind.HISTOGRAM:
-                value = np.atleast_1d(np.asarray(value, dtype=np.float64))
-            elif isinstance(value, np.ndarray):
-                self._bad(key, f"a distribution of {value.size} values, but {spec.prometheus_name} is a "
-                               f"{spec.kind.value}: log its mean/max/min, or a *_dist key")
+                try:
+                    items.append((spec, route.labels, as_histogram(value, spec.buckets, spec.scale)))
+                except BadValue as exc:
+                    self._bad(key, str(exc))
+                continue
+            if not isinstance(value, float):
+                self._bad(key, f"a distribution, but {spec.prometheus_name} is a {spec.kind.value}: log its "
+                               "mean/max/min, or a *_dist key")
                 continue
             items.append((spec, route.labels, value * spec.scale if spec.scale != 1.0 else value))
         for spec, n in self._store.write(items):

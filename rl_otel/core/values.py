@@ -10,6 +10,8 @@ from numbers import Real
 
 import numpy as np
 
+from rl_otel.core.histogram import BucketCounts
+
 
 class BadValue(Exception):
     """A value log() cannot use; the message says why (logged once per key, never raised to the caller)."""
@@ -30,20 +32,24 @@ def _is_torch_tensor(value: object) -> bool:
     return cls.__module__.startswith("torch") and hasattr(value, "detach") and hasattr(value, "dim")
 
 
-def coerce(value: object) -> float | np.ndarray | None:
+def coerce(value: object, *, keep_tensors: bool = False) -> float | np.ndarray | BucketCounts | object | None:
     """A float for a scalar, a 1-d float64 array for a distribution, ``None`` to skip silently (``None``).
 
-    NaN and ±Inf pass through. Raises ``BadValue`` for strings, objects, complex numbers, >1-d arrays and ints
-    too large for a float.
+    NaN and ±Inf pass through; :class:`BucketCounts` (a distribution bucketed on its device) passes unchanged;
+    with ``keep_tensors`` a 1-d torch tensor stays a (detached) tensor, for :func:`as_histogram` to bucket where
+    it lives. Raises ``BadValue`` for strings, objects, complex numbers, >1-d arrays and ints too large for a
+    float.
     """
-    if value is None:
-        return None
+    if value is None or isinstance(value, BucketCounts):
+        return value
     if isinstance(value, (bool, int, float)) or (isinstance(value, Real) and not isinstance(value, np.ndarray)):
         try:
             return float(value)
         except (OverflowError, TypeError, ValueError) as exc:
             raise BadValue(f"cannot convert {type(value).__name__} to float: {exc}") from None
     if _is_torch_tensor(value):
+        if keep_tensors and value.dim() == 1 and not value.is_complex():
+            return value.detach()
         return _coerce_tensor(value)
     if isinstance(value, (np.ndarray, np.generic)):
         return _coerce_array(np.asarray(value))
@@ -75,3 +81,25 @@ def _coerce_tensor(tensor) -> float | np.ndarray:
     # float64 keeps int64 lengths and float32/bf16/fp16 values exact enough; one device->host copy.
     return tensor.detach().to(device="cpu").double().numpy()
 
+
+
+def is_tensor(value: object) -> bool:
+    """True for a torch tensor (recognised without importing torch)."""
+    return _is_torch_tensor(value)
+
+
+def as_histogram(value: object, bounds: tuple[float, ...], scale: float = 1.0) -> np.ndarray | BucketCounts:
+    """A histogram key's value: a 1-d tensor is bucketed on its device against ``bounds`` (only the counts cross
+    to the host); other values become a 1-d float64 array; ``BucketCounts`` must have been bucketed against
+    ``bounds`` (raises ``BadValue`` otherwise, and for a scale other than 1, which its bounds cannot carry)."""
+    if isinstance(value, BucketCounts):
+        if scale != 1.0 or tuple(value.bounds) != tuple(bounds):
+            raise BadValue(f"bucketed with bounds {list(value.bounds)}, but the histogram's are {list(bounds)}"
+                           + (f" (scale {scale})" if scale != 1.0 else ""))
+        return value
+    if _is_torch_tensor(value):
+        from rl_otel.stats.histogram import bucket  # torch is already imported: the value is a tensor
+
+        return bucket(value * scale if scale != 1.0 else value, bounds)
+    arr = np.atleast_1d(np.asarray(value, dtype=np.float64))
+    return arr * scale if scale != 1.0 else arr

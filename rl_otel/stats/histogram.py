@@ -1,0 +1,82 @@
+"""Bucket a tensor on its own device: exact Prometheus ``le`` counts, sum, min and max; one small vector crosses.
+
+The per-value path (``Histogram.record`` in a loop) costs microseconds a value; here a 262,144-value tensor is
+one ``torch.bucketize`` plus a ``bincount`` and three reductions, and only ``len(bounds) + 5`` numbers reach the
+host. The counts are exact: for float32 inputs the bounds are rounded *down* to float32, so ``v <= bound``
+holds in float32 exactly when it holds in float64 (what :class:`~rl_otel.core.histogram.BulkHistogram`
+computes from the same values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import torch
+
+from rl_otel.core.histogram import BucketCounts
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+@lru_cache(maxsize=256)
+def _bounds(bounds: tuple[float, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    exact = torch.tensor(bounds, dtype=torch.float64)
+    if dtype == torch.float64:
+        return exact.to(device)
+    rounded = exact.to(dtype)
+    # The largest representable value <= each bound: then `v <= rounded` iff `v <= exact` for every v of dtype.
+    above = rounded.double() > exact
+    rounded = torch.where(above, torch.nextafter(rounded, torch.tensor(-torch.inf, dtype=dtype)), rounded)
+    return rounded.to(device)
+
+
+def as_float(x: torch.Tensor) -> torch.Tensor:
+    """float16/bfloat16 -> float32 (accumulate in float32), integers/bools -> float64 (exact), else unchanged."""
+    if x.dtype in _HALF:
+        return x.float()
+    if not x.is_floating_point():
+        return x.double()
+    return x
+
+
+def bucket_vector(values: torch.Tensor, bounds: Sequence[float], mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The float64 vector ``[count_0 .. count_n, non_finite, sum, min, max]`` of ``values`` on their device.
+
+    ``mask`` (same number of elements, any dtype; nonzero = counted) selects the values without a boolean
+    index, which would synchronize with a GPU. Nothing here leaves the device: concatenate several vectors and
+    move them to the host at once, then read each with :meth:`BucketCounts.from_vector`.
+    """
+    x = as_float(values.detach().reshape(-1))
+    nb = len(bounds) + 1
+    device = x.device
+    if x.numel() == 0:
+        tail = torch.tensor([0.0, 0.0, torch.inf, -torch.inf], dtype=torch.float64, device=device)
+        return torch.cat([torch.zeros(nb, dtype=torch.float64, device=device), tail])
+    finite = torch.isfinite(x)
+    if mask is not None:
+        selected = mask.detach().reshape(-1).bool()
+        valid = finite & selected
+        non_finite = (selected & ~finite).sum()
+    else:
+        valid = finite
+        non_finite = x.numel() - finite.sum()
+    idx = torch.bucketize(x, _bounds(tuple(float(b) for b in bounds), x.dtype, device))
+    idx = torch.where(valid, idx, nb)  # one extra bin for what is not counted
+    if device.type == "cpu":
+        counts = torch.bincount(idx, minlength=nb + 1)
+    else:  # bincount sizes its output from the data: a device sync; scatter_add_ has a fixed size
+        counts = torch.zeros(nb + 1, dtype=torch.int64, device=device).scatter_add_(0, idx, torch.ones_like(idx))
+    total = torch.where(valid, x, 0.0).sum(dtype=torch.float64)
+    lo = torch.where(valid, x, torch.inf).min().double()
+    hi = torch.where(valid, x, -torch.inf).max().double()
+    return torch.cat([counts[:nb].double(), torch.stack([non_finite.double(), total, lo, hi])])
+
+
+def bucket(values: torch.Tensor, bounds: Sequence[float], mask: torch.Tensor | None = None) -> BucketCounts:
+    """Bucket ``values`` (any shape, any device) against ``bounds``: exact counts, sum, count, min and max.
+
+    NaN/±Inf are left out of the buckets and counted in ``non_finite``. One device-to-host transfer of
+    ``len(bounds) + 5`` numbers. ``log()`` takes the result for a histogram key with the same bounds.
+    """
+    return BucketCounts.from_vector(bounds, bucket_vector(values, bounds, mask).tolist())
