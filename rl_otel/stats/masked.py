@@ -31,7 +31,9 @@ def var(x: torch.Tensor, mask: torch.Tensor, n: torch.Tensor | None = None, *, u
     n = (count(mask) if n is None else n).to(x.dtype)
     mu = total(x, mask) / n
     ss = torch.where(mask, (x - mu) ** 2, 0.0).sum()
-    return ss / (n - 1) if unbiased else ss / n
+    if unbiased:
+        return torch.where(n > 1, ss / (n - 1), _NAN)
+    return ss / n
 
 
 def maximum(x: torch.Tensor, mask: torch.Tensor, n: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,0 +1,155 @@
+"""Bulk bucketing on the tensor's device: exact against BulkHistogram, merged by log(), scraped by Prometheus."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import urllib.request
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+import rl_otel
+from rl_otel.catalog import default_catalog
+from rl_otel.catalog.define import IMPORTANCE_RATIO_BUCKETS, LENGTH_BUCKETS, SIGNED_BUCKETS
+from rl_otel.core.histogram import BucketCounts, BulkHistogram
+from rl_otel.stats import bucket, ppo_stats
+
+BOUNDS = [IMPORTANCE_RATIO_BUCKETS, SIGNED_BUCKETS, LENGTH_BUCKETS]
+
+
+def reference(values: np.ndarray, bounds) -> BulkHistogram:
+    h = BulkHistogram(bounds)
+    h.observe(values)
+    return h
+
+
+def assert_same(bc: BucketCounts, h: BulkHistogram) -> None:
+    assert bc.counts.tolist() == h.counts.tolist()
+    assert bc.count == h.count
+    assert bc.sum == pytest.approx(h.sum, rel=1e-9, abs=1e-9)
+    assert (bc.min, bc.max) == (h.min, h.max)
+
+
+values_f64 = st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64),
+                                st.sampled_from([b for bounds in BOUNDS for b in bounds])), max_size=200)
+
+
+@settings(max_examples=50, deadline=None)
+@given(values=values_f64, bounds=st.sampled_from(BOUNDS),
+       dtype=st.sampled_from([torch.float64, torch.float32, torch.float16, torch.bfloat16]))
+def test_bucket_is_exact_for_every_dtype(values, bounds, dtype):
+    with np.errstate(over="ignore"):
+        t = torch.tensor(values, dtype=torch.float64).to(dtype)
+    bc = bucket(t, bounds)
+    as_f64 = t.double().numpy()
+    h = reference(as_f64, bounds)
+    assert_same(bc, h)
+    assert bc.non_finite == int((~np.isfinite(as_f64)).sum())
+
+
+def test_values_on_and_next_to_float32_bounds():
+    bounds = IMPORTANCE_RATIO_BUCKETS
+    b32 = torch.tensor(bounds, dtype=torch.float64).float()
+    t = torch.cat([b32, torch.nextafter(b32, torch.full_like(b32, torch.inf)),
+                   torch.nextafter(b32, torch.full_like(b32, -torch.inf))])
+    assert_same(bucket(t, bounds), reference(t.double().numpy(), bounds))
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(0, 300), seed=st.integers(0, 2**31 - 1))
+def test_mask_selects_without_indexing(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g) * 3
+    x[torch.rand(n, generator=g) < 0.1] = torch.nan
+    keep = torch.rand(n, generator=g) < 0.6
+    bc = bucket(x, SIGNED_BUCKETS, keep)
+    assert_same(bc, reference(x[keep].double().numpy(), SIGNED_BUCKETS))
+    assert bc.non_finite == int(torch.isnan(x[keep]).sum())
+
+
+def test_integer_lengths():
+    lengths = torch.tensor([0, 1, 2, 3, 1024, 1025, 131072, 200000])
+    assert_same(bucket(lengths, LENGTH_BUCKETS), reference(lengths.numpy().astype(float), LENGTH_BUCKETS))
+
+
+def test_merge_equals_observe_and_rejects_other_bounds():
+    x = np.random.default_rng(0).normal(1.0, 0.3, 5000)
+    merged = BulkHistogram(IMPORTANCE_RATIO_BUCKETS)
+    for part in np.array_split(x, 3):
+        merged.merge(bucket(torch.from_numpy(part), IMPORTANCE_RATIO_BUCKETS))
+    direct = reference(x, IMPORTANCE_RATIO_BUCKETS)
+    assert merged.counts.tolist() == direct.counts.tolist() and merged.count == direct.count
+    assert merged.sum == pytest.approx(direct.sum, rel=1e-12)
+    with pytest.raises(ValueError, match="differ"):
+        merged.merge(bucket(torch.from_numpy(x), SIGNED_BUCKETS))
+
+
+def test_bucket_vector_layout_is_checked():
+    with pytest.raises(ValueError, match="entries"):
+        BucketCounts.from_vector((1.0, 2.0), [0.0] * 5)
+    with pytest.raises(ValueError, match="bucket counts"):
+        BucketCounts((1.0,), np.zeros(3, dtype=np.int64), 0.0, 0, 0.0, 0.0)
+
+
+def test_log_buckets_tensors_on_their_device_and_never_raises(caplog):
+    tel = rl_otel.init(run="h", prometheus=False)
+    try:
+        x = torch.randn(10_000, dtype=torch.float64)
+        tel.log({"ppo/policy/advantages": x, "env/reward_dist": x.numpy()}, step=0)
+        via_tensor = tel._store.value("rl_ppo_policy_advantages_dist")
+        via_array = tel._store.value("rl_env_reward_dist")
+        assert via_tensor.counts.tolist() == via_array.counts.tolist() and via_tensor.count == 10_000
+        # bucketed with other bounds, or a distribution for a gauge: skipped and counted, not raised
+        tel.log({"ppo/policy/ratio": bucket(x, SIGNED_BUCKETS), "actor/ratio_mean": torch.ones(3)}, step=1)
+        errors = tel._store.value("rl_telemetry_errors", {"sink": "input", "reason": "bad_value"})
+        assert errors == 2.0
+        assert tel._store.value("rl_ppo_policy_ratio_dist") is None
+    finally:
+        tel.close()
+
+
+@pytest.mark.prometheus
+def test_ppo_stats_end_to_end_scrape_and_promtool(tmp_path):
+    promtool = shutil.which("promtool") or "/usr/bin/promtool"
+    g = torch.Generator().manual_seed(11)
+    b, t = 32, 64
+    lp = -torch.rand(b, t, generator=g) * 4
+    old = lp + 0.2 * torch.randn(b, t, generator=g)
+    mask = torch.rand(b, t, generator=g) < 0.7
+    adv = torch.randn(b, t, generator=g)
+    scores = torch.randn(b, generator=g)
+    stats = ppo_stats(log_probs=lp, old_log_probs=old, response_mask=mask, advantages=adv, scores=scores,
+                      ref_log_probs=lp - 0.1, names=("roll", "trl"), distributions=True)
+    tel = rl_otel.init(run="t", prometheus={"host": "127.0.0.1", "port": 0})
+    try:
+        tel.log(stats, step=1)
+        body = urllib.request.urlopen(tel.metrics_url, timeout=10).read().decode()
+    finally:
+        tel.close()
+    families = {f.name: f for f in text_string_to_metric_families(body)}
+    ratio = torch.exp(lp - old)[mask].double().numpy()
+    catalog = default_catalog()
+    for key, values in (("actor/ratio_dist", ratio), ("ppo/policy/ratio", ratio),
+                        ("ppo/policy/advantages", adv[mask].double().numpy()),
+                        ("env/reward_dist", scores.double().numpy()),
+                        ("tokens/response_length_dist", mask.sum(-1).double().numpy())):
+        spec = catalog.lookup(key).spec
+        family = families[spec.name]
+        assert family.type == "histogram", key
+        want = np.cumsum(reference(values, spec.buckets).counts).tolist()
+        got = [s.value for s in family.samples if s.name.endswith("_bucket")]
+        assert got == want, key
+        if spec.buckets[0] >= 0:  # prometheus_client writes no _sum/_count when the first bound is negative
+            count = [s.value for s in family.samples if s.name.endswith("_count")]
+            assert count == [values.size], key
+    assert families["rl_actor_importance_ratio"].type == "gauge"
+    scrape = tmp_path / "scrape.txt"
+    scrape.write_text(body)
+    result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, text=True)
+    assert result.stdout + result.stderr == "", result.stdout + result.stderr
+    assert result.returncode == 0

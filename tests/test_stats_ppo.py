@@ -1,0 +1,315 @@
+"""ppo_stats against plain float64 reference implementations, one host transfer, and the edge cases."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rl_otel.catalog import default_catalog
+from rl_otel.core.histogram import BucketCounts, BulkHistogram
+from rl_otel.stats import kl_penalty_terms, ppo_stats
+
+CLIP_LOW, CLIP_HIGH, VALUE_CLIP, KL_COEF = 0.2, 0.28, 0.2, 0.05
+
+
+def make_batch(seed: int, b: int, t: int, *, p_mask: float = 0.7, dtype=torch.float32) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    lp = -torch.rand(b, t, generator=g) * 3
+    return {
+        "log_probs": lp.to(dtype),
+        "old_log_probs": (lp + 0.3 * torch.randn(b, t, generator=g)).to(dtype),
+        "response_mask": (torch.rand(b, t, generator=g) < p_mask).long(),
+        "advantages": torch.randn(b, t, generator=g).to(dtype),
+        "ref_log_probs": (lp + 0.2 * torch.randn(b, t, generator=g)).to(dtype),
+        "values": torch.randn(b, t, generator=g).to(dtype),
+        "returns": torch.randn(b, t, generator=g).to(dtype),
+        "vpreds": torch.randn(b, t, generator=g).to(dtype),
+        "rewards": torch.randn(b, t, generator=g).to(dtype),
+        "scores": torch.randn(b, generator=g).to(dtype),
+        "entropy": torch.rand(b, t, generator=g).to(dtype),
+        "prompt_mask": (torch.rand(b, 5, generator=g) < 0.8).long(),
+    }
+
+
+def full_stats(batch: dict, **kw) -> dict:
+    return ppo_stats(**batch, clip_ratio_low=CLIP_LOW, clip_ratio_high=CLIP_HIGH, value_clip=VALUE_CLIP,
+                     kl_coef=KL_COEF, names=("roll", "trl"), **kw)
+
+
+# -- the reference: numpy float64, one metric at a time, padding removed by boolean selection --------------------
+
+def _mean(x):
+    return float(np.mean(x)) if np.size(x) else math.nan
+
+
+def _max(x):
+    return float(np.max(x)) if np.size(x) else math.nan
+
+
+def _min(x):
+    return float(np.min(x)) if np.size(x) else math.nan
+
+
+def _var(x, ddof=0):
+    return float(np.var(x, ddof=ddof)) if np.size(x) > ddof else math.nan
+
+
+def _explained(ret, pred):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(1 - np.float64(_var(ret - pred)) / np.float64(_var(ret)))
+
+
+def reference(batch: dict, *, kl_penalty: str = "kl", seq_mean: bool = False) -> dict:
+    a = {k: v.double().numpy() for k, v in batch.items()}
+    m = a["response_mask"] != 0
+
+    def agg(x):
+        if not seq_mean:
+            return _mean(x[m])
+        rows = [x[i][m[i]].mean() for i in range(x.shape[0]) if m[i].any()]
+        return _mean(np.array(rows))
+
+    lp, old, ref, adv = a["log_probs"], a["old_log_probs"], a["ref_log_probs"], a["advantages"]
+    ratio = np.exp(lp - old)
+    surr1 = ratio * adv
+    surr2 = np.clip(ratio, 1 - CLIP_LOW, 1 + CLIP_HIGH) * adv
+    high, low = ratio > 1 + CLIP_HIGH, ratio < 1 - CLIP_LOW
+    lr = lp - ref
+    penalty = {"kl": lr, "abs": np.abs(lr), "mse": 0.5 * lr ** 2,
+               "k3": np.clip(np.exp(np.clip(-lr, -20, 20)) - np.clip(-lr, -20, 20) - 1, -10, 10)}[kl_penalty]
+    val, ret, vpr = a["values"], a["returns"], a["vpreds"]
+    err = (vpr - ret) ** 2
+    clipped = np.clip(vpr, val - VALUE_CLIP, val + VALUE_CLIP)
+    seq_kl = np.where(m, old - ref, 0).sum(-1)
+    seq_rew = np.where(m, a["rewards"], 0).sum(-1)
+    sc = a["scores"]
+    resp = m.sum(-1).astype(float)
+    prompt = (a["prompt_mask"] != 0).sum(-1).astype(float)
+    out = {
+        "actor/ratio_mean": agg(ratio), "actor/ratio_max": _max(ratio[m]), "actor/ratio_min": _min(ratio[m]),
+        "actor/ppo_ratio_high_clipfrac": agg(high.astype(float)),
+        "actor/ppo_ratio_low_clipfrac": agg(low.astype(float)),
+        "actor/ppo_ratio_clipfrac": agg((high | low).astype(float)),
+        "actor/clipfrac": agg((surr2 < surr1).astype(float)),
+        "actor/approxkl": agg(0.5 * (lp - old) ** 2), "actor/policykl": agg(lp - old),
+        "actor/kl_loss": agg(penalty),
+        "ppo/policy/clipfrac": agg((surr2 < surr1).astype(float)),
+        "ppo/policy/approxkl": agg(0.5 * (lp - old) ** 2), "ppo/policy/policykl": agg(old - lp),
+        "objective/kl": _mean(seq_kl), "objective/kl_coef": KL_COEF,
+        "ppo/mean_non_score_reward": _mean(-KL_COEF * seq_kl),
+        "objective/entropy": _mean(-np.where(m, old, 0).sum(-1)),
+        "ppo/policy/entropy": _mean(a["entropy"][m]), "ppo/policy/advantages_mean": _mean(adv[m]),
+        "ppo/returns/mean": _mean(ret[m]), "ppo/returns/var": _var(ret[m], 1),
+        "ppo/val/mean": _mean(val[m]), "ppo/val/var": _var(val[m], 1), "ppo/val/vpred": _mean(vpr[m]),
+        "critic/vpred": _mean(vpr[m]), "critic/error": _mean(err[m]), "ppo/val/error": _mean(err[m]),
+        "ppo/val/var_explained": _explained(ret[m], vpr[m]),
+        "critic/clipfrac": agg(((clipped - ret) ** 2 > err).astype(float)),
+        "ppo/val/clipfrac": agg(((clipped - ret) ** 2 > err).astype(float)),
+        "env/reward_mean": _mean(sc), "env/reward_std": math.sqrt(_var(sc, 1)) if sc.size > 1 else math.nan,
+        "tokens/responses_len_mean": _mean(resp),
+        "tokens/responses_len_std": math.sqrt(_var(resp, 1)) if resp.size > 1 else math.nan,
+        "tokens/queries_len_mean": _mean(prompt),
+        "tokens/queries_len_std": math.sqrt(_var(prompt, 1)) if prompt.size > 1 else math.nan,
+    }
+    out["ppo/mean_scores"], out["ppo/std_scores"] = out["env/reward_mean"], out["env/reward_std"]
+    for prefix, x in (("critic/ref_log_prob", ref[m]), ("critic/old_log_prob", old[m]),
+                      ("critic/entropy", a["entropy"][m]), ("critic/advantages", adv[m]),
+                      ("critic/returns", ret[m]), ("critic/values", val[m]), ("critic/rewards", seq_rew),
+                      ("critic/score", sc), ("tokens/response_length", resp), ("tokens/prompt_length", prompt)):
+        out[f"{prefix}/mean"], out[f"{prefix}/max"], out[f"{prefix}/min"] = _mean(x), _max(x), _min(x)
+    return out
+
+
+def reference_dists(batch: dict) -> dict[str, np.ndarray]:
+    a = {k: v.double().numpy() for k, v in batch.items()}
+    m = a["response_mask"] != 0
+    ratio = np.exp(a["log_probs"] - a["old_log_probs"])
+    return {
+        "actor/ratio_dist": ratio[m], "ppo/policy/ratio": ratio[m], "actor/log_prob_dist": a["log_probs"][m],
+        "objective/logprobs": a["old_log_probs"][m], "objective/ref_logprobs": a["ref_log_probs"][m],
+        "actor/kl_dist": (a["log_probs"] - a["ref_log_probs"])[m],
+        "objective/kl_dist": np.where(m, a["old_log_probs"] - a["ref_log_probs"], 0).sum(-1),
+        "critic/advantages_dist": a["advantages"][m], "ppo/policy/advantages": a["advantages"][m],
+        "critic/rewards_dist": np.where(m, a["rewards"], 0).sum(-1), "critic/score_dist": a["scores"],
+        "env/reward_dist": a["scores"], "tokens/response_length_dist": m.sum(-1).astype(float),
+        "tokens/responses_dist": m.sum(-1).astype(float),
+        "tokens/queries_dist": (a["prompt_mask"] != 0).sum(-1).astype(float),
+    }
+
+
+def assert_close(got: dict, want: dict, *, rtol: float = 2e-4, atol: float = 2e-5) -> None:
+    missing = set(want) - set(got)
+    assert not missing, f"keys not returned: {sorted(missing)}"
+    for key, expected in want.items():
+        actual = got[key]
+        if math.isnan(expected):
+            assert math.isnan(actual), f"{key}: {actual} != NaN"
+        else:
+            assert actual == pytest.approx(expected, rel=rtol, abs=atol), key
+
+
+# -- correctness -----------------------------------------------------------------------------------------------
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), b=st.integers(1, 6), t=st.integers(1, 9),
+       p_mask=st.sampled_from([0.0, 0.3, 0.8, 1.0]), kl_penalty=st.sampled_from(["kl", "abs", "mse", "k3"]),
+       seq_mean=st.booleans())
+def test_matches_reference_on_random_batches(seed, b, t, p_mask, kl_penalty, seq_mean):
+    batch = make_batch(seed, b, t, p_mask=p_mask)
+    got = full_stats(batch, kl_penalty=kl_penalty,
+                     loss_agg_mode="seq-mean-token-mean" if seq_mean else "token-mean")
+    assert_close(got, reference(batch, kl_penalty=kl_penalty, seq_mean=seq_mean))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), b=st.integers(1, 6), t=st.integers(1, 9),
+       p_mask=st.sampled_from([0.0, 0.5, 1.0]))
+def test_bucketed_distributions_are_exact(seed, b, t, p_mask):
+    batch = make_batch(seed, b, t, p_mask=p_mask)
+    got = full_stats(batch, distributions=True)
+    catalog = default_catalog()
+    for key, values in reference_dists(batch).items():
+        h = BulkHistogram(catalog.lookup(key).spec.buckets)
+        h.observe(values)
+        bc = got[key]
+        assert isinstance(bc, BucketCounts), key
+        assert bc.counts.tolist() == h.counts.tolist(), key
+        assert bc.count == h.count == values.size, key
+        assert bc.sum == pytest.approx(h.sum, rel=1e-6, abs=1e-6), key
+        if values.size:
+            assert (bc.min, bc.max) == pytest.approx((h.min, h.max), rel=1e-6), key
+
+
+def test_tensor_distributions_hold_the_selected_values():
+    batch = make_batch(3, 5, 7)
+    got = full_stats(batch, distributions="tensors")
+    for key, values in reference_dists(batch).items():
+        assert isinstance(got[key], torch.Tensor) and got[key].dim() == 1, key
+        np.testing.assert_allclose(got[key].double().numpy(), values, rtol=1e-6, atol=1e-6, err_msg=key)
+
+
+def test_names_select_the_key_sets():
+    batch = make_batch(0, 3, 4)
+    roll = ppo_stats(**batch)
+    trl = ppo_stats(**batch, names="trl")
+    assert "actor/ratio_mean" in roll and not any(k.startswith(("ppo/", "objective/", "env/")) for k in roll)
+    assert "ppo/policy/approxkl" in trl and not any(k.startswith(("actor/", "critic/")) for k in trl)
+    catalog = default_catalog()
+    for key in {**full_stats(batch, distributions=True)}:
+        assert catalog.lookup(key) is not None, f"{key} has no catalog entry"
+
+
+def test_minimal_inputs_give_the_policy_family():
+    batch = make_batch(1, 2, 3)
+    got = ppo_stats(log_probs=batch["log_probs"], old_log_probs=batch["old_log_probs"],
+                    response_mask=batch["response_mask"])
+    assert {"actor/ratio_mean", "actor/approxkl", "actor/policykl", "tokens/response_length/mean"} <= set(got)
+    assert "actor/clipfrac" not in got and "critic/values/mean" not in got
+
+
+def test_padding_is_never_counted_even_when_nan():
+    batch = make_batch(5, 4, 6, p_mask=0.6)
+    pad = batch["response_mask"] == 0
+    poisoned = {k: (torch.where(pad, torch.nan, v) if v.shape == pad.shape and v.is_floating_point() else v)
+                for k, v in batch.items()}
+    clean, dirty = full_stats(batch), full_stats(poisoned)
+    for key in clean:
+        if key.startswith(("objective/kl", "objective/entropy", "ppo/mean_non", "critic/rewards")):
+            continue  # per-sequence sums: also masked, compared below
+        assert clean[key] == pytest.approx(dirty[key], nan_ok=True), key
+    for key in ("objective/kl", "objective/entropy", "critic/rewards/mean"):
+        assert clean[key] == pytest.approx(dirty[key]), key
+
+
+def test_empty_mask_gives_nan_not_an_error():
+    batch = make_batch(2, 3, 4, p_mask=0.0)
+    got = full_stats(batch, distributions=True)
+    assert math.isnan(got["actor/ratio_mean"]) and math.isnan(got["actor/ratio_max"])
+    assert math.isnan(got["actor/clipfrac"]) and math.isnan(got["critic/advantages/min"])
+    assert got["tokens/response_length/max"] == 0.0
+    assert got["actor/ratio_dist"].count == 0 and got["actor/ratio_dist"].non_finite == 0
+
+
+def test_empty_batch():
+    empty = torch.zeros(0, 5)
+    got = ppo_stats(log_probs=empty, old_log_probs=empty, response_mask=empty.long(), advantages=empty,
+                    names=("roll", "trl"), distributions=True)
+    assert math.isnan(got["actor/ratio_mean"]) and math.isnan(got["tokens/response_length/mean"])
+    assert got["ppo/policy/ratio"].count == 0
+
+
+def test_all_nan_inputs_propagate_and_are_left_out_of_histograms():
+    batch = make_batch(4, 3, 5, p_mask=1.0)
+    batch["log_probs"] = torch.full_like(batch["log_probs"], torch.nan)
+    got = full_stats(batch, distributions=True)
+    for key in ("actor/ratio_mean", "actor/ratio_max", "actor/ratio_min", "actor/approxkl", "actor/kl_loss"):
+        assert math.isnan(got[key]), key
+    assert got["actor/ratio_dist"].count == 0 and got["actor/ratio_dist"].non_finite == 15
+    assert got["critic/advantages/mean"] == pytest.approx(reference(batch)["critic/advantages/mean"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_is_accumulated_in_float32(dtype):
+    batch = make_batch(6, 8, 64, dtype=dtype)
+    as_f32 = {k: (v.float() if v.is_floating_point() else v) for k, v in batch.items()}
+    got, want = full_stats(batch, distributions=True), full_stats(as_f32, distributions=True)
+    for key, value in want.items():
+        if isinstance(value, BucketCounts):
+            assert got[key].counts.tolist() == value.counts.tolist(), key
+        else:
+            assert got[key] == pytest.approx(value, nan_ok=True), key
+    # and the float32 path agrees with float64 arithmetic on the same (upcast) values
+    assert_close(got, reference(as_f32))
+
+
+def test_one_host_transfer_per_call(monkeypatch):
+    calls: list[str] = []
+    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self, *args, _name=name, _original=original, **kwargs):
+            calls.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    batch = make_batch(7, 16, 32)
+    calls.clear()
+    got = full_stats(batch, distributions=True, kl_penalty="k3")
+    assert calls == ["tolist"], calls
+    assert len(got) > 80
+
+
+def test_kl_penalty_terms():
+    lp, base = torch.tensor([-1.0, -0.5, -30.0]), torch.tensor([-1.5, -0.5, -1.0])
+    d = (lp - base).numpy()
+    np.testing.assert_allclose(kl_penalty_terms(lp, base, "kl").numpy(), d)
+    np.testing.assert_allclose(kl_penalty_terms(lp, base, "abs").numpy(), np.abs(d))
+    np.testing.assert_allclose(kl_penalty_terms(lp, base, "mse").numpy(), 0.5 * d ** 2)
+    k3 = kl_penalty_terms(lp, base, "k3").numpy()
+    assert k3[1] == 0.0 and k3[0] == pytest.approx(np.exp(-0.5) + 0.5 - 1) and k3[2] == 10.0  # clamped
+    with pytest.raises(ValueError, match="kl_penalty"):
+        kl_penalty_terms(lp, base, "full")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"names": "verl"}, "names"), ({"kl_penalty": "x"}, "kl_penalty"), ({"loss_agg_mode": "sum"}, "loss_agg_mode"),
+    ({"distributions": "yes"}, "distributions"), ({"advantages": torch.zeros(2, 2)}, "advantages"),
+])
+def test_bad_arguments_raise_naming_the_value(kwargs, match):
+    batch = make_batch(0, 3, 4)
+    args = {"log_probs": batch["log_probs"], "old_log_probs": batch["old_log_probs"],
+            "response_mask": batch["response_mask"], **kwargs}
+    with pytest.raises(ValueError, match=match):
+        ppo_stats(**args)
+
+
+def test_import_rl_otel_does_not_import_torch():
+    code = "import sys, rl_otel, rl_otel.catalog; import rl_otel.stats.trinity; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
