@@ -50,7 +50,7 @@ class _Batch:
         self.layout: list[tuple[str, tuple[float, ...] | None]] = []
 
     def put(self, key: str, value: torch.Tensor) -> None:
-        self.parts.append(value.reshape(1).to(torch.float64))
+        self.parts.append(value.reshape(1))  # torch.cat promotes to the widest dtype once, in read()
         self.layout.append((key, None))
 
     def put_dist(self, key: str, values: torch.Tensor, mask: torch.Tensor | None = None) -> None:
@@ -97,6 +97,7 @@ def ppo_stats(
     loss_agg_mode: str = "token-mean",
     names: str | Iterable[str] = "roll",
     distributions: bool | Literal["tensors"] = False,
+    _compact: bool | None = None,
 ) -> dict[str, float | BucketCounts | torch.Tensor]:
     """PPO, critic and token statistics of one batch, computed on the tensors' device with one host transfer.
 
@@ -143,173 +144,201 @@ def ppo_stats(
         if t is not None and t.shape != log_probs.shape:
             raise ValueError(f"{name} has shape {tuple(t.shape)}, log_probs {tuple(log_probs.shape)}")
     clip_ratio_high = clip_ratio_low if clip_ratio_high is None else clip_ratio_high
-    roll, trl = "roll" in sets, "trl" in sets
 
     with torch.no_grad():
-        out = _Batch(log_probs.device)
-        tensors: dict[str, torch.Tensor] = {}
+        return _compute(locals_=dict(
+            log_probs=log_probs, old_log_probs=old_log_probs, response_mask=response_mask, advantages=advantages,
+            ref_log_probs=ref_log_probs, values=values, returns=returns, vpreds=vpreds, rewards=rewards,
+            scores=scores, entropy=entropy, prompt_mask=prompt_mask),
+            clip_low=clip_ratio_low, clip_high=clip_ratio_high, value_clip=value_clip, kl_penalty=kl_penalty,
+            kl_coef=kl_coef, seq_mean=loss_agg_mode == "seq-mean-token-mean", roll="roll" in sets,
+            trl="trl" in sets, distributions=distributions, compact=_compact)
 
-        def dist(key: str, x: torch.Tensor, sel: torch.Tensor | None) -> None:
-            if distributions == "tensors":
-                tensors[key] = (x if sel is None else x[sel]).detach()
-            elif distributions:
-                out.put_dist(key, x, sel)
 
-        m = response_mask.detach().bool()
-        n_tok = masked.count(m)
-        rows = torch.ones(m.shape[0], dtype=torch.bool, device=m.device)
+def _compute(*, locals_: dict, clip_low: float, clip_high: float, value_clip: float | None, kl_penalty: str,
+             kl_coef: float | None, seq_mean: bool, roll: bool, trl: bool, distributions: bool | str,
+             compact: bool | None) -> dict[str, float | BucketCounts | torch.Tensor]:
+    a = locals_
+    out = _Batch(a["log_probs"].device)
+    tensors: dict[str, torch.Tensor] = {}
+    sel = masked.Selection(a["response_mask"], compact)
 
-        def agg(x: torch.Tensor) -> torch.Tensor:
-            if loss_agg_mode == "token-mean":
-                return masked.mean(x, m, n_tok)
-            return masked.seq_mean_token_mean(x, m)
+    token_inputs = [name for name in ("log_probs", "old_log_probs", "ref_log_probs", "advantages", "returns",
+                                      "values", "vpreds", "entropy") if a[name] is not None]
+    taken = dict(zip(token_inputs, sel.take_all([as_float(a[name]) for name in token_inputs])))
 
-        def family(prefix: str, x: torch.Tensor, sel: torch.Tensor, n: torch.Tensor | None = None) -> None:
-            out.put(f"{prefix}/mean", masked.mean(x, sel, n))
-            out.put(f"{prefix}/max", masked.maximum(x, sel, n))
-            out.put(f"{prefix}/min", masked.minimum(x, sel, n))
+    def tok(name: str) -> torch.Tensor | None:
+        """An optional ``[B, T]`` input as a 1-d tensor over the response tokens (see ``Selection.take``)."""
+        return taken.get(name)
 
-        lp = as_float(log_probs.detach())
-        old = as_float(old_log_probs.detach())
-        log_ratio = lp - old
-        ratio = log_ratio.exp()
-        high = ratio > 1.0 + clip_ratio_high
-        low = ratio < 1.0 - clip_ratio_low
-        adv = None if advantages is None else as_float(advantages.detach())
+    def dist(key: str, x: torch.Tensor, per_token: bool) -> None:
+        if distributions == "tensors":
+            tensors[key] = sel.select(x) if per_token else x
+        elif distributions:
+            out.put_dist(key, x, sel.dist_mask if per_token else None)
+
+    def agg(x: torch.Tensor) -> torch.Tensor:
+        return sel.seq_mean(x) if seq_mean else sel.mean(x)
+
+    def family(prefix: str, x: torch.Tensor) -> None:
+        lo, hi = sel.min_max(x)
+        out.put(f"{prefix}/mean", sel.mean(x))
+        out.put(f"{prefix}/max", hi)
+        out.put(f"{prefix}/min", lo)
+
+    def seq_family(prefix: str, x: torch.Tensor) -> None:
+        if x.numel():
+            lo, hi = torch.aminmax(x)
+            out.put(f"{prefix}/mean", x.mean())
+        else:
+            lo = hi = torch.tensor(float("nan"), dtype=x.dtype, device=x.device)
+            out.put(f"{prefix}/mean", lo)
+        out.put(f"{prefix}/max", hi)
+        out.put(f"{prefix}/min", lo)
+
+    def seq_std(x: torch.Tensor) -> torch.Tensor:
+        n = x.numel()
+        return x.std() if n > 1 else torch.tensor(float("nan"), dtype=x.dtype, device=x.device)
+
+    lp, old = tok("log_probs"), tok("old_log_probs")
+    log_ratio = lp - old
+    ratio = log_ratio.exp()
+    high = ratio > 1.0 + clip_high
+    low = ratio < 1.0 - clip_low
+    adv = tok("advantages")
+    if adv is not None:
+        surr1 = ratio * adv
+        surr2 = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
+        pg_clipped = surr2 < surr1
+    approxkl = agg(0.5 * log_ratio.square())
+    policykl = agg(log_ratio)
+    if roll:
+        lo, hi = sel.min_max(ratio)
+        out.put("actor/ratio_mean", agg(ratio))
+        out.put("actor/ratio_max", hi)
+        out.put("actor/ratio_min", lo)
+        out.put("actor/ppo_ratio_high_clipfrac", agg(high))
+        out.put("actor/ppo_ratio_low_clipfrac", agg(low))
+        out.put("actor/ppo_ratio_clipfrac", agg(high | low))
         if adv is not None:
-            surr1 = ratio * adv
-            surr2 = ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high) * adv
-            pg_clipped = (surr2 < surr1).to(lp.dtype)
-        if roll:
-            out.put("actor/ratio_mean", agg(ratio))
-            out.put("actor/ratio_max", masked.maximum(ratio, m, n_tok))
-            out.put("actor/ratio_min", masked.minimum(ratio, m, n_tok))
-            out.put("actor/ppo_ratio_high_clipfrac", agg(high.to(lp.dtype)))
-            out.put("actor/ppo_ratio_low_clipfrac", agg(low.to(lp.dtype)))
-            out.put("actor/ppo_ratio_clipfrac", agg((high | low).to(lp.dtype)))
-            if adv is not None:
-                out.put("actor/clipfrac", agg(pg_clipped))
-            out.put("actor/approxkl", agg(0.5 * log_ratio.square()))
-            out.put("actor/policykl", agg(log_ratio))  # ROLL: compute_approx_kl(logp, logp_old, "kl")
-            dist("actor/ratio_dist", ratio, m)
-            dist("actor/log_prob_dist", lp, m)
-        if trl:
-            if adv is not None:
-                out.put("ppo/policy/clipfrac", agg(pg_clipped))
-            out.put("ppo/policy/approxkl", agg(0.5 * log_ratio.square()))
-            out.put("ppo/policy/policykl", agg(-log_ratio))  # TRL: masked_mean(old_logprobs - logprobs)
-            dist("ppo/policy/ratio", ratio, m)
-            dist("objective/logprobs", old, m)
-
-        if ref_log_probs is not None:
-            ref = as_float(ref_log_probs.detach())
-            if roll:
-                out.put("actor/kl_loss", agg(kl_penalty_terms(lp, ref, kl_penalty)))
-                family("critic/ref_log_prob", ref, m, n_tok)
-                dist("actor/kl_dist", lp - ref, m)
-            if trl:
-                # TRL's objective/* describe the rollout: its log-probs against the reference, summed per sequence.
-                kl_seq = masked.total_rows(old - ref, m)
-                out.put("objective/kl", kl_seq.mean())
-                if kl_coef is not None:
-                    out.put("objective/kl_coef", torch.tensor(float(kl_coef), device=lp.device))
-                    out.put("ppo/mean_non_score_reward", (-float(kl_coef) * kl_seq).mean())
-                dist("objective/kl_dist", kl_seq, None)
-                dist("objective/ref_logprobs", ref, m)
-        if trl:
-            out.put("objective/entropy", (-masked.total_rows(old, m)).mean())
-        if roll:
-            family("critic/old_log_prob", old, m, n_tok)
-        if entropy is not None:
-            ent = as_float(entropy.detach())
-            if roll:
-                family("critic/entropy", ent, m, n_tok)
-            if trl:
-                out.put("ppo/policy/entropy", masked.mean(ent, m, n_tok))
-
+            out.put("actor/clipfrac", agg(pg_clipped))
+        out.put("actor/approxkl", approxkl)
+        out.put("actor/policykl", policykl)  # ROLL: compute_approx_kl(logp, logp_old, "kl")
+        dist("actor/ratio_dist", ratio, True)
+        dist("actor/log_prob_dist", lp, True)
+    if trl:
         if adv is not None:
-            if roll:
-                family("critic/advantages", adv, m, n_tok)
-                dist("critic/advantages_dist", adv, m)
-            if trl:
-                out.put("ppo/policy/advantages_mean", masked.mean(adv, m, n_tok))
-                dist("ppo/policy/advantages", adv, m)
-        ret = None if returns is None else as_float(returns.detach())
-        val = None if values is None else as_float(values.detach())
-        vpr = None if vpreds is None else as_float(vpreds.detach())
-        if ret is not None:
-            if roll:
-                family("critic/returns", ret, m, n_tok)
-            if trl:
-                out.put("ppo/returns/mean", masked.mean(ret, m, n_tok))
-                out.put("ppo/returns/var", masked.var(ret, m, n_tok, unbiased=True))
-        if val is not None:
-            if roll:
-                family("critic/values", val, m, n_tok)
-            if trl:
-                out.put("ppo/val/mean", masked.mean(val, m, n_tok))
-                out.put("ppo/val/var", masked.var(val, m, n_tok, unbiased=True))
-        if vpr is not None:
-            if roll:
-                out.put("critic/vpred", masked.mean(vpr, m, n_tok))
-            if trl:
-                out.put("ppo/val/vpred", masked.mean(vpr, m, n_tok))
-        pred = vpr if vpr is not None else val
-        if ret is not None and pred is not None:
-            err = (pred - ret).square()
-            if roll:
-                out.put("critic/error", masked.mean(err, m, n_tok))
-            if trl:
-                out.put("ppo/val/error", masked.mean(err, m, n_tok))
-                # Explained variance: a ratio of variances, so population and Bessel-corrected agree.
-                out.put("ppo/val/var_explained",
-                        1.0 - masked.var(ret - pred, m, n_tok) / masked.var(ret, m, n_tok))
-            if vpr is not None and val is not None and value_clip is not None:
-                clipped = torch.maximum(torch.minimum(vpr, val + value_clip), val - value_clip)
-                vf_clipped = ((clipped - ret).square() > err).to(lp.dtype)
-                if roll:
-                    out.put("critic/clipfrac", agg(vf_clipped))
-                if trl:
-                    out.put("ppo/val/clipfrac", agg(vf_clipped))
+            out.put("ppo/policy/clipfrac", agg(pg_clipped))
+        out.put("ppo/policy/approxkl", approxkl)
+        out.put("ppo/policy/policykl", -policykl)  # TRL: masked_mean(old_logprobs - logprobs)
+        dist("ppo/policy/ratio", ratio, True)
+        dist("objective/logprobs", old, True)
 
-        if rewards is not None:
-            rew = as_float(rewards.detach())
-            seq_rewards = masked.total_rows(rew, m) if rew.dim() == 2 else rew.reshape(-1)
-            if roll:
-                family("critic/rewards", seq_rewards, rows[: seq_rewards.numel()])
-                dist("critic/rewards_dist", seq_rewards, None)
-        if scores is not None:
-            sc = as_float(scores.detach()).reshape(-1)
-            sc_rows = torch.ones_like(sc, dtype=torch.bool)
-            if roll:
-                family("critic/score", sc, sc_rows)
-                dist("critic/score_dist", sc, None)
-            if trl:
-                mean, std = masked.mean(sc, sc_rows), masked.var(sc, sc_rows, unbiased=True).sqrt()
-                out.put("env/reward_mean", mean)
-                out.put("env/reward_std", std)
-                out.put("ppo/mean_scores", mean)
-                out.put("ppo/std_scores", std)
-                dist("env/reward_dist", sc, None)
-
-        resp_len = m.sum(-1).to(torch.float64)
+    ref = tok("ref_log_probs")
+    if ref is not None:
         if roll:
-            family("tokens/response_length", resp_len, rows)
-            dist("tokens/response_length_dist", resp_len, None)
+            out.put("actor/kl_loss", agg(kl_penalty_terms(lp, ref, kl_penalty)))
+            family("critic/ref_log_prob", ref)
+            dist("actor/kl_dist", lp - ref, True)
         if trl:
-            out.put("tokens/responses_len_mean", masked.mean(resp_len, rows))
-            out.put("tokens/responses_len_std", masked.var(resp_len, rows, unbiased=True).sqrt())
-            dist("tokens/responses_dist", resp_len, None)
-        if prompt_mask is not None:
-            prompt_len = prompt_mask.detach().bool().sum(-1).to(torch.float64)
-            p_rows = torch.ones_like(prompt_len, dtype=torch.bool)
-            if roll:
-                family("tokens/prompt_length", prompt_len, p_rows)
-            if trl:
-                out.put("tokens/queries_len_mean", masked.mean(prompt_len, p_rows))
-                out.put("tokens/queries_len_std", masked.var(prompt_len, p_rows, unbiased=True).sqrt())
-                dist("tokens/queries_dist", prompt_len, None)
+            # TRL's objective/* describe the rollout: its log-probs against the reference, summed per sequence.
+            kl_seq = sel.row_sums(old - ref)
+            out.put("objective/kl", kl_seq.mean())
+            if kl_coef is not None:
+                out.put("objective/kl_coef", torch.tensor(float(kl_coef), device=kl_seq.device))
+                out.put("ppo/mean_non_score_reward", (-float(kl_coef) * kl_seq).mean())
+            dist("objective/kl_dist", kl_seq, False)
+            dist("objective/ref_logprobs", ref, True)
+    if trl:
+        out.put("objective/entropy", (-sel.row_sums(old)).mean())
+    if roll:
+        family("critic/old_log_prob", old)
+    ent = tok("entropy")
+    if ent is not None:
+        if roll:
+            family("critic/entropy", ent)
+        if trl:
+            out.put("ppo/policy/entropy", sel.mean(ent))
 
-        result: dict[str, float | BucketCounts | torch.Tensor] = dict(out.read())
-        result.update(tensors)
-        return result
+    if adv is not None:
+        if roll:
+            family("critic/advantages", adv)
+            dist("critic/advantages_dist", adv, True)
+        if trl:
+            out.put("ppo/policy/advantages_mean", sel.mean(adv))
+            dist("ppo/policy/advantages", adv, True)
+    ret, val, vpr = tok("returns"), tok("values"), tok("vpreds")
+    if ret is not None:
+        if roll:
+            family("critic/returns", ret)
+        if trl:
+            out.put("ppo/returns/mean", sel.mean(ret))
+            out.put("ppo/returns/var", sel.var(ret, unbiased=True))
+    if val is not None:
+        if roll:
+            family("critic/values", val)
+        if trl:
+            out.put("ppo/val/mean", sel.mean(val))
+            out.put("ppo/val/var", sel.var(val, unbiased=True))
+    if vpr is not None:
+        if roll:
+            out.put("critic/vpred", sel.mean(vpr))
+        if trl:
+            out.put("ppo/val/vpred", sel.mean(vpr))
+    pred = vpr if vpr is not None else val
+    if ret is not None and pred is not None:
+        err = (pred - ret).square()
+        error = sel.mean(err)
+        if roll:
+            out.put("critic/error", error)
+        if trl:
+            out.put("ppo/val/error", error)
+            # Explained variance: a ratio of variances, so population and Bessel-corrected agree.
+            out.put("ppo/val/var_explained", 1.0 - sel.var(ret - pred) / sel.var(ret))
+        if vpr is not None and val is not None and value_clip is not None:
+            clipped = torch.maximum(torch.minimum(vpr, val + value_clip), val - value_clip)
+            vf_clipped = (clipped - ret).square() > err
+            if roll:
+                out.put("critic/clipfrac", agg(vf_clipped))
+            if trl:
+                out.put("ppo/val/clipfrac", agg(vf_clipped))
+
+    if a["rewards"] is not None:
+        rew = a["rewards"].detach()
+        seq_rewards = sel.row_sums(as_float(sel.take(rew))) if rew.dim() == 2 else as_float(rew.reshape(-1))
+        if roll:
+            seq_family("critic/rewards", seq_rewards)
+            dist("critic/rewards_dist", seq_rewards, False)
+    if a["scores"] is not None:
+        sc = as_float(a["scores"].detach().reshape(-1))
+        if roll:
+            seq_family("critic/score", sc)
+            dist("critic/score_dist", sc, False)
+        if trl:
+            mean, std = (sc.mean() if sc.numel() else torch.tensor(float("nan"))), seq_std(sc)
+            out.put("env/reward_mean", mean)
+            out.put("env/reward_std", std)
+            out.put("ppo/mean_scores", mean)
+            out.put("ppo/std_scores", std)
+            dist("env/reward_dist", sc, False)
+
+    resp_len = sel.row_counts.to(torch.float64)
+    if roll:
+        seq_family("tokens/response_length", resp_len)
+        dist("tokens/response_length_dist", resp_len, False)
+    if trl:
+        out.put("tokens/responses_len_mean", resp_len.mean())
+        out.put("tokens/responses_len_std", seq_std(resp_len))
+        dist("tokens/responses_dist", resp_len, False)
+    if a["prompt_mask"] is not None:
+        prompt_len = a["prompt_mask"].detach().bool().sum(-1).to(torch.float64)
+        if roll:
+            seq_family("tokens/prompt_length", prompt_len)
+        if trl:
+            out.put("tokens/queries_len_mean", prompt_len.mean())
+            out.put("tokens/queries_len_std", seq_std(prompt_len))
+            dist("tokens/queries_dist", prompt_len, False)
+
+    result: dict[str, float | BucketCounts | torch.Tensor] = dict(out.read())
+    result.update(tensors)
+    return result
