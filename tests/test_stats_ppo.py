@@ -160,20 +160,21 @@ def assert_close(got: dict, want: dict, *, rtol: float = 2e-4, atol: float = 2e-
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), b=st.integers(1, 6), t=st.integers(1, 9),
        p_mask=st.sampled_from([0.0, 0.3, 0.8, 1.0]), kl_penalty=st.sampled_from(["kl", "abs", "mse", "k3"]),
-       seq_mean=st.booleans())
-def test_matches_reference_on_random_batches(seed, b, t, p_mask, kl_penalty, seq_mean):
+       seq_mean=st.booleans(), compact=st.booleans())
+def test_matches_reference_on_random_batches(seed, b, t, p_mask, kl_penalty, seq_mean, compact):
+    # compact=False is the accelerator path (masks instead of a gather), run here on the CPU.
     batch = make_batch(seed, b, t, p_mask=p_mask)
-    got = full_stats(batch, kl_penalty=kl_penalty,
+    got = full_stats(batch, kl_penalty=kl_penalty, _compact=compact,
                      loss_agg_mode="seq-mean-token-mean" if seq_mean else "token-mean")
     assert_close(got, reference(batch, kl_penalty=kl_penalty, seq_mean=seq_mean))
 
 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), b=st.integers(1, 6), t=st.integers(1, 9),
-       p_mask=st.sampled_from([0.0, 0.5, 1.0]))
-def test_bucketed_distributions_are_exact(seed, b, t, p_mask):
+       p_mask=st.sampled_from([0.0, 0.5, 1.0]), compact=st.booleans())
+def test_bucketed_distributions_are_exact(seed, b, t, p_mask, compact):
     batch = make_batch(seed, b, t, p_mask=p_mask)
-    got = full_stats(batch, distributions=True)
+    got = full_stats(batch, distributions=True, _compact=compact)
     catalog = default_catalog()
     for key, values in reference_dists(batch).items():
         h = BulkHistogram(catalog.lookup(key).spec.buckets)
@@ -187,9 +188,10 @@ def test_bucketed_distributions_are_exact(seed, b, t, p_mask):
             assert (bc.min, bc.max) == pytest.approx((h.min, h.max), rel=1e-6), key
 
 
-def test_tensor_distributions_hold_the_selected_values():
+@pytest.mark.parametrize("compact", [True, False])
+def test_tensor_distributions_hold_the_selected_values(compact):
     batch = make_batch(3, 5, 7)
-    got = full_stats(batch, distributions="tensors")
+    got = full_stats(batch, distributions="tensors", _compact=compact)
     for key, values in reference_dists(batch).items():
         assert isinstance(got[key], torch.Tensor) and got[key].dim() == 1, key
         np.testing.assert_allclose(got[key].double().numpy(), values, rtol=1e-6, atol=1e-6, err_msg=key)
@@ -214,12 +216,13 @@ def test_minimal_inputs_give_the_policy_family():
     assert "actor/clipfrac" not in got and "critic/values/mean" not in got
 
 
-def test_padding_is_never_counted_even_when_nan():
+@pytest.mark.parametrize("compact", [True, False])
+def test_padding_is_never_counted_even_when_nan(compact):
     batch = make_batch(5, 4, 6, p_mask=0.6)
     pad = batch["response_mask"] == 0
     poisoned = {k: (torch.where(pad, torch.nan, v) if v.shape == pad.shape and v.is_floating_point() else v)
                 for k, v in batch.items()}
-    clean, dirty = full_stats(batch), full_stats(poisoned)
+    clean, dirty = full_stats(batch, _compact=compact), full_stats(poisoned, _compact=compact)
     for key in clean:
         if key.startswith(("objective/kl", "objective/entropy", "ppo/mean_non", "critic/rewards")):
             continue  # per-sequence sums: also masked, compared below
@@ -228,9 +231,10 @@ def test_padding_is_never_counted_even_when_nan():
         assert clean[key] == pytest.approx(dirty[key]), key
 
 
-def test_empty_mask_gives_nan_not_an_error():
+@pytest.mark.parametrize("compact", [True, False])
+def test_empty_mask_gives_nan_not_an_error(compact):
     batch = make_batch(2, 3, 4, p_mask=0.0)
-    got = full_stats(batch, distributions=True)
+    got = full_stats(batch, distributions=True, _compact=compact)
     assert math.isnan(got["actor/ratio_mean"]) and math.isnan(got["actor/ratio_max"])
     assert math.isnan(got["actor/clipfrac"]) and math.isnan(got["critic/advantages/min"])
     assert got["tokens/response_length/max"] == 0.0
@@ -269,7 +273,8 @@ def test_half_precision_is_accumulated_in_float32(dtype):
     assert_close(got, reference(as_f32))
 
 
-def test_one_host_transfer_per_call(monkeypatch):
+@pytest.mark.parametrize("compact", [True, False])
+def test_one_host_transfer_per_call(monkeypatch, compact):
     calls: list[str] = []
     for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"):
         original = getattr(torch.Tensor, name)
@@ -281,7 +286,7 @@ def test_one_host_transfer_per_call(monkeypatch):
         monkeypatch.setattr(torch.Tensor, name, counting)
     batch = make_batch(7, 16, 32)
     calls.clear()
-    got = full_stats(batch, distributions=True, kl_penalty="k3")
+    got = full_stats(batch, distributions=True, kl_penalty="k3", _compact=compact)
     assert calls == ["tolist"], calls
     assert len(got) > 80
 

@@ -9,6 +9,7 @@ computes from the same values).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -73,10 +74,31 @@ def bucket_vector(values: torch.Tensor, bounds: Sequence[float], mask: torch.Ten
     return torch.cat([counts[:nb].double(), torch.stack([non_finite.double(), total, lo, hi])])
 
 
+def _optimistic_vector(x: torch.Tensor, bounds: tuple[float, ...]) -> torch.Tensor:
+    """``bucket_vector`` assuming every value is finite: no masks, so no full-size temporaries but the indices."""
+    nb = len(bounds) + 1
+    idx = torch.bucketize(x, _bounds(bounds, x.dtype, x.device))
+    if x.device.type == "cpu":
+        counts = torch.bincount(idx, minlength=nb)
+    else:
+        counts = torch.zeros(nb, dtype=torch.int64, device=x.device).scatter_add_(0, idx, torch.ones_like(idx))
+    lo, hi = torch.aminmax(x)
+    zero = torch.zeros((), dtype=torch.float64, device=x.device)
+    return torch.cat([counts.double(), torch.stack([zero, x.sum(dtype=torch.float64), lo.double(), hi.double()])])
+
+
 def bucket(values: torch.Tensor, bounds: Sequence[float], mask: torch.Tensor | None = None) -> BucketCounts:
     """Bucket ``values`` (any shape, any device) against ``bounds``: exact counts, sum, count, min and max.
 
     NaN/±Inf are left out of the buckets and counted in ``non_finite``. One device-to-host transfer of
-    ``len(bounds) + 5`` numbers. ``log()`` takes the result for a histogram key with the same bounds.
+    ``len(bounds) + 5`` numbers (two when there are non-finite values: the common all-finite case is computed
+    without masks, and a NaN or Inf shows up in its min/max, which sends the tensor down the masked path).
+    ``log()`` takes the result for a histogram key with the same bounds.
     """
-    return BucketCounts.from_vector(bounds, bucket_vector(values, bounds, mask).tolist())
+    bounds = tuple(float(b) for b in bounds)
+    x = as_float(values.detach().reshape(-1))
+    if mask is None and x.numel():
+        vector = _optimistic_vector(x, bounds).tolist()
+        if math.isfinite(vector[-2]) and math.isfinite(vector[-1]):
+            return BucketCounts.from_vector(bounds, vector)
+    return BucketCounts.from_vector(bounds, bucket_vector(x, bounds, mask).tolist())
