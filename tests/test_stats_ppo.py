@@ -318,3 +318,13 @@ def test_bad_arguments_raise_naming_the_value(kwargs, match):
 def test_import_rl_otel_does_not_import_torch():
     code = "import sys, rl_otel, rl_otel.catalog; import rl_otel.stats.trinity; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_public_names():
+    import rl_otel.stats
+
+    assert sorted(rl_otel.stats.__all__) == ["BucketCounts", "bootstrap_best_worst", "bucket", "eval_step_metrics",
+                                             "kl_penalty_terms", "ppo_stats", "rollout_step_metrics", "run_metrics",
+                                             "task_metrics"]
+    for name in rl_otel.stats.__all__:
+        assert getattr(rl_otel.stats, name) is not None

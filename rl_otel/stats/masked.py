@@ -95,13 +95,6 @@ class Selection:
         x = x.detach().reshape(-1)
         return x.index_select(0, self.index) if self.compact else x
 
-    def take_all(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
-        """:meth:`take` of several same-shape tensors; one gather for all when they share a dtype."""
-        flat = [x.detach().reshape(-1) for x in xs]
-        if not self.compact or len(flat) < 2 or len({x.dtype for x in flat}) > 1:
-            return [self.take(x) for x in flat]
-        return list(torch.stack(flat).index_select(1, self.index).unbind(0))
-
     def select(self, x: torch.Tensor) -> torch.Tensor:
         """Only the selected values of a :meth:`take` result (a boolean index, so a sync on an accelerator)."""
         return x if self.compact else x[self.flat]

@@ -163,13 +163,10 @@ def _compute(*, locals_: dict, clip_low: float, clip_high: float, value_clip: fl
     tensors: dict[str, torch.Tensor] = {}
     sel = masked.Selection(a["response_mask"], compact)
 
-    token_inputs = [name for name in ("log_probs", "old_log_probs", "ref_log_probs", "advantages", "returns",
-                                      "values", "vpreds", "entropy") if a[name] is not None]
-    taken = dict(zip(token_inputs, sel.take_all([as_float(a[name]) for name in token_inputs])))
-
     def tok(name: str) -> torch.Tensor | None:
         """An optional ``[B, T]`` input as a 1-d tensor over the response tokens (see ``Selection.take``)."""
-        return taken.get(name)
+        t = a[name]
+        return None if t is None else as_float(sel.take(t))
 
     def dist(key: str, x: torch.Tensor, per_token: bool) -> None:
         if distributions == "tensors":
