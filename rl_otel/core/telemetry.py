@@ -87,7 +87,9 @@ class Telemetry:
         """Record one step's metrics. ``step=None`` means the previous step + 1 (0 for the first call).
 
         Accepts int/float/bool, numpy scalars, 0-d tensors, 1-d tensors/arrays/lists for distribution keys, and
-        nested dicts (keys joined with "/"). NaN and ±Inf pass through; ``None`` is skipped.
+        nested dicts (keys joined with "/"). NaN and ±Inf pass through; ``None`` is skipped. A 1-d tensor for a
+        histogram key is bucketed on its device (only the counts reach the host), and ``BucketCounts`` from
+        ``rl_otel.stats`` (``ppo_stats(distributions=True)``) are merged as they are.
         """
         if self._closed:
             self._warn_once("closed", "", "log() after close() is ignored")

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from numbers import Real
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rl_otel.core.histogram import BucketCounts
+
+if TYPE_CHECKING:
+    import torch
 
 
 class BadValue(Exception):
@@ -32,7 +36,7 @@ def _is_torch_tensor(value: object) -> bool:
     return cls.__module__.startswith("torch") and hasattr(value, "detach") and hasattr(value, "dim")
 
 
-def coerce(value: object, *, keep_tensors: bool = False) -> float | np.ndarray | BucketCounts | object | None:
+def coerce(value: object, *, keep_tensors: bool = False) -> float | np.ndarray | BucketCounts | torch.Tensor | None:
     """A float for a scalar, a 1-d float64 array for a distribution, ``None`` to skip silently (``None``).
 
     NaN and ±Inf pass through; :class:`BucketCounts` (a distribution bucketed on its device) passes unchanged;
