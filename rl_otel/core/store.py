@@ -64,16 +64,16 @@ class SeriesStore:
         if point is None:
             if len(fam.points) >= self._max_series:
                 self._count_dropped(fam.spec.name)
+                self._on_drop(fam.spec.name)  # must not touch the store: we hold its lock
                 return None
             point = fam.points[label_values] = [None, 0]
         return point
 
     def _count_dropped(self, metric_name: str) -> None:
         self._dropped[metric_name] = self._dropped.get(metric_name, 0) + 1
-        self._on_drop(metric_name)  # must not touch the store: we hold its lock
 
     def note_dropped(self, metric_name: str) -> None:
-        """Count a value that never reached a series (``rl_telemetry_dropped_series_total{metric=...}``)."""
+        """Count a value refused before the store (``rl_telemetry_dropped_series_total{metric=...}``)."""
         with self._lock:
             self._count_dropped(metric_name)
 

@@ -134,8 +134,7 @@ class Telemetry:
                 continue
             route = self._router.route(key)
             if isinstance(route, Refusal):
-                self._store.note_dropped("unknown_keys" if route.reason == "unknown_key_cap" else route.detail
-                                         .split("sanitizes to ")[1].split(",")[0].strip("'"))
+                self._store.note_dropped(route.metric)
                 self._warn_once(route.reason, key, f"rl_otel: {route.detail}; it is not exported to Prometheus")
                 continue
             spec = route.spec
