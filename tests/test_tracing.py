@@ -35,7 +35,8 @@ def test_otlp_missing_is_a_clear_configuration_error(monkeypatch):
 
 def test_otlp_when_installed():
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
-    tel = rl_otel.init(run="t", prometheus=False, tracing={"exporter": "otlp", "endpoint": "http://127.0.0.1:9/v1/traces"})
+    tel = rl_otel.init(run="t", prometheus=False,
+                       tracing={"exporter": "otlp", "endpoint": "http://127.0.0.1:9/v1/traces"})
     tel.close()
 
 

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -99,8 +98,7 @@ class JsonLinesSpanExporter(SpanExporter):
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        lines = "".join(json.dumps(json.loads(span.to_json(indent=None)), separators=(",", ":")) + "\n"
-                        for span in spans)
+        lines = "".join(span.to_json(indent=None) + "\n" for span in spans)
         try:
             with self._lock:
                 self._stream.write(lines)
