@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -105,3 +106,14 @@ class PrometheusServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.log.close()
+
+
+def samples(text: str, name: str) -> dict[frozenset, float]:
+    """``{frozenset(labels.items()): value}`` for every sample named exactly ``name`` in an exposition."""
+    out = {}
+    for line in text.splitlines():
+        m = re.fullmatch(rf"{re.escape(name)}(?:\{{(.*)\}})? (\S+)", line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(1) or ""))
+            out[frozenset(labels.items())] = float(m.group(2))
+    return out

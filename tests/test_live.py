@@ -8,8 +8,8 @@ import threading
 import time
 
 import pytest
-from gpu_fakes import GIB, FakeCuda, FakeNvml, fake_torch
-from promtool import promtool_problems, samples, scrape
+from tests.gpu_fakes import GIB, FakeCuda, FakeNvml, fake_torch
+from tests.promtools import promtool_check, samples, scrape
 
 import rl_otel
 from rl_otel.catalog import live as specs
@@ -36,7 +36,7 @@ def test_gpu_gauges_with_gpu_uuid(monkeypatch):
         text = scrape(tel.metrics_url)
     finally:
         tel.close()
-    assert promtool_problems(text) == ""
+    assert promtool_check(text) == ""
     base = {("run", "live"), ("rank", "0")}
     used = samples(text, "rl_gpu_device_memory_used_bytes")
     assert used == {frozenset(base | {("device_id", "0"), ("gpu_uuid", "GPU-aaaa")}): 1 * GIB,
@@ -59,7 +59,7 @@ def test_no_gpu_means_no_gpu_series(monkeypatch):
     assert not [line for line in text.splitlines() if "rl_gpu_" in line]
     assert samples(text, "rl_process_resident_memory_bytes")
     assert samples(text, "rl_process_virtual_memory_bytes")
-    assert promtool_problems(text) == ""
+    assert promtool_check(text) == ""
 
 
 def test_cuda_visible_devices_maps_ordinals(monkeypatch):

@@ -7,11 +7,11 @@ import random
 import sys
 
 import pytest
-from gpu_fakes import GIB, FakeCuda, fake_torch
+from tests.gpu_fakes import GIB, FakeCuda, fake_torch
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-from promtool import promtool_problems, samples, scrape
+from tests.promtools import promtool_check, samples, scrape
 
 import rl_otel
 
@@ -135,7 +135,7 @@ def test_prometheus_scrape_has_phase_and_memory_series(tel, cuda):
     with tel.phase("actor_train", "train_step", onload=lambda: cuda.alloc(GIB)):
         pass
     text = scrape(tel.metrics_url)
-    assert promtool_problems(text) == ""
+    assert promtool_check(text) == ""
     base = {("run", "phases"), ("rank", "3"), ("cluster", "actor_train"), ("phase", "train_step")}
     last = samples(text, "rl_phase_last_duration_seconds")
     assert {dict(k)["part"] for k in last} == {"total", "execute", "onload", "offload"}
