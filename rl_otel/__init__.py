@@ -28,6 +28,7 @@ def init(
     max_series_per_metric: int = 10_000,
     max_unknown_keys: int = 1_000,
     series_ttl_s: float | None = None,
+    tracing: Any = None,
 ) -> Telemetry:
     """Create the process's :class:`Telemetry` and start its scrape endpoint.
 
@@ -41,6 +42,9 @@ def init(
         max_series_per_metric: cap on label sets per metric; past it new series are dropped and counted.
         max_unknown_keys: cap on keys without a catalog entry exported through the fallback gauge.
         series_ttl_s: forget a series not written for this many seconds (``None``: keep; liveness never expires).
+        tracing: where ``phase()`` spans go: ``None`` (nowhere), ``"console"`` (JSON lines on stderr),
+            ``{"exporter": "jsonl", "path": ...}``, ``{"exporter": "otlp", "endpoint": ..., "protocol":
+            "http/protobuf" | "grpc"}`` (needs ``pip install 'rl-otel[otlp]'``) or a ``SpanExporter``.
 
     Raises:
         ConfigurationError: a bad argument (the message names it); PortInUseError when the port is taken.
@@ -51,7 +55,7 @@ def init(
 
     config = build_config(run=run, rank=rank, role=role, prometheus=prometheus,
                           max_series_per_metric=max_series_per_metric, max_unknown_keys=max_unknown_keys,
-                          series_ttl_s=series_ttl_s)
+                          series_ttl_s=series_ttl_s, tracing=tracing)
     return _Telemetry(config, catalog if catalog is not None else _default_catalog())
 
 

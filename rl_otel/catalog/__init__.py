@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rl_otel.catalog import meta, roll, trinity, trl
+from rl_otel.catalog import live, meta, roll, trinity, trl
 from rl_otel.catalog.naming import fallback_name
 from rl_otel.catalog.spec import ALLOWED_LABELS, Kind, MetricSpec
 
@@ -131,5 +131,6 @@ def default_catalog() -> Catalog:
     """The catalog of ROLL, TRL, Trinity-RFT (with veRL's trainer families) and rl_otel's own series."""
     global _DEFAULT
     if _DEFAULT is None:
-        _DEFAULT = Catalog((*roll.SPECS, *trl.SPECS, *trinity.SPECS, *trinity.VERL_SPECS, *meta.SPECS))
+        _DEFAULT = Catalog((*roll.SPECS, *trl.SPECS, *trinity.SPECS, *trinity.VERL_SPECS, *meta.SPECS,
+                            *live.SPECS))
     return _DEFAULT

@@ -22,6 +22,7 @@ EXAMPLE_VALUES = {
     "cluster": "actor_train", "phase": "train_step", "device_id": "0", "taskset": "gsm8k", "metric": "accuracy",
     "k": "4", "operation": "rollout", "operator": "group_advantages", "sink": "prometheus",
     "reason": "bad_value", "version": "0.1.0",
+    "gpu_uuid": "GPU-8f1e2d3c-0000-0000-0000-000000000000",
 }
 
 _PLACEHOLDER = re.compile(r"\{(\w+)(?::([^{}]+))?\}")

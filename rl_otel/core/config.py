@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rl_otel.errors import ConfigurationError
+from rl_otel.phases.tracing import TracingConfig, tracing_config
 
 DEFAULT_PORT = 9464
 DEFAULT_HOST = "0.0.0.0"
@@ -30,6 +31,7 @@ class TelemetryConfig:
     max_series_per_metric: int
     max_unknown_keys: int
     series_ttl_s: float | None
+    tracing: TracingConfig | None = None
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -71,7 +73,7 @@ def _rank(value: object) -> int:
 
 
 def build_config(*, run: str | None, rank: int | None, role: str, prometheus: object, max_series_per_metric: int,
-                 max_unknown_keys: int, series_ttl_s: float | None) -> TelemetryConfig:
+                 max_unknown_keys: int, series_ttl_s: float | None, tracing: object = None) -> TelemetryConfig:
     if run is None:
         run = os.environ.get("RL_OTEL_RUN") or time.strftime("run-%Y%m%d-%H%M%S")
     if not isinstance(run, str) or not run.strip():
@@ -90,4 +92,5 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
         max_series_per_metric=_positive_int("max_series_per_metric", max_series_per_metric),
         max_unknown_keys=_positive_int("max_unknown_keys", max_unknown_keys),
         series_ttl_s=None if series_ttl_s is None else float(series_ttl_s),
+        tracing=tracing_config(tracing),
     )

@@ -29,6 +29,7 @@ class Refusal:
     """Why a key's value cannot reach Prometheus (it still reaches trackers)."""
 
     reason: str  # "collision" | "unknown_key_cap"
+    metric: str  # the name counted in rl_telemetry_dropped_series_total{metric=...}
     detail: str
 
 
@@ -60,11 +61,11 @@ class Router:
         if owner is not None:
             if owner == res.key:
                 return Route(res.spec, (), False)
-            return Refusal("collision", f"key {res.key!r} sanitizes to {name!r}, already used by key {owner!r}")
+            return Refusal("collision", name, f"key {res.key!r} sanitizes to {name!r}, already used by key {owner!r}")
         if self._catalog.exposes(name) or any(self._catalog.exposes(name + s) for s in ("_bucket", "_sum", "_count")):
-            return Refusal("collision", f"key {res.key!r} sanitizes to {name!r}, a name of the catalog")
+            return Refusal("collision", name, f"key {res.key!r} sanitizes to {name!r}, a name of the catalog")
         if len(self._fallback_owner) >= self._max_unknown:
-            return Refusal("unknown_key_cap", f"key {res.key!r} is past the cap of {self._max_unknown} keys "
+            return Refusal("unknown_key_cap", "unknown_keys", f"key {res.key!r} is past the cap of {self._max_unknown} keys "
                                               "without a catalog entry")
         self._fallback_owner[name] = res.key
         return Route(res.spec, (), False)

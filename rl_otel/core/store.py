@@ -4,6 +4,9 @@ rl_otel aggregates here instead of in OTel SDK instruments because the SDK drops
 (an alert must see a NaN loss), costs ~6 µs per attributed record, and keeps a vanished sync-gauge series
 forever. The store is bounded (series cap per metric, optional TTL) and hands the SDK's readers finished
 OTel ``Metric`` objects at collection time. Thread-safe: one lock guards all families.
+
+Collectors (``add_collector``) add live series computed at collection time (process and GPU memory); they run
+before the lock is taken and must be fast: anything slow (NVML) belongs in a poller thread with a cached value.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from rl_otel.catalog import Kind, MetricSpec
 from rl_otel.core.histogram import BulkHistogram
 
 LabelValues = tuple[str, ...]
+Item = tuple[MetricSpec, tuple[tuple[str, str], ...], float]
+Collector = Callable[[], Iterable[Item]]
 
 
 @dataclass
@@ -51,6 +56,16 @@ class SeriesStore:
         self._families: dict[str, _Family] = {}
         self._start_ns = time.time_ns()
         self._lock = threading.Lock()
+        self._collectors: tuple[Collector, ...] = ()  # copy-on-write: collect() iterates without the lock
+
+    def add_collector(self, collector: Collector) -> None:
+        """Call ``collector()`` at every collection for live ``(spec, labels, value)`` gauge items.
+
+        Its series are never stored: a series it stops returning vanishes from the next scrape. It runs on the
+        scrape thread outside the store's lock and must not raise (wrap it) nor block.
+        """
+        with self._lock:
+            self._collectors = (*self._collectors, collector)
 
     def _family(self, spec: MetricSpec, label_names: tuple[str, ...], expires: bool) -> _Family:
         fam = self._families.get(spec.name)
@@ -64,16 +79,16 @@ class SeriesStore:
         if point is None:
             if len(fam.points) >= self._max_series:
                 self._count_dropped(fam.spec.name)
+                self._on_drop(fam.spec.name)  # must not touch the store: we hold its lock
                 return None
             point = fam.points[label_values] = [None, 0]
         return point
 
     def _count_dropped(self, metric_name: str) -> None:
         self._dropped[metric_name] = self._dropped.get(metric_name, 0) + 1
-        self._on_drop(metric_name)  # must not touch the store: we hold its lock
 
     def note_dropped(self, metric_name: str) -> None:
-        """Count a value that never reached a series (``rl_telemetry_dropped_series_total{metric=...}``)."""
+        """Count a value refused before the store (``rl_telemetry_dropped_series_total{metric=...}``)."""
         with self._lock:
             self._count_dropped(metric_name)
 
@@ -127,8 +142,16 @@ class SeriesStore:
 
     def collect(self) -> list[Metric]:
         """Every family as an OTel ``Metric`` (cumulative), expiring stale series first."""
+        live: dict[str, _Family] = {}
+        for collector in self._collectors:
+            for spec, labels, value in collector():
+                fam = live.get(spec.name)
+                if fam is None:
+                    fam = live[spec.name] = _Family(spec, self._base_names + tuple(n for n, _ in labels), False,
+                                                    start_ns=self._start_ns)
+                fam.points[self._base_values + tuple(v for _, v in labels)] = [value, 0]
         now = time.time_ns()
-        metrics = []
+        metrics = [_to_metric(fam, now) for fam in live.values()]
         with self._lock:
             for fam in self._families.values():
                 if self._ttl_ns is not None and fam.expires:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 from opentelemetry.metrics import Observation
@@ -14,12 +15,16 @@ from opentelemetry.sdk.metrics._internal.exemplar import AlwaysOffExemplarFilter
 from opentelemetry.sdk.resources import Resource
 
 from rl_otel._version import __version__
-from rl_otel.catalog import Catalog, Kind, meta
+from rl_otel.catalog import Catalog, Kind, live, meta
 from rl_otel.core.config import TelemetryConfig
 from rl_otel.core.router import Refusal, Router
 from rl_otel.core.store import SeriesStore
 from rl_otel.core.values import BadValue, as_histogram, coerce, flatten
 from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry, StoreMetricReader
+from rl_otel.phases.live import LiveGauges
+from rl_otel.phases.memory import CpuProbe, GpuProbe
+from rl_otel.phases.phase import Phase, PhaseRuntime
+from rl_otel.phases.tracing import build_tracer_provider
 
 _log = logging.getLogger("rl_otel")
 _WARN_LIMIT = 10_000  # distinct (what, key) pairs remembered for warn-once
@@ -53,6 +58,15 @@ class Telemetry:
         })
         self._endpoint: ScrapeEndpoint | None = None
         self._meter_provider: MeterProvider | None = None
+        self._tracer_provider = build_tracer_provider(config.tracing, self.resource)
+        self._phase_lock = threading.Lock()
+        self._phase_metrics: dict[str, float] = {}
+        cpu = CpuProbe()
+        self._phases = PhaseRuntime(
+            tracer=self._tracer_provider.get_tracer("rl_otel", __version__), rank=config.rank, gpu=GpuProbe(),
+            cpu=cpu, next_step=lambda: 0 if self._step is None else self._step + 1, record=self._record_phase,
+            fail=self._phase_failed)
+        self._live: LiveGauges | None = None
         if config.prometheus is not None:
             registry = ScrapeRegistry(on_duplicate=lambda name: self._count_error("prometheus", "duplicate_family"))
             reader = StoreMetricReader(self._store.collect, self.resource, registry,
@@ -69,7 +83,9 @@ class Telemetry:
                 self._endpoint = ScrapeEndpoint(registry, config.prometheus.host, config.prometheus.port)
             except Exception:
                 self._meter_provider.shutdown()
+                self._tracer_provider.shutdown()
                 raise
+            self._live = LiveGauges(self._store.add_collector, cpu, lambda reason: self._count_error("live", reason))
 
     # -- public surface -------------------------------------------------------------------------------------
 
@@ -101,16 +117,57 @@ class Telemetry:
                 _log.exception("rl_otel: log() failed")
             self._count_error("input", "internal")
 
+    def phase(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None = None,
+              offload: Callable[[], Any] | None = None, step: int | None = None,
+              parent: Mapping[str, str] | None = None) -> Phase:
+        """Time and trace one phase of a cluster, as ROLL's ``state_offload_manager`` does, always on::
+
+            with tel.phase("actor_train", "train_step", onload=strategy.load_states,
+                           offload=strategy.offload_states):
+                train()
+
+        Makes the span ``{cluster}/{phase}`` with children ``onload``, ``execute``, ``offload`` (attributes
+        cluster, phase, rank, step; ``step`` defaults to the step the next ``log()`` gets by default), records
+        ROLL's ``time/...`` and ``memory/...`` keys through the catalog (Prometheus gets seconds and bytes, plus
+        ``rl_phase_duration_seconds``), and keeps those keys for :meth:`take_phase_metrics`. ``parent`` is a
+        carrier from ``Phase.carrier()`` / :func:`rl_otel.phases.inject` in another process. The ``onload`` /
+        ``offload`` callables and the body are the caller's code: their exceptions propagate; telemetry never
+        raises.
+        """
+        cluster, phase = self._phase_name(cluster), self._phase_name(phase)
+        return Phase(self._phases, cluster, phase, onload=onload, offload=offload, step=step, parent=parent)
+
+    def pending_phase_metrics(self) -> dict[str, float]:
+        """ROLL-keyed values (seconds, GiB) of the phases finished since the last :meth:`take_phase_metrics`
+        (later phases overwrite equal keys, as ROLL's ``metrics.update`` does). A copy; nothing is cleared."""
+        with self._phase_lock:
+            return dict(self._phase_metrics)
+
+    def take_phase_metrics(self) -> dict[str, float]:
+        """Like :meth:`pending_phase_metrics`, and clear them: the tracker bridge merges these into the dict it
+        mirrors at its next ``log()`` (Prometheus already has them; ``log()`` does not write them again)."""
+        with self._phase_lock:
+            taken, self._phase_metrics = self._phase_metrics, {}
+        return taken
+
+    @property
+    def tracer_provider(self) -> Any:
+        """This Telemetry's own ``TracerProvider`` (never the global one); add span processors to it."""
+        return self._tracer_provider
+
     def close(self) -> None:
         """Stop serving and release everything. Idempotent."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
+        if self._live is not None:
+            self._live.close()
         if self._endpoint is not None:
             self._endpoint.close()
         if self._meter_provider is not None:
             self._meter_provider.shutdown()
+        self._tracer_provider.shutdown()
 
     def __enter__(self) -> Telemetry:
         return self
@@ -125,8 +182,15 @@ class Telemetry:
             self._bad("", f"log() takes a dict of metrics, got {type(metrics).__name__}")
             return
         step = self._advance(step)
+        self._write_metrics(flatten(metrics))
+        self._store.write([(meta.STEP, (), float(step)), (meta.LAST_STEP_TIMESTAMP, (), time.time())],
+                          expires=False)
+
+    def _write_metrics(self, pairs: Iterable[tuple[str, object]]) -> None:
+        """Route ``(key, value)`` pairs through the catalog into the store (scaled to base units): the one path
+        of user metrics and phase metrics."""
         items = []
-        for key, raw in flatten(metrics):
+        for key, raw in pairs:
             try:
                 value = coerce(raw, keep_tensors=True)
             except BadValue as exc:
@@ -136,8 +200,7 @@ class Telemetry:
                 continue
             route = self._router.route(key)
             if isinstance(route, Refusal):
-                self._store.note_dropped("unknown_keys" if route.reason == "unknown_key_cap" else route.detail
-                                         .split("sanitizes to ")[1].split(",")[0].strip("'"))
+                self._store.note_dropped(route.metric)
                 self._warn_once(route.reason, key, f"rl_otel: {route.detail}; it is not exported to Prometheus")
                 continue
             spec = route.spec
@@ -156,8 +219,27 @@ class Telemetry:
             self._count_error("input", "non_finite_in_distribution", n)
             self._warn_once("non_finite", spec.name, f"rl_otel: {n} NaN/Inf values left out of the histogram "
                                                      f"{spec.name} (Prometheus buckets cannot hold them)")
-        self._store.write([(meta.STEP, (), float(step)), (meta.LAST_STEP_TIMESTAMP, (), time.time())],
-                          expires=False)
+
+    def _record_phase(self, cluster: str, phase: str, metrics: dict[str, float], durations: dict[str, float]) -> None:
+        self._write_metrics(metrics.items())
+        self._store.write([(live.PHASE_DURATION, (("cluster", cluster), ("phase", phase), ("part", part)),
+                            np.array((seconds,))) for part, seconds in durations.items()])
+        with self._phase_lock:
+            self._phase_metrics.update(metrics)
+
+    def _phase_failed(self, what: str) -> None:
+        self._count_error("phase", "internal")
+        if self._warn_once("phase", what, f"rl_otel: a phase's telemetry ({what}) failed; training goes on"):
+            _log.debug("rl_otel: phase telemetry failure", exc_info=True)
+
+    def _phase_name(self, name: object) -> str:
+        text = str(name)
+        if "/" in text or not text:
+            fixed = text.replace("/", "_") or "unnamed"
+            self._warn_once("phase_name", text, f"rl_otel: phase names are one key segment; {text!r} is used as "
+                                                f"{fixed!r}")
+            return fixed
+        return text
 
     def _advance(self, step: object) -> int:
         with self._step_lock:

@@ -32,13 +32,14 @@ SCOPE = InstrumentationScope("rl_otel")
 
 
 def merge(data: MetricsData | None, resource: Resource, extra: list[Metric]) -> MetricsData:
-    """``data`` with ``extra`` appended as one more scope of the first resource."""
+    """``data`` with ``extra`` as the first scope of the first resource: when a family name is written twice,
+    the scrape keeps the first, so rl_otel's catalog-defined family wins over a stray SDK instrument."""
     scope = ScopeMetrics(scope=SCOPE, metrics=extra, schema_url="")
     if data is None or not data.resource_metrics:
         return MetricsData(resource_metrics=[ResourceMetrics(resource=resource, scope_metrics=[scope],
                                                              schema_url="")])
     first, *rest = data.resource_metrics
-    return MetricsData(resource_metrics=[replace(first, scope_metrics=[*first.scope_metrics, scope]), *rest])
+    return MetricsData(resource_metrics=[replace(first, scope_metrics=[scope, *first.scope_metrics]), *rest])
 
 
 class StoreMetricReader(PrometheusMetricReader):

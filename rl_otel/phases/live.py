@@ -1,0 +1,197 @@
+"""Live gauges, independent of phases, computed at scrape time: process memory (psutil), the process's GPU
+memory (torch's allocator) and the device's GPU memory (NVML, with ``gpu_uuid`` to join DCGM's ``UUID``).
+
+Scrape-time callbacks stay fast: psutil and torch's allocator counters are microseconds, and NVML - which can
+stall for seconds on a sick driver - is read by a background poller whose cached values the scrape serves; a
+cache older than ``stale_after_s`` is served as nothing (absent series), never as a stale number. Neither torch
+nor pynvml is imported unless the process already imported torch / pynvml is installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rl_otel.catalog import live as specs
+from rl_otel.core.store import Item
+from rl_otel.phases.memory import CpuProbe
+
+_log = logging.getLogger("rl_otel")
+
+
+def process_memory(probe: CpuProbe) -> Callable[[], list[Item]]:
+    """A collector of ``rl_process_resident_memory_bytes`` and ``rl_process_virtual_memory_bytes``."""
+
+    def collect() -> list[Item]:
+        rss, vms = probe.memory()
+        return [(specs.PROCESS_RSS, (), rss), (specs.PROCESS_VMS, (), vms)]
+
+    return collect
+
+
+def torch_process_memory() -> list[Item]:
+    """``rl_gpu_process_memory_{allocated,reserved}_bytes`` per CUDA device, only once the process has
+    initialized CUDA itself (a scrape must never create a CUDA context)."""
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    if cuda is None or not cuda.is_initialized():
+        return []
+    items: list[Item] = []
+    for device in range(cuda.device_count()):
+        labels = (("device_id", str(device)),)
+        items.append((specs.GPU_PROCESS_ALLOCATED, labels, float(cuda.memory_allocated(device))))
+        items.append((specs.GPU_PROCESS_RESERVED, labels, float(cuda.memory_reserved(device))))
+    return items
+
+
+def load_nvml() -> Any | None:
+    """The ``pynvml`` module (nvidia-ml-py) if installed or already imported, else ``None``."""
+    module = sys.modules.get("pynvml")
+    if module is not None:
+        return module
+    try:
+        if importlib.util.find_spec("pynvml") is None:
+            return None
+        return importlib.import_module("pynvml")
+    except Exception:
+        return None
+
+
+def visible_devices(nvml: Any) -> list[tuple[int, Any]]:
+    """``(cuda ordinal, NVML handle)`` for the devices this process sees, honouring ``CUDA_VISIBLE_DEVICES``
+    (indices or ``GPU-...`` UUIDs), so ``device_id`` means what it means to torch and in ROLL's keys."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        return [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(nvml.nvmlDeviceGetCount())]
+    out = []
+    for ordinal, entry in enumerate(e.strip() for e in env.split(",")):
+        if not entry:
+            break
+        if entry.isdigit():
+            out.append((ordinal, nvml.nvmlDeviceGetHandleByIndex(int(entry))))
+        elif entry.startswith(("GPU-", "MIG-")):
+            out.append((ordinal, nvml.nvmlDeviceGetHandleByUUID(entry.encode())))
+        else:
+            break  # CUDA stops at the first invalid entry
+    return out
+
+
+class NvmlPoller:
+    """Polls NVML memory info every ``interval_s`` in a daemon thread; ``collect()`` serves the cache.
+
+    Thread-safe. ``close()`` stops the thread (joined with a deadline: a stalled NVML call cannot hold it).
+    """
+
+    def __init__(self, nvml: Any, *, interval_s: float = 5.0, stale_after_s: float = 30.0,
+                 on_error: Callable[[str], None] = lambda reason: None) -> None:
+        self._nvml = nvml
+        self._interval = interval_s
+        self._stale_after = stale_after_s
+        self._on_error = on_error
+        self._items: list[Item] = []
+        self._polled_at = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._devices: list[tuple[int, str, Any]] = []
+        self._thread = threading.Thread(target=self._run, name="rl_otel-nvml", daemon=True)
+        self._thread.start()
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """True once the first poll finished (tests, and callers that want a first value)."""
+        return self._ready.wait(timeout_s)
+
+    def collect(self) -> list[Item]:
+        with self._lock:
+            fresh = time.monotonic() - self._polled_at <= self._stale_after
+            items = self._items
+        if items and not fresh:
+            self._on_error("nvml_stale")
+            return []
+        return items
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
+        if not self._thread.is_alive() and self._devices:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:
+                pass
+
+    def _run(self) -> None:
+        try:
+            self._nvml.nvmlInit()
+            for ordinal, handle in visible_devices(self._nvml):
+                uuid = self._nvml.nvmlDeviceGetUUID(handle)
+                self._devices.append((ordinal, uuid.decode() if isinstance(uuid, bytes) else str(uuid), handle))
+        except Exception as exc:
+            _log.debug("rl_otel: NVML is not usable (%s); device GPU memory gauges are off", exc)
+            self._ready.set()
+            return
+        if not self._devices:
+            _log.debug("rl_otel: NVML sees no GPU; device GPU memory gauges are off")
+        while not self._stop.is_set():
+            try:
+                items = self._poll()
+                with self._lock:
+                    self._items, self._polled_at = items, time.monotonic()
+            except Exception:
+                self._on_error("nvml")
+            self._ready.set()
+            self._stop.wait(self._interval)
+
+    def _poll(self) -> list[Item]:
+        nvml, items = self._nvml, []
+        v2 = getattr(nvml, "nvmlMemory_v2", None)
+        for ordinal, uuid, handle in self._devices:
+            labels = (("device_id", str(ordinal)), ("gpu_uuid", uuid))
+            info = None
+            if v2 is not None:
+                try:
+                    info = nvml.nvmlDeviceGetMemoryInfo(handle, version=v2)
+                except Exception:  # driver without v2 memory info
+                    info = None
+            if info is None:
+                info = nvml.nvmlDeviceGetMemoryInfo(handle)
+            items.append((specs.GPU_DEVICE_USED, labels, float(info.used)))
+            items.append((specs.GPU_DEVICE_TOTAL, labels, float(info.total)))
+            reserved = getattr(info, "reserved", None)
+            if reserved is not None:
+                items.append((specs.GPU_DEVICE_RESERVED, labels, float(reserved)))
+        return items
+
+
+class LiveGauges:
+    """Installs the live collectors on a series store; ``close()`` stops the NVML poller."""
+
+    def __init__(self, add_collector: Callable[[Callable[[], list[Item]]], None], cpu: CpuProbe,
+                 on_error: Callable[[str], None], *, nvml: Any | None = None) -> None:
+        self._on_error = on_error
+        add_collector(self._safe("process_memory", process_memory(cpu)))
+        add_collector(self._safe("torch_memory", torch_process_memory))
+        nvml = nvml if nvml is not None else load_nvml()
+        self.nvml: NvmlPoller | None = None
+        if nvml is not None:
+            self.nvml = NvmlPoller(nvml, on_error=on_error)
+            add_collector(self._safe("nvml", self.nvml.collect))
+
+    def _safe(self, reason: str, fn: Callable[[], list[Item]]) -> Callable[[], list[Item]]:
+        def collect() -> list[Item]:
+            try:
+                return fn()
+            except Exception:
+                self._on_error(reason)
+                return []
+
+        return collect
+
+    def close(self) -> None:
+        if self.nvml is not None:
+            self.nvml.close()

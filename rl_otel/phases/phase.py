@@ -1,0 +1,175 @@
+"""``Telemetry.phase()``: ROLL's state_offload_manager, always on - spans, timings and memory snapshots.
+
+One phase of a cluster (``actor_train/train_step``) is a span with three children, ``onload``, ``execute`` and
+``offload``, and a dict of ROLL's keys: ``time/{infix}/total|execute|onload|offload`` (seconds),
+``memory/{infix}/{stage}/{kind}/{device_id}`` (GiB, the four stages), the ``*_frac`` keys at ``end/onload``, and
+``memory/cpu/{infix}/start|end/rss|vms`` (GiB). The timing windows are ROLL's: ``onload`` covers the start
+snapshots and the load, ``offload`` the end snapshots and the offload, ``total`` all of it.
+
+Errors: the user's ``onload``/``offload`` and the body are the user's code - their exceptions propagate, the
+spans end with an error status. If the body raises, ``offload`` is not called and no metrics are recorded (as in
+ROLL, whose context manager stops at the ``yield``). Telemetry's own failures never raise: they are counted in
+``rl_telemetry_errors_total{sink="phase"}`` and the phase goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from time import perf_counter
+from types import TracebackType
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode, Tracer
+
+from rl_otel.phases.memory import CpuProbe, GpuProbe
+from rl_otel.phases.tracing import extract, inject
+
+PARTS = ("total", "execute", "onload", "offload")
+
+
+@dataclass
+class PhaseRuntime:
+    """What every phase of one Telemetry shares."""
+
+    tracer: Tracer
+    rank: int
+    gpu: GpuProbe
+    cpu: CpuProbe
+    next_step: Callable[[], int]
+    record: Callable[[str, str, dict[str, float], dict[str, float]], None]
+    fail: Callable[[str], None]  # count a telemetry failure (never raises)
+
+
+class Phase:
+    """The context manager ``Telemetry.phase()`` returns. Not reusable; one per ``with`` block."""
+
+    __slots__ = ("_rt", "cluster", "phase", "_onload", "_offload", "_step", "_parent", "metrics", "_attrs",
+                 "_root", "_root_ctx", "_span", "_token", "_t0", "_t_onloaded", "_t_exec")
+
+    def __init__(self, runtime: PhaseRuntime, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
+                 offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None) -> None:
+        self._rt = runtime
+        self.cluster, self.phase = cluster, phase
+        self._onload, self._offload = onload, offload
+        self._step, self._parent = step, parent
+        self.metrics: dict[str, float] = {}  # ROLL keys of this phase, complete once the block exits cleanly
+        self._attrs: dict[str, Any] = {}
+        self._root: Span | None = None
+        self._span: Span | None = None
+        self._token: object = None
+
+    @property
+    def infix(self) -> str:
+        """ROLL's ``metric_infix``: ``{cluster}/{phase}``."""
+        return f"{self.cluster}/{self.phase}"
+
+    def carrier(self) -> dict[str, str]:
+        """A W3C ``traceparent`` dict for the span now running (``execute`` inside the block): pass it to a worker
+        process, which hands it to its own ``phase(..., parent=...)``."""
+        try:
+            ctx = trace.set_span_in_context(self._span or self._root) if (self._span or self._root) else None
+            return inject(ctx)
+        except Exception:
+            self._fail("carrier")
+            return {}
+
+    # -- the with block -------------------------------------------------------------------------------------
+
+    def __enter__(self) -> Phase:
+        self._t0 = perf_counter()
+        rt, infix, m = self._rt, self.infix, self.metrics
+        self._guard(self._start_root)
+        self._guard(rt.gpu.reset_peaks)
+        self._guard(rt.gpu.snapshot, infix, "start/offload", m)
+        span = self._child("onload")
+        if self._onload is not None:
+            self._call_user(self._onload, span)
+        self._guard(rt.gpu.snapshot, infix, "start/onload", m)
+        self._guard(rt.cpu.snapshot, infix, "start", m)
+        self._t_onloaded = perf_counter()
+        self._end(span)
+        self._span = self._child("execute")
+        if self._span is not None:
+            self._token = self._guard(otel_context.attach, trace.set_span_in_context(self._span, self._root_ctx))
+        self._t_exec = perf_counter()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        t_executed = perf_counter()
+        if self._token is not None:
+            self._guard(otel_context.detach, self._token)
+        if exc is not None:
+            self._error(self._span, exc)
+            self._end(self._span)
+            self._error(self._root, exc)
+            self._end(self._root)
+            return
+        self._end(self._span)
+        rt, infix, m = self._rt, self.infix, self.metrics
+        span = self._child("offload")
+        self._guard(rt.gpu.snapshot, infix, "end/onload", m, with_frac=True)
+        if self._offload is not None:
+            self._call_user(self._offload, span)
+        self._guard(rt.gpu.snapshot, infix, "end/offload", m)
+        self._guard(rt.cpu.snapshot, infix, "end", m)
+        t_end = perf_counter()
+        self._end(span)
+        durations = {"total": t_end - self._t0, "execute": t_executed - self._t_exec,
+                     "onload": self._t_onloaded - self._t0, "offload": t_end - t_executed}
+        for part in PARTS:
+            m[f"time/{infix}/{part}"] = durations[part]
+        self._guard(rt.record, self.cluster, self.phase, m, durations)
+        self._end(self._root)
+
+    # -- helpers: the telemetry side never raises ---------------------------------------------------------
+
+    def _start_root(self) -> None:
+        attrs = {"cluster": self.cluster, "phase": self.phase, "rank": self._rt.rank,
+                 "step": self._step if self._step is not None else self._rt.next_step()}
+        self._attrs = attrs
+        parent = extract(self._parent)
+        self._root = self._rt.tracer.start_span(self.infix, context=parent, attributes=attrs)
+        self._root_ctx = trace.set_span_in_context(self._root, parent)
+
+    def _child(self, name: str) -> Span | None:
+        if self._root is None:
+            return None
+        return self._guard(self._rt.tracer.start_span, name, context=self._root_ctx, attributes=self._attrs)
+
+    def _call_user(self, fn: Callable[[], Any], span: Span | None) -> None:
+        try:
+            fn()
+        except BaseException as exc:  # the user's exception: close our spans, then let it go
+            if self._token is not None:
+                self._guard(otel_context.detach, self._token)
+                self._token = None
+            for s in (span, self._root):
+                self._error(s, exc)
+                self._end(s)
+            raise
+
+    def _error(self, span: Span | None, exc: BaseException) -> None:
+        if span is not None:
+            self._guard(span.record_exception, exc)
+            self._guard(span.set_status, Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+
+    def _end(self, span: Span | None) -> None:
+        if span is not None:
+            self._guard(span.end)
+
+    def _guard(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception:
+            self._fail(getattr(fn, "__name__", "call"))
+            return None
+
+    def _fail(self, what: str) -> None:
+        try:
+            self._rt.fail(what)
+        except Exception:
+            pass

@@ -1,0 +1,158 @@
+"""Tracing for phases: a TracerProvider owned by the Telemetry (never the global one), its exporter, random IDs.
+
+``tracing=`` of :func:`rl_otel.init` is checked here, once: ``None`` (spans are made but exported nowhere),
+``"console"`` (JSON lines on stderr), ``{"exporter": "jsonl", "path": ...}``, ``{"exporter": "otlp",
+"endpoint": ..., "protocol": "http/protobuf" | "grpc"}`` (needs ``opentelemetry-exporter-otlp``) or a
+``SpanExporter`` instance.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (BatchSpanProcessor, SimpleSpanProcessor, SpanExporter,
+                                            SpanExportResult)
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.trace import INVALID_SPAN_ID, INVALID_TRACE_ID
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from rl_otel.errors import ConfigurationError
+
+_EXPORTERS = ("console", "jsonl", "otlp")
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+@dataclass(frozen=True)
+class TracingConfig:
+    exporter: str | SpanExporter
+    path: str | None = None
+    endpoint: str | None = None
+    protocol: str = "http/protobuf"
+
+
+def tracing_config(value: object) -> TracingConfig | None:
+    """Check ``init(tracing=...)``; raise :class:`ConfigurationError` naming the bad value."""
+    if value is None or value is False:
+        return None
+    if isinstance(value, SpanExporter):
+        return TracingConfig(exporter=value)
+    if isinstance(value, str):
+        value = {"exporter": value}
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"tracing must be None, 'console', a dict like {{'exporter': 'jsonl', 'path': ...}}"
+                                 f" or a SpanExporter; got {value!r}")
+    unknown = set(value) - {"exporter", "path", "endpoint", "protocol"}
+    if unknown:
+        raise ConfigurationError(f"unknown tracing option(s) {sorted(unknown)}; known: "
+                                 "['endpoint', 'exporter', 'path', 'protocol']")
+    exporter = value.get("exporter")
+    if isinstance(exporter, SpanExporter):
+        return TracingConfig(exporter=exporter)
+    if exporter not in _EXPORTERS:
+        raise ConfigurationError(f"tracing exporter must be one of {list(_EXPORTERS)} or a SpanExporter, "
+                                 f"got {exporter!r}")
+    path, endpoint, protocol = value.get("path"), value.get("endpoint"), value.get("protocol", "http/protobuf")
+    if exporter == "jsonl" and (not isinstance(path, (str, os.PathLike)) or not str(path)):
+        raise ConfigurationError(f"tracing exporter 'jsonl' needs a 'path' (a file name), got {path!r}")
+    if endpoint is not None and not isinstance(endpoint, str):
+        raise ConfigurationError(f"tracing endpoint must be a str like 'http://collector:4318', got {endpoint!r}")
+    if protocol not in ("http/protobuf", "grpc"):
+        raise ConfigurationError(f"tracing protocol must be 'http/protobuf' or 'grpc', got {protocol!r}")
+    if exporter == "otlp":
+        _otlp_class(protocol)  # fail at init, not at the first span
+    return TracingConfig(exporter=exporter, path=None if path is None else os.fspath(path), endpoint=endpoint,
+                         protocol=protocol)
+
+
+class UrandomIdGenerator(IdGenerator):
+    """Trace and span IDs from ``os.urandom``: the SDK's default draws from ``random``, which training code seeds,
+    so every seeded run (and every rank seeded alike) would repeat the same IDs."""
+
+    def generate_span_id(self) -> int:
+        while True:
+            span_id = int.from_bytes(os.urandom(8), "big")
+            if span_id != INVALID_SPAN_ID:
+                return span_id
+
+    def generate_trace_id(self) -> int:
+        while True:
+            trace_id = int.from_bytes(os.urandom(16), "big")
+            if trace_id != INVALID_TRACE_ID:
+                return trace_id
+
+
+class JsonLinesSpanExporter(SpanExporter):
+    """One JSON object per finished span, one per line, to a file or a stream (debugging; ``jq``-friendly)."""
+
+    def __init__(self, stream: IO[str] | None = None, path: str | None = None) -> None:
+        self._owned = path is not None
+        self._stream = open(path, "a", encoding="utf-8") if path is not None else (stream or sys.stderr)  # noqa: SIM115
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        lines = "".join(span.to_json(indent=None) + "\n" for span in spans)
+        try:
+            with self._lock:
+                self._stream.write(lines)
+                self._stream.flush()
+        except (OSError, ValueError):
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        if self._owned:
+            with self._lock:
+                self._stream.close()
+
+
+def _otlp_class(protocol: str) -> Any:
+    try:
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError as exc:
+        raise ConfigurationError("tracing exporter 'otlp' needs the OTLP exporter: pip install "
+                                 "'rl-otel[otlp]' (opentelemetry-exporter-otlp)") from exc
+    return OTLPSpanExporter
+
+
+def build_tracer_provider(config: TracingConfig | None, resource: Resource) -> TracerProvider:
+    """A TracerProvider with random IDs and the configured exporter (none for ``config=None``)."""
+    provider = TracerProvider(resource=resource, id_generator=UrandomIdGenerator())
+    if config is None:
+        return provider
+    exporter = config.exporter
+    if exporter == "console":
+        provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter()))
+    elif exporter == "jsonl":
+        provider.add_span_processor(BatchSpanProcessor(JsonLinesSpanExporter(path=config.path)))
+    elif exporter == "otlp":
+        cls = _otlp_class(config.protocol)
+        provider.add_span_processor(BatchSpanProcessor(cls(endpoint=config.endpoint) if config.endpoint else cls()))
+    else:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def inject(context: Context | None = None) -> dict[str, str]:
+    """The W3C ``traceparent`` (and ``tracestate``) of ``context`` (default: the current one), as a dict to pass
+    to another process - a Ray actor, a worker - which hands it to ``phase(..., parent=...)``."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=context)
+    return carrier
+
+
+def extract(carrier: Mapping[str, str] | None) -> Context | None:
+    """The parent context in a carrier made by :func:`inject` (``None``: no carrier, or nothing valid in it)."""
+    if not carrier:
+        return None
+    return _PROPAGATOR.extract(carrier)

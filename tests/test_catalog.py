@@ -1,0 +1,160 @@
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from rl_otel.catalog import Catalog, Kind, MetricSpec, default_catalog, strip_reducer_tag
+from rl_otel.catalog.naming import check_name, fallback_name
+from tests.promtools import promtool_check
+
+SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+CATALOG = default_catalog()
+
+
+def test_every_seed_key_has_an_entry(seed_keys):
+    unknown = [k for k in seed_keys if not CATALOG.resolve(k).known]
+    assert unknown == []
+    assert len(seed_keys) > 400
+
+
+def test_seed_fixture_covers_every_key_the_seed_files_name(seed_keys):
+    """The fixture is the seeds' key list: re-extract ROLL's keys from the seed files when they are beside us."""
+    if not SEEDS.is_dir():
+        pytest.skip("../shared/seeds not beside this checkout")
+    text = "".join(p.read_text() for p in SEEDS.glob("roll-*.txt"))
+    named = set(re.findall(r"(?<![\w/{])((?:val|critic|actor|tokens|system|time|memory)/[A-Za-z0-9_{}/@]+)", text))
+    filled = {k.replace("{metric_infix}", "actor_train/train_step").replace("{device_id}", "0") for k in named}
+    assert filled - set(seed_keys) == set()
+    trinity = (SEEDS / "trinity-rft-monitor-metrics.en.txt").read_text()
+    for example in ("rollout/accuracy/mean", "eval/gsm8k-eval/accuracy/mean@4", "bench/gsm8k-eval/accuracy/best@4",
+                    "eval/dummy/accuracy/std@2/min", "experience_pipeline/group_advantages/reward_mean/mean",
+                    "sample/model_version/mean", "sample/task_count", "timing_per_token_ms/update_critic"):
+        assert example in trinity and example in seed_keys
+
+
+def test_no_two_seed_keys_share_a_series(seed_keys):
+    owner: dict[tuple, str] = {}
+    for key in seed_keys:
+        r = CATALOG.resolve(key)
+        series = (r.spec.name, r.labels)
+        assert series not in owner, f"{key} and {owner[series]} map to the same series"
+        owner[series] = key
+
+
+@pytest.mark.parametrize("key,name,labels", [
+    ("memory/actor_train/train_step/end/onload/max_allocated_frac/0", "rl_gpu_memory_peak_ratio",
+     {"cluster": "actor_train", "phase": "train_step", "kind": "max_allocated", "device_id": "0"}),
+    ("memory/actor_train/generate/start/offload/reserved/7", "rl_gpu_memory_bytes",
+     {"cluster": "actor_train", "phase": "generate", "stage": "start_offload", "kind": "reserved", "device_id": "7"}),
+    ("memory/cpu/critic/compute_values/end/vms", "rl_cpu_memory_bytes",
+     {"cluster": "critic", "phase": "compute_values", "stage": "end", "kind": "vms"}),
+    ("time/actor_infer/generate/onload", "rl_phase_last_duration_seconds",
+     {"cluster": "actor_infer", "phase": "generate", "part": "onload"}),
+    ("time/rollout", "rl_operation_duration_seconds", {"operation": "rollout"}),
+    ("eval/gsm8k/accuracy/mean@4", "rl_eval_metric",
+     {"taskset": "gsm8k", "metric": "accuracy", "stat": "mean", "k": "4"}),
+    ("eval/gsm8k/accuracy/mean@4/std", "rl_eval_metric_across_tasks",
+     {"taskset": "gsm8k", "metric": "accuracy", "stat": "mean", "k": "4", "across": "std"}),
+    ("bench/math500/pass/worst@16", "rl_bench_metric",
+     {"taskset": "math500", "metric": "pass", "stat": "worst", "k": "16"}),
+    ("critic/score/mean", "rl_critic_score", {"stat": "mean"}),
+    ("actor/ratio_max", "rl_actor_importance_ratio", {"stat": "max"}),
+    ("ppo/loss/total", "rl_ppo_loss", {"kind": "total"}),
+    ("actor/pg_loss@sum", "rl_actor_pg_loss", {}),
+])
+def test_templated_keys_become_labels(key, name, labels):
+    r = CATALOG.resolve(key)
+    assert r.known and r.spec.name == name and dict(r.labels) == labels
+
+
+def test_units_are_base_units_with_the_tracker_unit_kept():
+    gpu = CATALOG.resolve("memory/a/b/start/onload/allocated/0").spec
+    assert (gpu.unit, gpu.tracker_unit, gpu.scale) == ("By", "GiBy", 2.0**30)
+    per_token = CATALOG.resolve("timing_per_token_ms/adv").spec
+    assert (per_token.unit, per_token.scale) == ("s", 1e-3)
+    assert CATALOG.resolve("system/samples").spec.prometheus_name == "rl_system_samples_total"
+
+
+def test_reducer_tags_are_stripped_but_trinity_at_k_is_not():
+    assert strip_reducer_tag("actor/pg_loss@sum") == "actor/pg_loss"
+    assert strip_reducer_tag("actor/clipfrac@mean") == "actor/clipfrac"
+    assert strip_reducer_tag("eval/x/acc/mean@4") == "eval/x/acc/mean@4"
+
+
+def test_every_entry_example_resolves_to_itself():
+    for spec in CATALOG:
+        assert spec.examples, spec.key
+        for example in spec.examples:
+            assert CATALOG.resolve(example).spec is spec, (example, spec.key)
+
+
+def test_every_catalog_name_is_promtool_clean():
+    lines = []
+    for spec in CATALOG:
+        ptype = {"gauge": "gauge", "counter": "counter", "histogram": "histogram"}[spec.kind.value]
+        lines += [f"# HELP {spec.prometheus_name} {spec.description}", f"# TYPE {spec.prometheus_name} {ptype}"]
+        labels = ",".join(f'{label}="x"' for label in ("run", "rank", *spec.labels))
+        if spec.kind is Kind.HISTOGRAM:
+            lines += [f'{spec.name}_bucket{{{labels},le="+Inf"}} 1', f"{spec.name}_sum{{{labels}}} 1",
+                      f"{spec.name}_count{{{labels}}} 1"]
+        else:
+            lines.append(f"{spec.prometheus_name}{{{labels}}} 1")
+    assert promtool_check("\n".join(lines) + "\n") == ""
+
+
+def test_catalog_rejects_conflicting_entries():
+    a = MetricSpec("a/x", "rl_a", Kind.GAUGE, "1", "a", "test")
+    with pytest.raises(ValueError, match="share the name"):
+        Catalog([a, MetricSpec("b/x", "rl_a", Kind.GAUGE, "1", "b", "test")])
+    with pytest.raises(ValueError, match="already exposed"):
+        Catalog([MetricSpec("hist", "rl_hist", Kind.HISTOGRAM, "1", "h", "test", buckets=(1.0,)),
+                 MetricSpec("g", "rl_hist_count", Kind.GAUGE, "1", "g", "test")])
+    with pytest.raises(ValueError, match="must end in '_seconds'"):
+        MetricSpec("t", "rl_t", Kind.GAUGE, "s", "t", "test")
+    with pytest.raises(ValueError, match="bounded labels"):
+        MetricSpec("x/{step}", "rl_x", Kind.GAUGE, "1", "x", "test")
+    with pytest.raises(ValueError, match="abbreviations"):
+        check_name("rl_time_ms")
+
+
+@pytest.mark.parametrize("key,name", [
+    ("custom/myLoss-v2", "rl_custom_my_loss_v2"),
+    ("perf/time_ms", "rl_perf_timems"),
+    ("a/b_total", "rl_ab_total_value"),
+    ("queue/size_count", "rl_queue_size_count_value"),
+    ("my gauge", "rl_mygauge"),
+    ("", "rl_unnamed"),
+    ("rl/x", "rl_x"),
+])
+def test_fallback_names_are_sanitized(key, name):
+    assert fallback_name(key) == name
+    r = CATALOG.resolve(key)
+    assert not r.known and r.spec.name == name
+
+
+def test_fallback_names_are_promtool_clean():
+    keys = ["perf/time_ms", "a/b_total", "x/s", "gauge", "m/s/x", "kb/mb/gb", "foo/MegaBytes", "hours/used",
+            "A/B/C", "üñí/çødé", "q_bucket", "z_info", "kilo/bytes", "milliseconds/x"]
+    lines = []
+    for k in keys:
+        n = fallback_name(k)
+        lines += [f"# HELP {n} x", f"# TYPE {n} gauge", f"{n} 1"]
+    assert promtool_check("\n".join(lines) + "\n") == ""
+
+
+def test_json_and_markdown_list_every_entry():
+    import json
+
+    entries = json.loads(CATALOG.to_json())
+    assert len(entries) == len(CATALOG)
+    assert {"key", "otel_name", "prometheus_name", "kind", "unit", "labels", "description"} <= set(entries[0])
+    md = CATALOG.to_markdown()
+    for spec in CATALOG:
+        assert f"`{spec.prometheus_name}`" in md
+
+
+def test_committed_metrics_doc_is_current():
+    doc = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
+    assert doc.read_text() == CATALOG.to_markdown() + "\n", "regenerate: rl-otel catalog --format markdown > docs/metrics.md"

@@ -1,0 +1,120 @@
+"""Live gauges read at scrape time: process memory, torch's allocator, NVML (fakes at the boundaries)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from tests.gpu_fakes import GIB, FakeCuda, FakeNvml, fake_torch
+from tests.promtools import promtool_check, samples, scrape
+
+import rl_otel
+from rl_otel.catalog import live as specs
+from rl_otel.phases.live import NvmlPoller, torch_process_memory, visible_devices
+
+
+def served(monkeypatch, nvml=None, cuda=None):
+    if nvml is not None:
+        monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    if cuda is not None:
+        monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
+    tel = rl_otel.init(run="live", prometheus={"host": "127.0.0.1", "port": 0})
+    if tel._live.nvml is not None:
+        assert tel._live.nvml.wait_ready(10)
+    return tel
+
+
+def test_gpu_gauges_with_gpu_uuid(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cuda = FakeCuda(devices=2)
+    cuda.alloc(3 * GIB, device=1)
+    tel = served(monkeypatch, FakeNvml(), cuda)
+    try:
+        text = scrape(tel.metrics_url)
+    finally:
+        tel.close()
+    assert promtool_check(text) == ""
+    base = {("run", "live"), ("rank", "0")}
+    used = samples(text, "rl_gpu_device_memory_used_bytes")
+    assert used == {frozenset(base | {("device_id", "0"), ("gpu_uuid", "GPU-aaaa")}): 1 * GIB,
+                    frozenset(base | {("device_id", "1"), ("gpu_uuid", "GPU-bbbb")}): 2 * GIB}
+    assert set(samples(text, "rl_gpu_device_memory_total_bytes").values()) == {80 * GIB}
+    assert set(samples(text, "rl_gpu_device_memory_reserved_bytes").values()) == {300 * 2**20}
+    allocated = samples(text, "rl_gpu_process_memory_allocated_bytes")
+    assert allocated[frozenset(base | {("device_id", "1")})] == 3 * GIB
+    assert len(samples(text, "rl_gpu_process_memory_reserved_bytes")) == 2
+    assert samples(text, "rl_process_resident_memory_bytes")[frozenset(base)] > 1e6
+
+
+def test_no_gpu_means_no_gpu_series(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    tel = served(monkeypatch, FakeNvml(fail_init=True))
+    try:
+        text = scrape(tel.metrics_url)
+    finally:
+        tel.close()
+    assert not [line for line in text.splitlines() if "rl_gpu_" in line]
+    assert samples(text, "rl_process_resident_memory_bytes")
+    assert samples(text, "rl_process_virtual_memory_bytes")
+    assert promtool_check(text) == ""
+
+
+def test_cuda_visible_devices_maps_ordinals(monkeypatch):
+    nvml = FakeNvml(uuids=("GPU-a", "GPU-b", "GPU-c"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
+    assert visible_devices(nvml) == [(0, "GPU-c"), (1, "GPU-a")]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-b")
+    assert visible_devices(nvml) == [(0, "GPU-b")]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert visible_devices(nvml) == []
+
+
+def test_torch_view_never_initializes_cuda(monkeypatch):
+    cuda = FakeCuda()
+    cuda.initialized = False
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
+    assert torch_process_memory() == []
+    cuda.initialized = True
+    assert [spec for spec, _, _ in torch_process_memory()] == [specs.GPU_PROCESS_ALLOCATED, specs.GPU_PROCESS_RESERVED]
+
+
+def test_stalled_nvml_never_blocks_collect():
+    nvml = FakeNvml(uuids=("GPU-a",))
+    errors = []
+    poller = NvmlPoller(nvml, interval_s=0.01, stale_after_s=0.2, on_error=errors.append)
+    try:
+        assert poller.wait_ready(5)
+        assert poller.collect()
+        nvml.gate.clear()  # NVML hangs from now on
+        done = threading.Event()
+        results = []
+
+        def scrape_loop():
+            deadline = time.monotonic() + 0.5
+            while time.monotonic() < deadline:
+                results.append(poller.collect())
+            done.set()
+
+        threading.Thread(target=scrape_loop, daemon=True).start()
+        assert done.wait(10), "collect() blocked on a stalled NVML"
+        assert results[-1] == []  # a stale cache is served as absent series, never as an old number
+        assert "nvml_stale" in errors
+    finally:
+        poller.close(timeout_s=0.1)
+        nvml.gate.set()
+
+
+def test_import_is_light_and_init_never_imports_torch():
+    code = ("import sys, rl_otel; assert 'torch' not in sys.modules and 'pynvml' not in sys.modules; "
+            "t = rl_otel.init(run='x', prometheus={'host': '127.0.0.1', 'port': 0}); "
+            "t.phase('a', 'b').__enter__().__exit__(None, None, None); t.close(); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("spec", specs.SPECS, ids=lambda s: s.name)
+def test_live_entries_are_in_the_default_catalog(spec):
+    assert rl_otel.default_catalog().by_name(spec.name) is spec

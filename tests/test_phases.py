@@ -1,0 +1,280 @@
+"""Telemetry.phase(): spans, ROLL's tracker keys and units, Prometheus series, error policy."""
+
+from __future__ import annotations
+
+import logging
+import random
+import sys
+
+import pytest
+from tests.gpu_fakes import GIB, FakeCuda, fake_torch
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+from tests.promtools import promtool_check, samples, scrape
+
+import rl_otel
+
+INFIX = "actor_train/train_step"
+# ROLL's state_offload_manager keys ("Trackers and Metrics"), {metric_infix} = actor_train/train_step, device 0.
+ROLL_KEYS = {
+    *(f"time/{INFIX}/{part}" for part in ("total", "execute", "onload", "offload")),
+    *(f"memory/{INFIX}/{stage}/{kind}/0" for stage in ("start/offload", "start/onload", "end/onload", "end/offload")
+      for kind in ("allocated", "reserved", "max_allocated", "max_reserved")),
+    f"memory/{INFIX}/end/onload/max_allocated_frac/0",
+    f"memory/{INFIX}/end/onload/max_reserved_frac/0",
+    *(f"memory/cpu/{INFIX}/{stage}/{kind}" for stage in ("start", "end") for kind in ("rss", "vms")),
+}
+
+
+@pytest.fixture(params=[False])
+def tel(request):
+    """A Telemetry; tests that scrape ask for ``@pytest.mark.parametrize("tel", [True], indirect=True)``."""
+    t = rl_otel.init(run="phases", rank=3, prometheus={"host": "127.0.0.1", "port": 0} if request.param else False)
+    yield t
+    t.close()
+
+
+served = pytest.mark.parametrize("tel", [True], indirect=True)
+
+
+@pytest.fixture
+def spans(tel):
+    exporter = InMemorySpanExporter()
+    tel.tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    fake = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(fake))
+    return fake
+
+
+def by_name(exporter):
+    return {s.name: s for s in exporter.get_finished_spans()}
+
+
+def test_spans_names_nesting_attributes_durations(tel, spans):
+    with tel.phase("actor_train", "train_step", onload=lambda: None, offload=lambda: None, step=7):
+        pass
+    got = by_name(spans)
+    assert set(got) == {INFIX, "onload", "execute", "offload"}
+    root = got[INFIX]
+    assert root.parent is None
+    for child in ("onload", "execute", "offload"):
+        assert got[child].parent.span_id == root.context.span_id
+        assert got[child].context.trace_id == root.context.trace_id
+        assert root.start_time <= got[child].start_time <= got[child].end_time <= root.end_time
+    assert got["onload"].end_time <= got["execute"].start_time and got["execute"].end_time <= got["offload"].start_time
+    for s in got.values():
+        assert dict(s.attributes) == {"cluster": "actor_train", "phase": "train_step", "rank": 3, "step": 7}
+    children = sum(got[c].end_time - got[c].start_time for c in ("onload", "execute", "offload"))
+    assert children <= root.end_time - root.start_time
+    m = tel.pending_phase_metrics()
+    parts = sum(m[f"time/{INFIX}/{p}"] for p in ("onload", "execute", "offload"))
+    assert 0 < parts <= m[f"time/{INFIX}/total"]
+
+
+def test_step_attribute_defaults_to_next_log_step(tel, spans):
+    with tel.phase("rollout", "generate"):
+        pass
+    tel.log({"actor/pg_loss": 1.0}, step=41)
+    with tel.phase("rollout", "generate"):
+        pass
+    steps = [s.attributes["step"] for s in spans.get_finished_spans() if s.name == "rollout/generate"]
+    assert steps == [0, 42]
+
+
+def test_user_code_nests_under_execute(tel, spans):
+    tracer = tel.tracer_provider.get_tracer("user")
+    with tel.phase("actor_train", "train_step"):
+        with tracer.start_as_current_span("forward"):
+            pass
+        with tel.phase("reference", "compute_log_probs"):
+            pass
+    got = by_name(spans)
+    execute = [s for s in spans.get_finished_spans() if s.name == "execute" and s.parent.span_id ==
+               got[INFIX].context.span_id][0]
+    assert got["forward"].parent.span_id == execute.context.span_id
+    assert got["reference/compute_log_probs"].parent.span_id == execute.context.span_id
+
+
+def test_roll_keys_and_units_with_gpu(tel, cuda):
+    cuda.alloc(10 * GIB)
+    cuda.free(6 * GIB)  # peak 10 GiB before the phase: ROLL resets it at phase start
+
+    def onload():
+        cuda.alloc(20 * GIB)
+
+    def offload():
+        cuda.free(20 * GIB, release=True)
+
+    with tel.phase("actor_train", "train_step", onload=onload, offload=offload):
+        cuda.alloc(8 * GIB)
+        cuda.free(8 * GIB)
+    m = tel.take_phase_metrics()
+    assert set(m) == ROLL_KEYS
+    assert cuda.resets == 1
+    assert m[f"memory/{INFIX}/start/offload/allocated/0"] == pytest.approx(4.0)
+    assert m[f"memory/{INFIX}/start/offload/max_allocated/0"] == pytest.approx(4.0)  # peak was reset
+    assert m[f"memory/{INFIX}/start/onload/allocated/0"] == pytest.approx(24.0)
+    assert m[f"memory/{INFIX}/end/onload/max_allocated/0"] == pytest.approx(32.0)
+    assert m[f"memory/{INFIX}/end/onload/max_allocated_frac/0"] == pytest.approx(32 / 80)
+    assert m[f"memory/{INFIX}/end/onload/max_reserved_frac/0"] == pytest.approx(32 / 80)
+    assert m[f"memory/{INFIX}/end/offload/allocated/0"] == pytest.approx(4.0)
+    assert m[f"memory/{INFIX}/end/offload/reserved/0"] == pytest.approx(4.0)
+    assert 0.001 < m[f"memory/cpu/{INFIX}/end/rss"] < 1024  # GiB, not bytes
+    assert tel.pending_phase_metrics() == {}
+
+
+@served
+def test_prometheus_scrape_has_phase_and_memory_series(tel, cuda):
+    cuda.alloc(2 * GIB)
+    with tel.phase("actor_train", "train_step", onload=lambda: cuda.alloc(GIB)):
+        pass
+    text = scrape(tel.metrics_url)
+    assert promtool_check(text) == ""
+    base = {("run", "phases"), ("rank", "3"), ("cluster", "actor_train"), ("phase", "train_step")}
+    last = samples(text, "rl_phase_last_duration_seconds")
+    assert {dict(k)["part"] for k in last} == {"total", "execute", "onload", "offload"}
+    assert all(base <= k for k in last)
+    counts = samples(text, "rl_phase_duration_seconds_count")
+    assert counts[frozenset(base | {("part", "total")})] == 1.0
+    buckets = samples(text, "rl_phase_duration_seconds_bucket")
+    assert {dict(k)["le"] for k in buckets} >= {"0.001", "3600.0", "+Inf"}
+    gpu = samples(text, "rl_gpu_memory_bytes")
+    key = frozenset(base | {("stage", "start_onload"), ("kind", "allocated"), ("device_id", "0")})
+    assert gpu[key] == 3 * GIB  # bytes on this side, GiB on the trackers' side
+    assert len(gpu) == 16
+    ratio = samples(text, "rl_gpu_memory_peak_ratio")
+    assert ratio[frozenset(base | {("kind", "max_allocated"), ("device_id", "0")})] == pytest.approx(3 / 80)
+    cpu = samples(text, "rl_cpu_memory_bytes")
+    assert {(dict(k)["stage"], dict(k)["kind"]) for k in cpu} == {("start", "rss"), ("start", "vms"),
+                                                                   ("end", "rss"), ("end", "vms")}
+    assert all(v > 1e6 for v in cpu.values())  # bytes
+
+
+@served
+def test_no_gpu_cpu_metrics_only_and_one_info_line(tel, caplog, monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    caplog.set_level(logging.INFO, logger="rl_otel")
+    for _ in range(3):
+        with tel.phase("actor_train", "train_step"):
+            pass
+    m = tel.pending_phase_metrics()
+    assert not [k for k in m if k.startswith(f"memory/{INFIX}")]
+    assert {k for k in m if k.startswith("memory/cpu/")} == {k for k in ROLL_KEYS if k.startswith("memory/cpu/")}
+    assert len([r for r in caplog.records if "no CUDA device" in r.getMessage()]) == 1
+    text = scrape(tel.metrics_url)
+    assert "rl_gpu_memory_bytes{" not in text and "rl_gpu_memory_peak_ratio{" not in text
+    assert "rl_cpu_memory_bytes{" in text
+
+
+def test_cpu_build_of_torch_has_no_gpu_metrics(tel):
+    pytest.importorskip("torch")
+    with tel.phase("actor_train", "train_step"):
+        pass
+    assert not [k for k in tel.pending_phase_metrics() if k.startswith(f"memory/{INFIX}")]
+
+
+def test_onload_exception_propagates_and_spans_close(tel, spans):
+    called = []
+    with pytest.raises(KeyError):
+        with tel.phase("actor_train", "train_step", onload=lambda: {}["boom"], offload=lambda: called.append(1)):
+            called.append("body")
+    assert called == []
+    got = by_name(spans)
+    assert got[INFIX].status.status_code is StatusCode.ERROR
+    assert got["onload"].status.status_code is StatusCode.ERROR
+    assert tel.pending_phase_metrics() == {}
+
+
+def test_body_exception_skips_offload_as_roll_does(tel, spans):
+    offloaded = []
+    with pytest.raises(ZeroDivisionError):
+        with tel.phase("actor_train", "train_step", offload=lambda: offloaded.append(1)):
+            1 / 0
+    assert offloaded == []
+    got = by_name(spans)
+    assert got["execute"].status.status_code is StatusCode.ERROR
+    assert got[INFIX].status.status_code is StatusCode.ERROR
+    assert "offload" not in got
+    # the context is restored: a later phase is a root again
+    with tel.phase("actor_train", "train_step"):
+        pass
+    assert [s for s in spans.get_finished_spans() if s.name == INFIX][-1].parent is None
+
+
+def test_offload_exception_propagates(tel, spans):
+    with pytest.raises(RuntimeError, match="offload failed"):
+        with tel.phase("actor_train", "train_step", offload=lambda: (_ for _ in ()).throw(RuntimeError("offload "
+                                                                                                       "failed"))):
+            pass
+    assert by_name(spans)["offload"].status.status_code is StatusCode.ERROR
+
+
+@served
+def test_telemetry_failure_never_raises_and_is_counted(tel, monkeypatch):
+    class Broken(FakeCuda):
+        def memory_allocated(self, d):
+            raise RuntimeError("driver gone")
+
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(Broken()))
+    ran = []
+    with tel.phase("actor_train", "train_step", onload=lambda: ran.append("on"), offload=lambda: ran.append("off")):
+        ran.append("body")
+    assert ran == ["on", "body", "off"]
+    assert f"time/{INFIX}/total" in tel.pending_phase_metrics()
+    errors = samples(scrape(tel.metrics_url), "rl_telemetry_errors_total")
+    assert errors[frozenset({("run", "phases"), ("rank", "3"), ("sink", "phase"), ("reason", "internal")})] >= 1
+
+
+def test_span_ids_stay_random_when_training_seeds_random(tel, spans):
+    ids = []
+    for _ in range(2):
+        random.seed(1234)
+        with tel.phase("actor_train", "train_step"):
+            pass
+        ids.append(by_name(spans)[INFIX].context)
+        spans.clear()
+    assert ids[0].trace_id != ids[1].trace_id
+    assert ids[0].span_id != ids[1].span_id
+
+
+def test_traceparent_crosses_processes(spans):
+    driver = rl_otel.init(run="driver", prometheus=False)
+    driver_spans = InMemorySpanExporter()
+    driver.tracer_provider.add_span_processor(SimpleSpanProcessor(driver_spans))
+    worker = rl_otel.init(run="worker", rank=1, prometheus=False)  # stands for a Ray worker process
+    worker_spans = InMemorySpanExporter()
+    worker.tracer_provider.add_span_processor(SimpleSpanProcessor(worker_spans))
+    try:
+        with driver.phase("pipeline", "step") as ph:
+            carrier = ph.carrier()
+        assert set(carrier) >= {"traceparent"}
+        with worker.phase("actor_train", "train_step", parent=dict(carrier)):
+            pass
+    finally:
+        driver.close()
+        worker.close()
+    execute = by_name(driver_spans)["execute"]
+    root = by_name(worker_spans)[INFIX]
+    assert root.context.trace_id == execute.context.trace_id
+    assert root.parent.span_id == execute.context.span_id
+
+
+def test_slash_in_names_is_one_segment(tel):
+    with tel.phase("actor/train", "train_step"):
+        pass
+    assert "time/actor_train/train_step/total" in tel.pending_phase_metrics()
+
+
+def test_phase_after_close_still_runs_user_code():
+    t = rl_otel.init(run="closed", prometheus=False)
+    t.close()
+    ran = []
+    with t.phase("a", "b", onload=lambda: ran.append(1), offload=lambda: ran.append(2)):
+        ran.append(3)
+    assert ran == [1, 3, 2]

@@ -1,0 +1,244 @@
+from __future__ import annotations
+
+import logging
+import math
+import threading
+
+import numpy as np
+import pytest
+import torch
+from prometheus_client.parser import text_string_to_metric_families
+
+import rl_otel
+from rl_otel import ConfigurationError, PortInUseError
+from tests.promtools import scrape
+
+
+def samples(tel) -> dict[tuple, float]:
+    """Every sample of a scrape: (name, frozenset(labels)) -> value."""
+    out = {}
+    for family in text_string_to_metric_families(scrape(tel.metrics_url)):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(tel, name, **labels):
+    labels = {"run": "test", "rank": "0", **labels}
+    return samples(tel).get((name, frozenset(labels.items())))
+
+
+def test_issue_example(tel):
+    tel.log({"critic/score/mean": 0.41, "actor/approxkl": 0.003, "eval/gsm8k/accuracy/mean@4": 0.7}, step=12)
+    assert tel.metrics_url.startswith("http://127.0.0.1:") and tel.metrics_url.endswith("/metrics")
+    assert value(tel, "rl_critic_score", stat="mean") == 0.41
+    assert value(tel, "rl_actor_approx_kl") == 0.003
+    assert value(tel, "rl_eval_metric", taskset="gsm8k", metric="accuracy", stat="mean", k="4") == 0.7
+    assert value(tel, "rl_step") == 12
+
+
+def test_values_are_converted_to_base_units(tel):
+    tel.log({"memory/actor_train/train_step/end/onload/max_allocated/3": 1.5,
+             "memory/cpu/actor_train/train_step/start/rss": 0.25, "timing_per_token_ms/adv": 2.0}, step=1)
+    assert value(tel, "rl_gpu_memory_bytes", cluster="actor_train", phase="train_step", stage="end_onload",
+                 kind="max_allocated", device_id="3") == 1.5 * 2**30
+    assert value(tel, "rl_cpu_memory_bytes", cluster="actor_train", phase="train_step", stage="start",
+                 kind="rss") == 0.25 * 2**30
+    assert value(tel, "rl_timing_per_token_seconds", operation="adv") == pytest.approx(0.002)
+
+
+def test_nan_and_inf_reach_prometheus_none_is_skipped(tel):
+    tel.log({"actor/pg_loss": float("nan"), "critic/loss": float("inf"), "actor/kl_loss": None}, step=3)
+    assert math.isnan(value(tel, "rl_actor_pg_loss"))
+    assert value(tel, "rl_critic_loss") == math.inf
+    assert value(tel, "rl_actor_kl_loss") is None
+
+
+def test_tensors_numpy_nested_and_reducer_tags(tel):
+    tel.log({"actor": {"pg_loss@sum": torch.tensor(0.5), "clipfrac": np.float32(0.125)},
+             "critic/error": np.float64(2.0), "actor/valid_samples": True}, step=4)
+    assert value(tel, "rl_actor_pg_loss") == 0.5
+    assert value(tel, "rl_actor_clip_ratio") == 0.125
+    assert value(tel, "rl_critic_error") == 2.0
+    assert value(tel, "rl_actor_valid_samples") == 1.0
+
+
+def test_distributions_become_histograms_with_exact_counts(tel):
+    tel.log({"ppo/policy/ratio": torch.tensor([0.5, 1.0, 1.01, 3.0, 200.0])}, step=1)
+    tel.log({"ppo/policy/ratio": [1.0]}, step=2)
+    got = samples(tel)
+    base = {"run": "test", "rank": "0"}
+
+    def bucket(le):
+        return got[("rl_ppo_policy_ratio_dist_bucket", frozenset({**base, "le": le}.items()))]
+
+    assert bucket("0.5") == 1 and bucket("1.0") == 3 and bucket("1.02") == 4 and bucket("5.0") == 5
+    assert bucket("+Inf") == 6
+    assert got[("rl_ppo_policy_ratio_dist_count", frozenset(base.items()))] == 6
+    assert got[("rl_ppo_policy_ratio_dist_sum", frozenset(base.items()))] == pytest.approx(206.51)
+
+
+def test_bad_values_are_skipped_with_one_warning_per_key_and_counted(tel, caplog):
+    with caplog.at_level(logging.WARNING, logger="rl_otel"):
+        for step in range(3):
+            tel.log({"actor/lr": "1e-5", "critic/lr": object(), "actor/clipfrac": [0.1, 0.2], "val/score/mean": 1},
+                    step=step)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert sum("'actor/lr'" in w for w in warnings) == 1
+    assert sum("'critic/lr'" in w for w in warnings) == 1
+    assert sum("'actor/clipfrac'" in w for w in warnings) == 1
+    assert value(tel, "rl_telemetry_errors_total", sink="input", reason="bad_value") == 9
+    assert value(tel, "rl_val_score", stat="mean") == 1
+
+
+def test_log_never_raises(tel):
+    loop: dict = {}
+    loop["self"] = loop  # infinitely nested
+    tel.log(loop, step=1)
+    tel.log(["not", "a", "dict"], step=2)  # type: ignore[arg-type]
+    tel.log({"x": 1}, step="nope")  # type: ignore[arg-type]
+    tel.log({("tuple", "key"): 1.0}, step=4)  # type: ignore[dict-item]
+    assert value(tel, "rl_step") == 4
+
+
+def test_step_defaults_to_previous_plus_one(tel):
+    tel.log({"actor/lr": 1.0})
+    tel.log({"actor/lr": 1.0})
+    assert tel.step == 1
+    tel.log({"actor/lr": 1.0}, step=torch.tensor(10))
+    tel.log({"actor/lr": 1.0})
+    assert tel.step == 11 and value(tel, "rl_step") == 11
+    assert value(tel, "rl_last_step_timestamp_seconds") > 1.7e9
+
+
+def test_run_and_rank_from_arguments_or_environment(monkeypatch):
+    monkeypatch.setenv("RANK", "5")
+    with rl_otel.init(run="r1", prometheus={"host": "127.0.0.1", "port": 0}) as t:
+        t.log({"actor/lr": 0.1}, step=0)
+        assert ("rl_actor_learning_rate", frozenset({"run": "r1", "rank": "5"}.items())) in samples(t)
+    with rl_otel.init(run="r2", rank=2, prometheus={"host": "127.0.0.1", "port": 0}) as t:
+        t.log({"actor/lr": 0.1}, step=0)
+        families = list(text_string_to_metric_families(scrape(t.metrics_url)))
+        for family in families:
+            for s in family.samples:
+                if family.name not in ("target", "target_info"):
+                    assert s.labels["run"] == "r2" and s.labels["rank"] == "2", s
+
+
+def test_unknown_keys_use_a_capped_fallback(caplog):
+    with rl_otel.init(run="test", rank=0, prometheus={"host": "127.0.0.1", "port": 0}, max_unknown_keys=3) as t:
+        with caplog.at_level(logging.WARNING, logger="rl_otel"):
+            for step in range(2):
+                t.log({f"custom/m{i}": float(i) for i in range(10)}, step=step)
+        got = samples(t)
+        names = {name for name, _ in got if name.startswith("rl_custom_m")}
+        assert names == {"rl_custom_m0", "rl_custom_m1", "rl_custom_m2"}
+        assert got[("rl_telemetry_dropped_series_total",
+                    frozenset({"run": "test", "rank": "0", "metric": "unknown_keys"}.items()))] == 14
+        assert sum("past the cap" in r.getMessage() for r in caplog.records) == 7  # once per refused key
+
+
+def test_colliding_fallback_names_are_refused(tel, caplog):
+    with caplog.at_level(logging.WARNING, logger="rl_otel"):
+        tel.log({"custom/x-y": 1.0, "custom/x_y": 2.0, "rl_critic/loss": 3.0}, step=0)
+    assert value(tel, "rl_custom_x_y") == 1.0
+    assert value(tel, "rl_critic_loss") is None  # 'rl_critic/loss' may not write the catalog's series
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "already used by key 'custom/x-y'" in messages and "a name of the catalog" in messages
+    assert "max_series_per_metric" not in messages
+    assert value(tel, "rl_telemetry_dropped_series_total", metric="rl_custom_x_y") == 1
+
+
+def test_series_per_metric_are_capped():
+    with rl_otel.init(run="test", rank=0, prometheus={"host": "127.0.0.1", "port": 0},
+                      max_series_per_metric=4) as t:
+        t.log({f"time/op{i}": 1.0 for i in range(10)}, step=0)
+        got = samples(t)
+        assert sum(1 for name, _ in got if name == "rl_operation_duration_seconds") == 4
+        assert got[("rl_telemetry_dropped_series_total", frozenset(
+            {"run": "test", "rank": "0", "metric": "rl_operation_duration_seconds"}.items()))] == 6
+
+
+def test_series_expire_after_ttl_but_liveness_does_not(monkeypatch):
+    import time as _time
+
+    with rl_otel.init(run="test", rank=0, prometheus={"host": "127.0.0.1", "port": 0}, series_ttl_s=60) as t:
+        t.log({"actor/lr": 1.0}, step=0)
+        assert value(t, "rl_actor_learning_rate") == 1.0
+        real = _time.time_ns
+        monkeypatch.setattr(_time, "time_ns", lambda: real() + 120 * 10**9)
+        assert value(t, "rl_actor_learning_rate") is None
+        assert value(t, "rl_step") == 0
+
+
+def test_concurrent_log_calls_lose_nothing(tel):
+    def worker(i):
+        for step in range(200):
+            tel.log({f"time/op{i}": float(step), "system/samples": 1.0})
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for i in range(8):
+        assert value(tel, "rl_operation_duration_seconds", operation=f"op{i}") == 199.0
+    assert tel.step == 8 * 200 - 1
+
+
+def test_close_is_idempotent_and_stops_serving():
+    t = rl_otel.init(run="test", prometheus={"host": "127.0.0.1", "port": 0})
+    url = t.metrics_url
+    t.log({"actor/lr": 1.0}, step=0)
+    t.close()
+    t.close()
+    t.log({"actor/lr": 2.0}, step=1)  # ignored, never raises
+    with pytest.raises(OSError):
+        scrape(url)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"prometheus": {"port": 70000}}, "port must be an int in 0..65535"),
+    ({"prometheus": {"port": "9464"}}, "port must be an int"),
+    ({"prometheus": {"hots": "x"}}, "unknown prometheus option"),
+    ({"prometheus": "yes"}, "prometheus must be a dict"),
+    ({"rank": -1}, "rank must be an int >= 0"),
+    ({"run": ""}, "run must be a non-empty str"),
+    ({"max_series_per_metric": 0}, "max_series_per_metric must be a positive int"),
+    ({"series_ttl_s": -1}, "series_ttl_s must be a positive number"),
+])
+def test_bad_configuration_fails_at_init_naming_the_value(kwargs, match):
+    with pytest.raises(ConfigurationError, match=match):
+        rl_otel.init(**kwargs)
+
+
+def test_bad_rank_environment_variable(monkeypatch):
+    monkeypatch.setenv("RANK", "zero")
+    with pytest.raises(ConfigurationError, match="RANK environment variable"):
+        rl_otel.init(prometheus=False)
+
+
+def test_port_in_use_is_a_clear_error(tel):
+    port = int(tel.metrics_url.split(":")[2].split("/")[0])
+    with pytest.raises(PortInUseError, match=f"port {port} .* already in use"):
+        rl_otel.init(run="other", prometheus={"host": "127.0.0.1", "port": port})
+
+
+def test_default_endpoint_binds_all_interfaces_on_9464():
+    from rl_otel.core.config import DEFAULT_HOST, DEFAULT_PORT, build_config
+
+    config = build_config(run="r", rank=0, role="trainer", prometheus=True, max_series_per_metric=1,
+                          max_unknown_keys=1, series_ttl_s=None)
+    assert (config.prometheus.host, config.prometheus.port) == (DEFAULT_HOST, DEFAULT_PORT) == ("0.0.0.0", 9464)
+
+
+def test_without_prometheus_log_still_works():
+    with rl_otel.init(run="test", prometheus=False) as t:
+        t.log({"actor/lr": 1.0}, step=0)
+        assert t.metrics_url is None and t.step == 0
+
+
+def test_histogram_values_ignore_nan_and_count_it(tel):
+    tel.log({"env/reward_dist": np.array([0.5, np.nan, 1.5])}, step=0)
+    assert value(tel, "rl_env_reward_dist_bucket", le="+Inf") == 2
+    assert value(tel, "rl_telemetry_errors_total", sink="input", reason="non_finite_in_distribution") == 1

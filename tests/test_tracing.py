@@ -1,0 +1,92 @@
+"""tracing= of init(): validation at init, exporters, random IDs, W3C carriers."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import rl_otel
+from rl_otel.phases.tracing import UrandomIdGenerator, extract, inject, tracing_config
+
+
+@pytest.mark.parametrize("bad, words", [
+    ("zipkin", "tracing exporter must be one of"),
+    ({"exporter": "jsonl"}, "needs a 'path'"),
+    ({"exporter": "console", "colour": 1}, "unknown tracing option(s) ['colour']"),
+    ({"exporter": "otlp", "protocol": "thrift"}, "'http/protobuf' or 'grpc'"),
+    ({"exporter": "otlp", "endpoint": 4317}, "tracing endpoint must be a str"),
+    (42, "tracing must be None"),
+])
+def test_bad_tracing_config_fails_at_init(bad, words):
+    with pytest.raises(rl_otel.ConfigurationError) as info:
+        rl_otel.init(run="t", prometheus=False, tracing=bad)
+    assert words in str(info.value)
+
+
+def test_otlp_missing_is_a_clear_configuration_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    with pytest.raises(rl_otel.ConfigurationError, match=r"pip install 'rl-otel\[otlp\]'"):
+        tracing_config({"exporter": "otlp"})
+
+
+def test_otlp_when_installed():
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+    tel = rl_otel.init(run="t", prometheus=False,
+                       tracing={"exporter": "otlp", "endpoint": "http://127.0.0.1:9/v1/traces"})
+    tel.close()
+
+
+def test_jsonl_exporter_writes_one_span_per_line(tmp_path):
+    path = tmp_path / "spans.jsonl"
+    tel = rl_otel.init(run="t", prometheus=False, tracing={"exporter": "jsonl", "path": str(path)})
+    with tel.phase("actor_train", "train_step", step=3):
+        pass
+    tel.close()  # flushes the batch processor
+    spans = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted(s["name"] for s in spans) == ["actor_train/train_step", "execute", "offload", "onload"]
+    assert all(s["attributes"]["step"] == 3 for s in spans)
+
+
+def test_console_writes_json_lines_to_stderr(capsys):
+    tel = rl_otel.init(run="t", prometheus=False, tracing="console")
+    with tel.phase("actor_train", "train_step"):
+        pass
+    tel.close()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 4 and json.loads(lines[-1])["name"] == "actor_train/train_step"
+
+
+def test_span_exporter_instance(tmp_path):
+    exporter = InMemorySpanExporter()
+    tel = rl_otel.init(run="t", prometheus=False, tracing=exporter)
+    with tel.phase("a", "b"):
+        pass
+    tel.close()
+    assert len(exporter.get_finished_spans()) == 4
+
+
+def test_telemetry_never_sets_the_global_provider():
+    from opentelemetry import trace
+
+    before = trace.get_tracer_provider()
+    tel = rl_otel.init(run="t", prometheus=False, tracing="console")
+    assert trace.get_tracer_provider() is before and tel.tracer_provider is not before
+    tel.close()
+
+
+def test_id_generator_ignores_random_seed():
+    gen = UrandomIdGenerator()
+    random.seed(0)
+    a = (gen.generate_trace_id(), gen.generate_span_id())
+    random.seed(0)
+    b = (gen.generate_trace_id(), gen.generate_span_id())
+    assert a != b and all(a) and all(b)
+
+
+def test_carrier_round_trip():
+    assert extract(None) is None and extract({}) is None
+    assert inject() == {}  # no span running: nothing to carry

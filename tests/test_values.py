@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rl_otel.core.values import BadValue, coerce, flatten
+
+
+def test_flatten_joins_nested_dicts_with_slashes():
+    assert dict(flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3})) == {"a/b": 1, "a/c/d": 2, "e": 3}
+
+
+@pytest.mark.parametrize("value,expected", [
+    (1, 1.0), (2.5, 2.5), (True, 1.0), (False, 0.0), (np.float32(0.25), 0.25), (np.int64(7), 7.0),
+    (np.bool_(True), 1.0), (torch.tensor(0.5), 0.5), (torch.tensor(3, dtype=torch.int64), 3.0),
+    (torch.tensor(1.5, dtype=torch.bfloat16), 1.5), (np.array(4.0), 4.0),
+])
+def test_scalars_become_floats(value, expected):
+    assert coerce(value) == expected
+
+
+def test_nan_and_inf_pass_through():
+    assert math.isnan(coerce(float("nan")))
+    assert coerce(float("-inf")) == -math.inf
+    assert math.isnan(coerce(torch.tensor(float("nan"))))
+
+
+def test_none_is_skipped():
+    assert coerce(None) is None
+
+
+@pytest.mark.parametrize("value", [torch.tensor([1.0, 2.0]), np.array([1, 2]), [1, 2], (1.0, 2.0),
+                                   torch.tensor([1, 2], dtype=torch.float16)])
+def test_one_dimensional_values_become_float64_arrays(value):
+    out = coerce(value)
+    assert isinstance(out, np.ndarray) and out.dtype == np.float64 and out.tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("value", ["0.5", object(), 1 + 2j, 10**400, np.zeros((2, 2)), torch.zeros(2, 2),
+                                   ["a", "b"], torch.tensor([1j]), np.array(["x"])])
+def test_other_values_are_bad(value):
+    with pytest.raises(BadValue):
+        coerce(value)
