@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import urllib.request
-
 import numpy as np
 import pytest
 import torch
@@ -18,6 +14,7 @@ from rl_otel.catalog import default_catalog
 from rl_otel.catalog.define import IMPORTANCE_RATIO_BUCKETS, LENGTH_BUCKETS, SIGNED_BUCKETS
 from rl_otel.core.histogram import BucketCounts, BulkHistogram
 from rl_otel.stats import bucket, ppo_stats
+from tests.promtools import promtool_check, scrape
 
 BOUNDS = [IMPORTANCE_RATIO_BUCKETS, SIGNED_BUCKETS, LENGTH_BUCKETS]
 
@@ -114,8 +111,7 @@ def test_log_buckets_tensors_on_their_device_and_never_raises(caplog):
 
 
 @pytest.mark.prometheus
-def test_ppo_stats_end_to_end_scrape_and_promtool(tmp_path):
-    promtool = shutil.which("promtool") or "/usr/bin/promtool"
+def test_ppo_stats_end_to_end_scrape_and_promtool():
     g = torch.Generator().manual_seed(11)
     b, t = 32, 64
     lp = -torch.rand(b, t, generator=g) * 4
@@ -128,7 +124,7 @@ def test_ppo_stats_end_to_end_scrape_and_promtool(tmp_path):
     tel = rl_otel.init(run="t", prometheus={"host": "127.0.0.1", "port": 0})
     try:
         tel.log(stats, step=1)
-        body = urllib.request.urlopen(tel.metrics_url, timeout=10).read().decode()
+        body = scrape(tel.metrics_url)
     finally:
         tel.close()
     families = {f.name: f for f in text_string_to_metric_families(body)}
@@ -147,9 +143,44 @@ def test_ppo_stats_end_to_end_scrape_and_promtool(tmp_path):
         if spec.buckets[0] >= 0:  # prometheus_client writes no _sum/_count when the first bound is negative
             count = [s.value for s in family.samples if s.name.endswith("_count")]
             assert count == [values.size], key
+            total = [s.value for s in family.samples if s.name.endswith("_sum")]
+            assert total == [pytest.approx(values.sum(), rel=1e-6)], key
     assert families["rl_actor_importance_ratio"].type == "gauge"
-    scrape = tmp_path / "scrape.txt"
-    scrape.write_text(body)
-    result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, text=True)
-    assert result.stdout + result.stderr == "", result.stdout + result.stderr
-    assert result.returncode == 0
+    assert promtool_check(body) == ""
+
+
+def test_scatter_counts_equal_bincount():
+    from rl_otel.stats.histogram import _count
+
+    idx = torch.randint(0, 17, (10_000,), generator=torch.Generator().manual_seed(1))
+    assert _count(idx, 18, scatter=True).tolist() == _count(idx, 18, scatter=False).tolist()
+    assert _count(idx, 18, scatter=True).tolist() == torch.bincount(idx, minlength=18).tolist()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (runs on the GPU machine)")
+def test_cuda_matches_cpu_with_one_sync():
+    from tests.test_stats_ppo import full_stats, make_batch
+
+    batch = make_batch(9, 64, 256)
+    cpu = full_stats(batch, distributions=True)
+    on_gpu = {k: v.cuda() for k, v in batch.items()}
+    full_stats(on_gpu, distributions=True)  # warm-up: first CUDA calls may sync while initialising
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            gpu = full_stats(on_gpu, distributions=True)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert len(syncs) == 1, [str(w.message) for w in syncs]
+    for key, value in cpu.items():
+        if isinstance(value, BucketCounts):
+            assert gpu[key].counts.tolist() == value.counts.tolist(), key
+        else:
+            assert gpu[key] == pytest.approx(value, rel=1e-4, abs=1e-5, nan_ok=True), key
+    assert_same(bucket(on_gpu["advantages"], SIGNED_BUCKETS), reference(batch["advantages"].double().numpy(),
+                                                                        SIGNED_BUCKETS))

@@ -41,6 +41,16 @@ def as_float(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def _count(idx: torch.Tensor, size: int, *, scatter: bool | None = None) -> torch.Tensor:
+    """Occurrences of each index in ``[0, size)``: ``bincount`` on the CPU; elsewhere ``scatter_add_``, because
+    ``bincount`` sizes its output from the data, which is a device sync."""
+    if scatter is None:
+        scatter = idx.device.type != "cpu"
+    if scatter:
+        return torch.zeros(size, dtype=torch.int64, device=idx.device).scatter_add_(0, idx, torch.ones_like(idx))
+    return torch.bincount(idx, minlength=size)
+
+
 def bucket_vector(values: torch.Tensor, bounds: Sequence[float], mask: torch.Tensor | None = None) -> torch.Tensor:
     """The float64 vector ``[count_0 .. count_n, non_finite, sum, min, max]`` of ``values`` on their device.
 
@@ -64,10 +74,7 @@ def bucket_vector(values: torch.Tensor, bounds: Sequence[float], mask: torch.Ten
         non_finite = x.numel() - finite.sum()
     idx = torch.bucketize(x, _bounds(tuple(float(b) for b in bounds), x.dtype, device))
     idx = torch.where(valid, idx, nb)  # one extra bin for what is not counted
-    if device.type == "cpu":
-        counts = torch.bincount(idx, minlength=nb + 1)
-    else:  # bincount sizes its output from the data: a device sync; scatter_add_ has a fixed size
-        counts = torch.zeros(nb + 1, dtype=torch.int64, device=device).scatter_add_(0, idx, torch.ones_like(idx))
+    counts = _count(idx, nb + 1)
     total = torch.where(valid, x, 0.0).sum(dtype=torch.float64)
     lo = torch.where(valid, x, torch.inf).min().double()
     hi = torch.where(valid, x, -torch.inf).max().double()
@@ -77,11 +84,7 @@ def bucket_vector(values: torch.Tensor, bounds: Sequence[float], mask: torch.Ten
 def _optimistic_vector(x: torch.Tensor, bounds: tuple[float, ...]) -> torch.Tensor:
     """``bucket_vector`` assuming every value is finite: no masks, so no full-size temporaries but the indices."""
     nb = len(bounds) + 1
-    idx = torch.bucketize(x, _bounds(bounds, x.dtype, x.device))
-    if x.device.type == "cpu":
-        counts = torch.bincount(idx, minlength=nb)
-    else:
-        counts = torch.zeros(nb, dtype=torch.int64, device=x.device).scatter_add_(0, idx, torch.ones_like(idx))
+    counts = _count(torch.bucketize(x, _bounds(bounds, x.dtype, x.device)), nb)
     lo, hi = torch.aminmax(x)
     zero = torch.zeros((), dtype=torch.float64, device=x.device)
     return torch.cat([counts.double(), torch.stack([zero, x.sum(dtype=torch.float64), lo.double(), hi.double()])])
