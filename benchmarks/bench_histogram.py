@@ -1,12 +1,13 @@
 """A histogram of 262,144 values: rl_otel's bulk bucketing vs a per-value OTel SDK ``Histogram.record()`` loop.
 
-    python benchmarks/bench_histogram.py [--values 262144] [--repeat 20]
+    python benchmarks/bench_histogram.py [--values 262144] [--repeat 30]
 
-Prints, from one run: the SDK loop (timed once: it takes seconds), rl_otel's ``bucket()`` (bucketize + bincount +
-sum/min/max on the tensor's device, one transfer of the counts), the full ``Telemetry.log()`` path for a histogram
-key, and a bare ``torch.bucketize`` over the same tensor; the ratios between them; and a check that the SDK's
-bucket counts equal rl_otel's. Values are importance ratios (positive): the SDK histogram refuses negative values
-("Record amount must be non-negative"), which rules it out for advantages or log-probabilities anyway.
+Prints, from one run: the SDK loop (timed once: it takes seconds), rl_otel's ``bucket()`` (bucketize + bincount
++ sum/min/max on the tensor's device, one transfer of the counts), the full ``Telemetry.log()`` path for a
+histogram key, and a bare ``torch.bucketize`` over the same tensor (these three: best of interleaved runs); the
+ratios between them; and a check that the SDK's bucket counts equal rl_otel's. Values are importance ratios
+(positive): the SDK histogram refuses negative values ("Record amount must be non-negative"), which rules it
+out for advantages or log-probabilities anyway.
 """
 
 from __future__ import annotations
@@ -45,20 +46,23 @@ def sdk_loop(values: list[float]) -> tuple[float, list[int]]:
     return seconds, list(point.bucket_counts)
 
 
-def best(fn, repeat: int) -> float:
-    fn()
-    times = []
+def best_seconds(fns, repeat: int) -> list[float]:
+    """The fastest of ``repeat`` interleaved runs of each function (robust to a busy, shared machine)."""
+    for fn in fns:
+        fn()  # warm-up
+    best = [float("inf")] * len(fns)
     for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return best
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--values", type=int, default=262_144)
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
     g = torch.Generator().manual_seed(0)
     x = torch.exp(0.2 * torch.randn(args.values, generator=g))  # float32 importance ratios
@@ -68,11 +72,11 @@ def main() -> None:
     ours = bucket(x, IMPORTANCE_RATIO_BUCKETS)
     assert ours.counts.tolist() == sdk_counts, (ours.counts.tolist(), sdk_counts)
 
-    t_bucket = best(lambda: bucket(x, IMPORTANCE_RATIO_BUCKETS), args.repeat)
-    t_bare = best(lambda: torch.bucketize(x, bounds), args.repeat)
     tel = rl_otel.init(run="bench", prometheus=False)
     try:
-        t_log = best(lambda: tel.log({"actor/ratio_dist": x}), args.repeat)
+        t_bucket, t_bare, t_log = best_seconds([lambda: bucket(x, IMPORTANCE_RATIO_BUCKETS),
+                                                lambda: torch.bucketize(x, bounds),
+                                                lambda: tel.log({"actor/ratio_dist": x})], args.repeat)
     finally:
         tel.close()
 
