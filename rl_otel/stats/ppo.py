@@ -12,7 +12,7 @@ from typing import Literal
 
 import torch
 
-from rl_otel.catalog import default_catalog
+from rl_otel.catalog import Catalog, default_catalog
 from rl_otel.core.histogram import BucketCounts
 from rl_otel.stats import masked
 from rl_otel.stats.histogram import as_float, bucket_vector
@@ -44,25 +44,26 @@ def kl_penalty_terms(log_probs: torch.Tensor, base_log_probs: torch.Tensor, kind
 class _Batch:
     """Scalars and bucketed distributions collected on the device, read back with one transfer."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
         self.parts: list[torch.Tensor] = []
         self.layout: list[tuple[str, tuple[float, ...] | None]] = []
+        self.constants: dict[str, float] = {}
 
     def put(self, key: str, value: torch.Tensor) -> None:
         self.parts.append(value.reshape(1))  # torch.cat promotes to the widest dtype once, in read()
         self.layout.append((key, None))
 
     def put_dist(self, key: str, values: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-        bounds = default_catalog().lookup(key).spec.buckets
+        bounds = self.catalog.lookup(key).spec.buckets
         self.parts.append(bucket_vector(values, bounds, mask))
         self.layout.append((key, bounds))
 
     def read(self) -> dict[str, float | BucketCounts]:
+        out: dict[str, float | BucketCounts] = dict(self.constants)
         if not self.parts:
-            return {}
+            return out
         flat = torch.cat(self.parts).tolist()  # the one device -> host transfer
-        out: dict[str, float | BucketCounts] = {}
         pos = 0
         for key, bounds in self.layout:
             if bounds is None:
@@ -97,6 +98,7 @@ def ppo_stats(
     loss_agg_mode: str = "token-mean",
     names: str | Iterable[str] = "roll",
     distributions: bool | Literal["tensors"] = False,
+    catalog: Catalog | None = None,
     _compact: bool | None = None,
 ) -> dict[str, float | BucketCounts | torch.Tensor]:
     """PPO, critic and token statistics of one batch, computed on the tensors' device with one host transfer.
@@ -121,6 +123,8 @@ def ppo_stats(
             :class:`BucketCounts` against the catalog's buckets, read back in the same single transfer;
             ``"tensors"`` adds them as 1-d tensors of the selected values instead (a boolean index: one more
             sync each on a GPU).
+        catalog: where the histograms' bucket bounds come from (default: :func:`rl_otel.default_catalog`); use
+            the catalog ``Telemetry`` was created with.
 
     Returns:
         ``{key: float}`` with ROLL's ``actor/*``, ``critic/*``, ``tokens/*`` keys and/or TRL's ``ppo/*``,
@@ -146,20 +150,21 @@ def ppo_stats(
     clip_ratio_high = clip_ratio_low if clip_ratio_high is None else clip_ratio_high
 
     with torch.no_grad():
-        return _compute(locals_=dict(
+        return _compute(inputs=dict(
             log_probs=log_probs, old_log_probs=old_log_probs, response_mask=response_mask, advantages=advantages,
             ref_log_probs=ref_log_probs, values=values, returns=returns, vpreds=vpreds, rewards=rewards,
             scores=scores, entropy=entropy, prompt_mask=prompt_mask),
             clip_low=clip_ratio_low, clip_high=clip_ratio_high, value_clip=value_clip, kl_penalty=kl_penalty,
             kl_coef=kl_coef, seq_mean=loss_agg_mode == "seq-mean-token-mean", roll="roll" in sets,
-            trl="trl" in sets, distributions=distributions, compact=_compact)
+            trl="trl" in sets, distributions=distributions, catalog=catalog or default_catalog(), compact=_compact)
 
 
-def _compute(*, locals_: dict, clip_low: float, clip_high: float, value_clip: float | None, kl_penalty: str,
-             kl_coef: float | None, seq_mean: bool, roll: bool, trl: bool, distributions: bool | str,
-             compact: bool | None) -> dict[str, float | BucketCounts | torch.Tensor]:
-    a = locals_
-    out = _Batch(a["log_probs"].device)
+def _compute(*, inputs: dict[str, torch.Tensor | None], clip_low: float, clip_high: float,
+             value_clip: float | None, kl_penalty: str, kl_coef: float | None, seq_mean: bool, roll: bool, trl: bool,
+             distributions: bool | str, catalog: Catalog, compact: bool | None
+             ) -> dict[str, float | BucketCounts | torch.Tensor]:
+    a = inputs
+    out = _Batch(catalog)
     tensors: dict[str, torch.Tensor] = {}
     sel = masked.Selection(a["response_mask"], compact)
 
@@ -183,19 +188,20 @@ def _compute(*, locals_: dict, clip_low: float, clip_high: float, value_clip: fl
         out.put(f"{prefix}/max", hi)
         out.put(f"{prefix}/min", lo)
 
+    def nan(x: torch.Tensor) -> torch.Tensor:
+        return x.new_full((), float("nan"))
+
+    def seq_mean_of(x: torch.Tensor) -> torch.Tensor:
+        return x.mean() if x.numel() else nan(x)
+
     def seq_family(prefix: str, x: torch.Tensor) -> None:
-        if x.numel():
-            lo, hi = torch.aminmax(x)
-            out.put(f"{prefix}/mean", x.mean())
-        else:
-            lo = hi = torch.tensor(float("nan"), dtype=x.dtype, device=x.device)
-            out.put(f"{prefix}/mean", lo)
+        lo, hi = torch.aminmax(x) if x.numel() else (nan(x), nan(x))
+        out.put(f"{prefix}/mean", seq_mean_of(x))
         out.put(f"{prefix}/max", hi)
         out.put(f"{prefix}/min", lo)
 
     def seq_std(x: torch.Tensor) -> torch.Tensor:
-        n = x.numel()
-        return x.std() if n > 1 else torch.tensor(float("nan"), dtype=x.dtype, device=x.device)
+        return x.std() if x.numel() > 1 else nan(x)
 
     lp, old = tok("log_probs"), tok("old_log_probs")
     log_ratio = lp - old
@@ -240,14 +246,14 @@ def _compute(*, locals_: dict, clip_low: float, clip_high: float, value_clip: fl
         if trl:
             # TRL's objective/* describe the rollout: its log-probs against the reference, summed per sequence.
             kl_seq = sel.row_sums(old - ref)
-            out.put("objective/kl", kl_seq.mean())
+            out.put("objective/kl", seq_mean_of(kl_seq))
             if kl_coef is not None:
-                out.put("objective/kl_coef", torch.tensor(float(kl_coef), device=kl_seq.device))
-                out.put("ppo/mean_non_score_reward", (-float(kl_coef) * kl_seq).mean())
+                out.constants["objective/kl_coef"] = float(kl_coef)
+                out.put("ppo/mean_non_score_reward", seq_mean_of(-float(kl_coef) * kl_seq))
             dist("objective/kl_dist", kl_seq, False)
             dist("objective/ref_logprobs", ref, True)
     if trl:
-        out.put("objective/entropy", (-sel.row_sums(old)).mean())
+        out.put("objective/entropy", seq_mean_of(-sel.row_sums(old)))
     if roll:
         family("critic/old_log_prob", old)
     ent = tok("entropy")
@@ -312,7 +318,7 @@ def _compute(*, locals_: dict, clip_low: float, clip_high: float, value_clip: fl
             seq_family("critic/score", sc)
             dist("critic/score_dist", sc, False)
         if trl:
-            mean, std = (sc.mean() if sc.numel() else torch.tensor(float("nan"))), seq_std(sc)
+            mean, std = seq_mean_of(sc), seq_std(sc)
             out.put("env/reward_mean", mean)
             out.put("env/reward_std", std)
             out.put("ppo/mean_scores", mean)
@@ -324,7 +330,7 @@ def _compute(*, locals_: dict, clip_low: float, clip_high: float, value_clip: fl
         seq_family("tokens/response_length", resp_len)
         dist("tokens/response_length_dist", resp_len, False)
     if trl:
-        out.put("tokens/responses_len_mean", resp_len.mean())
+        out.put("tokens/responses_len_mean", seq_mean_of(resp_len))
         out.put("tokens/responses_len_std", seq_std(resp_len))
         dist("tokens/responses_dist", resp_len, False)
     if a["prompt_mask"] is not None:
@@ -332,7 +338,7 @@ def _compute(*, locals_: dict, clip_low: float, clip_high: float, value_clip: fl
         if roll:
             seq_family("tokens/prompt_length", prompt_len)
         if trl:
-            out.put("tokens/queries_len_mean", prompt_len.mean())
+            out.put("tokens/queries_len_mean", seq_mean_of(prompt_len))
             out.put("tokens/queries_len_std", seq_std(prompt_len))
             dist("tokens/queries_dist", prompt_len, False)
 
