@@ -20,6 +20,7 @@ from rl_otel.core.router import Refusal, Router
 from rl_otel.core.store import SeriesStore
 from rl_otel.core.values import BadValue, coerce, flatten
 from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry, StoreMetricReader
+from rl_otel.sinks.bridge import Bridge, NullBridge
 
 _log = logging.getLogger("rl_otel")
 _WARN_LIMIT = 10_000  # distinct (what, key) pairs remembered for warn-once
@@ -70,6 +71,12 @@ class Telemetry:
             except Exception:
                 self._meter_provider.shutdown()
                 raise
+        self._bridge: Bridge | NullBridge = NullBridge()
+        try:
+            self._bridge = self._start_bridge()
+        except BaseException:
+            self.close()
+            raise
 
     # -- public surface -------------------------------------------------------------------------------------
 
@@ -99,12 +106,22 @@ class Telemetry:
                 _log.exception("rl_otel: log() failed")
             self._count_error("input", "internal")
 
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """Names of the tracker sinks this process mirrors to (empty on ranks that do not mirror)."""
+        return self._bridge.sink_names
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until the trackers have written every logged step. True if they all did within the timeout."""
+        return self._bridge.flush(timeout_s)
+
     def close(self) -> None:
-        """Stop serving and release everything. Idempotent."""
+        """Flush and close the trackers (bounded by ``close_timeout_s``), stop serving. Idempotent."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
+        self._bridge.close()
         if self._endpoint is not None:
             self._endpoint.close()
         if self._meter_provider is not None:
@@ -124,6 +141,7 @@ class Telemetry:
             return
         step = self._advance(step)
         items = []
+        mirrored: dict[str, float | np.ndarray] | None = {} if self._bridge.active else None
         for key, raw in flatten(metrics):
             try:
                 value = coerce(raw)
@@ -146,12 +164,16 @@ class Telemetry:
                                f"{spec.kind.value}: log its mean/max/min, or a *_dist key")
                 continue
             items.append((spec, route.labels, value * spec.scale if spec.scale != 1.0 else value))
+            if mirrored is not None:  # trackers get what Prometheus gets, in the user's units and keys
+                mirrored[key] = value.copy() if isinstance(value, np.ndarray) else value
         for spec, n in self._store.write(items):
             self._count_error("input", "non_finite_in_distribution", n)
             self._warn_once("non_finite", spec.name, f"rl_otel: {n} NaN/Inf values left out of the histogram "
                                                      f"{spec.name} (Prometheus buckets cannot hold them)")
         self._store.write([(meta.STEP, (), float(step)), (meta.LAST_STEP_TIMESTAMP, (), time.time())],
                           expires=False)
+        if mirrored:
+            self._bridge.submit(mirrored, step)
 
     def _advance(self, step: object) -> int:
         with self._step_lock:
@@ -166,6 +188,26 @@ class Telemetry:
                 step = 0 if self._step is None else self._step + 1
             self._step = int(step)
             return self._step
+
+    def _start_bridge(self) -> Bridge | NullBridge:
+        from rl_otel.core.ranks import mirrors_to_trackers
+        from rl_otel.sinks.bridge import build_bridge
+        from rl_otel.sinks.config import secret_values
+
+        cfg = self.config
+        self._secrets = frozenset(s for t in cfg.trackers for s in secret_values(dict(t.kwargs)))
+        return build_bridge(cfg.trackers, run=cfg.run, mirror=mirrors_to_trackers(cfg.rank, cfg.tracker_ranks),
+                            on_error=self._sink_error, queue_size=cfg.sink_queue_size,
+                            close_timeout_s=cfg.close_timeout_s, handle_sigterm=cfg.handle_sigterm,
+                            on_sigterm=self.close)
+
+    def _sink_error(self, sink: str, reason: str, exc: BaseException | None) -> None:
+        from rl_otel.sinks.config import scrub
+
+        self._count_error(sink, reason)
+        detail = "" if exc is None else f": {type(exc).__name__}: {scrub(str(exc), self._secrets)}"
+        self._warn_once(f"sink_{reason}", sink, f"rl_otel: tracker {sink!r} failed ({reason}){detail}; training "
+                        "and the other trackers go on (counted in rl_telemetry_errors_total)")
 
     def _bad(self, key: str, why: str) -> None:
         self._count_error("input", "bad_value")
