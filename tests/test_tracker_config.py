@@ -133,3 +133,8 @@ def test_cli_trackers_prints_redacted_config(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["trackers"][0] == {"name": "wandb", "kwargs": {"project": "q"}}
     assert main(["trackers", "--track-with", "nope"]) == 2
     assert "unknown tracker" in capsys.readouterr().err
+
+
+def test_public_names():
+    assert {"init", "register_sink", "Sink"} <= set(rl_otel.__all__)
+    assert rl_otel.register_sink is register_sink

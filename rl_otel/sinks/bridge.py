@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import errno
-import logging
 import os
 import signal
 import threading
@@ -27,7 +26,6 @@ from collections.abc import Callable, Sequence
 
 from rl_otel.sinks.base import Metrics, Sink, SinkError
 
-_log = logging.getLogger("rl_otel")
 
 OnError = Callable[[str, str, "BaseException | None"], None]  # (sink, reason, exception)
 _DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
@@ -93,10 +91,14 @@ class _Worker:
             return self._cond.wait_for(lambda: not self._items and not self._busy,
                                        timeout=max(0.0, deadline - time.monotonic()))
 
-    def close(self, deadline: float) -> bool:
+    def begin_close(self) -> None:
+        """Stop taking steps; the worker writes what is queued, closes its sink and ends."""
         with self._cond:
             self._closing = True
             self._cond.notify_all()
+
+    def close(self, deadline: float) -> bool:
+        self.begin_close()
         self.thread.join(timeout=max(0.0, deadline - time.monotonic()))
         return not self.thread.is_alive()
 
@@ -141,10 +143,8 @@ class Bridge:
         if self._sigterm is not None:
             self._sigterm.uninstall()
         deadline = time.monotonic() + self._close_timeout_s
-        for worker in self._workers:
-            with worker._cond:
-                worker._closing = True
-                worker._cond.notify_all()
+        for worker in self._workers:  # all drain at once; one deadline for all
+            worker.begin_close()
         for worker in self._workers:
             if not worker.close(deadline):
                 self._on_error(worker.name, "close_timeout", None)
