@@ -43,6 +43,8 @@ def _leveldb_records(path: str, ident: bytes):
         if length == 0 and kind == 0:
             pos += (block - pos % block) % block
             continue
+        if pos + length > len(data):  # a record still being written
+            return
         chunk, pos = data[pos:pos + length], pos + length
         if kind == 1:
             yield chunk
@@ -55,16 +57,27 @@ def _leveldb_records(path: str, ident: bytes):
 
 
 def wandb_history(wandb_dir: str) -> dict[int, dict[str, object]]:
-    """``{step: {key: value}}`` from the offline run's ``.wandb`` file, parsed with wandb's own protobufs."""
+    """``{step: {key: value}}`` from the offline run's ``.wandb`` file, parsed with wandb's own protobufs.
+
+    wandb-core writes the file from its own process; the reader waits (up to 30 s) for the run's ``exit`` record.
+    """
     import json
+    import time
 
     from wandb.proto import wandb_internal_pb2 as pb
 
     (path,) = glob.glob(os.path.join(wandb_dir, "wandb", "offline-run-*", "run-*.wandb"))
+    for _ in range(300):
+        records = []
+        for data in _leveldb_records(path, b":W&B"):
+            rec = pb.Record()
+            rec.ParseFromString(data)
+            records.append(rec)
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
+            break
+        time.sleep(0.1)
     rows: dict[int, dict[str, object]] = defaultdict(dict)
-    for data in _leveldb_records(path, b":W&B"):
-        rec = pb.Record()
-        rec.ParseFromString(data)
+    for rec in records:
         if rec.WhichOneof("record_type") == "history":
             row = rows[rec.history.step.num]
             for item in rec.history.item:

@@ -52,4 +52,5 @@ def test_step_going_back_is_refused_by_us_not_dropped_by_wandb(wandb_env):
     sink.log({"a": 4.0}, 6)
     sink.close()
     history = wandb_history(str(wandb_env))
+    assert 5 in history, history
     assert history[5]["a"] == 2.0 and 4 not in history
