@@ -6,34 +6,57 @@ torch, tensorboard, wandb, swanlab and pynvml only when a feature needs them.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from rl_otel._version import __version__
 from rl_otel.errors import ConfigurationError, PortInUseError
+from rl_otel.sinks.base import Sink, register_sink
 
 if TYPE_CHECKING:
     from rl_otel.catalog import Catalog
     from rl_otel.core.telemetry import Telemetry
 
-__all__ = ["Catalog", "ConfigurationError", "PortInUseError", "Telemetry", "__version__", "default_catalog", "init"]
+__all__ = ["Catalog", "ConfigurationError", "PortInUseError", "Sink", "Telemetry", "__version__", "default_catalog",
+           "init", "register_sink"]
+
+
+class _Default:
+    """Marks an init() argument the caller did not give, so a config file's value can fill it."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
 
 
 def init(
-    run: str | None = None,
+    run: str | None = _Default(None),  # type: ignore[assignment]
     *,
-    rank: int | None = None,
-    role: str = "trainer",
-    prometheus: dict[str, Any] | bool | None = True,
+    config: str | os.PathLike | None = None,
+    rank: int | None = _Default(None),  # type: ignore[assignment]
+    role: str = _Default("trainer"),  # type: ignore[assignment]
+    prometheus: dict[str, Any] | bool | None = _Default(True),  # type: ignore[assignment]
     catalog: Catalog | None = None,
-    max_series_per_metric: int = 10_000,
-    max_unknown_keys: int = 1_000,
-    series_ttl_s: float | None = None,
-    tracing: Any = None,
+    max_series_per_metric: int = _Default(10_000),  # type: ignore[assignment]
+    max_unknown_keys: int = _Default(1_000),  # type: ignore[assignment]
+    series_ttl_s: float | None = _Default(None),  # type: ignore[assignment]
+    track_with: str | list[str] | None = _Default(None),  # type: ignore[assignment]
+    tracker_kwargs: dict[str, Any] | None = _Default(None),  # type: ignore[assignment]
+    trackers: dict[str, dict[str, Any]] | list[Any] | None = _Default(None),  # type: ignore[assignment]
+    tracker_ranks: int | list[int] | str = _Default(0),  # type: ignore[assignment]
+    handle_sigterm: bool = _Default(True),  # type: ignore[assignment]
+    sink_queue_size: int = _Default(64),  # type: ignore[assignment]
+    close_timeout_s: float = _Default(10.0),  # type: ignore[assignment]
+    tracing: Any = _Default(None),  # type: ignore[assignment]
 ) -> Telemetry:
-    """Create the process's :class:`Telemetry` and start its scrape endpoint.
+    """Create the process's :class:`Telemetry`, start its scrape endpoint and its tracker sinks.
 
     Args:
         run: the run's name, a label on every series (default: ``$RL_OTEL_RUN``, else a timestamp).
+        config: a YAML file with any of these options (top level, or under an ``rl_otel:`` section; a ROLL
+            pipeline YAML works as it is). Keyword arguments given here override the file.
         rank: the process's rank, a label on every series (default: ``$RANK``, else 0).
         role: what this process does (trainer, actor, rollout, ...), recorded on the OTel resource.
         prometheus: ``{"host": ..., "port": ...}`` for the scrape endpoint (default ``0.0.0.0:9464``; port 0
@@ -45,18 +68,39 @@ def init(
         tracing: where ``phase()`` spans go: ``None`` (nowhere), ``"console"`` (JSON lines on stderr),
             ``{"exporter": "jsonl", "path": ...}``, ``{"exporter": "otlp", "endpoint": ..., "protocol":
             "http/protobuf" | "grpc"}`` (needs ``pip install 'rl-otel[otlp]'``) or a ``SpanExporter``.
+        track_with: ROLL's option: a tracker name (``"tensorboard"``, ``"wandb"``, ``"swanlab"``, ``"stdout"``
+            or one added with :func:`register_sink`), or a list of names.
+        tracker_kwargs: with one tracker, its kwargs (flat, as in ROLL); with a list, kwargs keyed by name.
+        trackers: instead of track_with: ``{"tensorboard": {"log_dir": ...}, "stdout": {}}`` or a list.
+        tracker_ranks: which ranks mirror to trackers: a rank (default 0), a list of ranks, or ``"all"``.
+            Every rank exports to Prometheus.
+        handle_sigterm: flush the trackers on SIGTERM, then run the previous handler (main thread only).
+        sink_queue_size: steps a tracker may fall behind before its oldest queued step is dropped (counted).
+        close_timeout_s: how long ``close()`` (or SIGTERM) waits for the trackers to write and close.
 
     Raises:
-        ConfigurationError: a bad argument (the message names it); PortInUseError when the port is taken.
+        ConfigurationError: a bad argument (the message names it); PortInUseError when the port is taken;
+        ImportError when a tracker's package is missing (the message says what to install).
     """
     from rl_otel.catalog import default_catalog as _default_catalog
     from rl_otel.core.config import build_config
     from rl_otel.core.telemetry import Telemetry as _Telemetry
+    from rl_otel.sinks.config import load_config_file
 
-    config = build_config(run=run, rank=rank, role=role, prometheus=prometheus,
-                          max_series_per_metric=max_series_per_metric, max_unknown_keys=max_unknown_keys,
-                          series_ttl_s=series_ttl_s, tracing=tracing)
-    return _Telemetry(config, catalog if catalog is not None else _default_catalog())
+    given = dict(run=run, rank=rank, role=role, prometheus=prometheus, max_series_per_metric=max_series_per_metric,
+                 max_unknown_keys=max_unknown_keys, series_ttl_s=series_ttl_s, track_with=track_with,
+                 tracker_kwargs=tracker_kwargs, trackers=trackers, tracker_ranks=tracker_ranks,
+                 handle_sigterm=handle_sigterm, sink_queue_size=sink_queue_size, close_timeout_s=close_timeout_s,
+                 tracing=tracing)
+    options = {k: v.value for k, v in given.items() if isinstance(v, _Default)}
+    from_file = load_config_file(config) if config is not None else {}
+    if any(not isinstance(given[k], _Default) for k in ("track_with", "tracker_kwargs", "trackers")):
+        for k in ("track_with", "tracker_kwargs", "trackers"):  # the caller's tracker choice replaces the file's
+            from_file.pop(k, None)
+    options.update(from_file)
+    options.update({k: v for k, v in given.items() if not isinstance(v, _Default)})
+    cfg = build_config(**options)
+    return _Telemetry(cfg, catalog if catalog is not None else _default_catalog())
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,10 @@
-"""The ``rl-otel`` command: ``rl-otel catalog [--format table|json|markdown]``, ``rl-otel catalog resolve KEY...``."""
+"""The ``rl-otel`` command.
+
+``rl-otel catalog [--format table|json|markdown]``, ``rl-otel catalog resolve KEY...``,
+``rl-otel trackers [--config exp.yaml] [--track-with NAME] [--tracker-kwargs JSON] [--tracker NAME=JSON]``
+(prints the tracker configuration init() would use, secrets redacted). :func:`add_tracker_arguments` and
+:func:`tracker_options` give any command the same tracker options.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,52 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+
+def add_tracker_arguments(parser: argparse.ArgumentParser) -> None:
+    """The tracker options, as in ROLL's YAML: ``--track-with``/``--tracker-kwargs`` or ``--tracker`` per sink."""
+    group = parser.add_argument_group("trackers")
+    group.add_argument("--config", metavar="FILE", help="YAML file with init() options (ROLL's track_with, ...)")
+    group.add_argument("--track-with", metavar="NAME", help="tracker name(s), comma-separated (ROLL's track_with)")
+    group.add_argument("--tracker-kwargs", metavar="JSON", type=_json_object,
+                       help="JSON kwargs: flat for one tracker, keyed by tracker name for several")
+    group.add_argument("--tracker", metavar="NAME[=JSON]", action="append", default=None,
+                       help="a tracker and its JSON kwargs, e.g. --tracker tensorboard='{\"log_dir\": \"tb\"}' "
+                            "(repeatable; instead of --track-with)")
+    group.add_argument("--tracker-ranks", metavar="RANKS",
+                       help="ranks that mirror to trackers: 'all' or comma-separated ranks (default 0)")
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def tracker_options(args: argparse.Namespace) -> dict[str, Any]:
+    """init() keyword arguments from the options of :func:`add_tracker_arguments` (only those given)."""
+    options: dict[str, Any] = {}
+    if args.config:
+        options["config"] = args.config
+    if args.track_with:
+        options["track_with"] = args.track_with
+    if args.tracker_kwargs is not None:
+        options["tracker_kwargs"] = args.tracker_kwargs
+    if args.tracker:
+        trackers: dict[str, Any] = {}
+        for item in args.tracker:
+            name, _, kwargs = item.partition("=")
+            trackers[name.strip()] = _json_object(kwargs) if kwargs else {}
+        options["trackers"] = trackers
+    if args.tracker_ranks:
+        options["tracker_ranks"] = ("all" if args.tracker_ranks == "all"
+                                    else [int(r) for r in args.tracker_ranks.split(",")])
+    return options
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -17,7 +69,34 @@ def _parser() -> argparse.ArgumentParser:
     cat_sub = cat.add_subparsers(dest="catalog_command")
     resolve = cat_sub.add_parser("resolve", help="print one JSON object per key: what the key becomes")
     resolve.add_argument("keys", nargs="+", metavar="KEY")
+    trk = sub.add_parser("trackers", help="print the tracker configuration init() would use (secrets redacted)")
+    trk.add_argument("--list", action="store_true", help="list the registered tracker sinks")
+    add_tracker_arguments(trk)
     return parser
+
+
+def _trackers(args: argparse.Namespace) -> int:
+    from rl_otel.errors import ConfigurationError
+    from rl_otel.sinks.base import registered_sinks
+    from rl_otel.sinks.config import load_config_file, normalize_trackers
+
+    if args.list:
+        print("\n".join(registered_sinks()))
+        return 0
+    try:
+        options = tracker_options(args)
+        merged = load_config_file(options.pop("config")) if "config" in options else {}
+        if any(k in options for k in ("track_with", "tracker_kwargs", "trackers")):
+            for k in ("track_with", "tracker_kwargs", "trackers"):
+                merged.pop(k, None)
+        merged.update(options)
+        specs = normalize_trackers(merged.get("track_with"), merged.get("tracker_kwargs"), merged.get("trackers"))
+    except (ConfigurationError, ValueError) as exc:
+        print(f"rl-otel: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"trackers": [s.to_dict() for s in specs],
+                      "tracker_ranks": merged.get("tracker_ranks", 0)}, indent=2, default=str))
+    return 0
 
 
 def _catalog(args: argparse.Namespace) -> int:
@@ -48,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "catalog":
         return _catalog(args)
+    if args.command == "trackers":
+        return _trackers(args)
     _parser().print_help(sys.stderr)
     return 2
 

@@ -9,8 +9,8 @@ from rl_otel.cli import main
 
 
 def test_public_names_are_pinned():
-    assert rl_otel.__all__ == ["Catalog", "ConfigurationError", "PortInUseError", "Telemetry", "__version__",
-                               "default_catalog", "init"]
+    assert rl_otel.__all__ == ["Catalog", "ConfigurationError", "PortInUseError", "Sink", "Telemetry", "__version__",
+                               "default_catalog", "init", "register_sink"]
     for name in rl_otel.__all__:
         assert getattr(rl_otel, name) is not None
 

@@ -184,3 +184,20 @@ def test_cuda_matches_cpu_with_one_sync():
             assert gpu[key] == pytest.approx(value, rel=1e-4, abs=1e-5, nan_ok=True), key
     assert_same(bucket(on_gpu["advantages"], SIGNED_BUCKETS), reference(batch["advantages"].double().numpy(),
                                                                         SIGNED_BUCKETS))
+
+
+def test_trackers_get_the_values_of_a_tensor_histogram(tmp_path):
+    import json
+
+    out = tmp_path / "out.log"
+    x = torch.tensor([0.5, 1.0, 1.5, 3.0])
+    with rl_otel.init(run="m", prometheus=False, trackers={"stdout": {"file": str(out)}}) as tel:
+        tel.log({"ppo/policy/ratio": x, "env/reward_dist": [1.0, -1.0],
+                 "actor/ratio_dist": bucket(x, IMPORTANCE_RATIO_BUCKETS), "actor/ratio_mean": 1.5}, step=3)
+        assert tel._store.value("rl_actor_importance_ratio_dist").count == 4  # Prometheus has all three
+        assert tel._store.value("rl_ppo_policy_ratio_dist").count == 4
+    line = out.read_text().splitlines()[-1]
+    metrics = json.loads(line.split("metrics_tag: ", 1)[1])["metrics"]
+    assert metrics["ppo/policy/ratio"] == {"count": 4, "mean": 1.5, "min": 0.5, "max": 3.0}
+    assert metrics["env/reward_dist"]["count"] == 2 and metrics["actor/ratio_mean"] == 1.5
+    assert "actor/ratio_dist" not in metrics  # bucketed counts carry no values for a tracker to draw

@@ -7,9 +7,13 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rl_otel.errors import ConfigurationError
 from rl_otel.phases.tracing import TracingConfig, tracing_config
+
+if TYPE_CHECKING:
+    from rl_otel.sinks.config import TrackerSpec
 
 DEFAULT_PORT = 9464
 DEFAULT_HOST = "0.0.0.0"
@@ -32,12 +36,29 @@ class TelemetryConfig:
     max_unknown_keys: int
     series_ttl_s: float | None
     tracing: TracingConfig | None = None
+    trackers: tuple[TrackerSpec, ...] = ()
+    tracker_ranks: int | str | frozenset[int] = 0
+    handle_sigterm: bool = True
+    sink_queue_size: int = 64
+    close_timeout_s: float = 10.0
 
 
 def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(f"{name} must be a positive int, got {value!r}")
     return value
+
+
+def _bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _positive_seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
 
 
 def _prometheus(value: object) -> PrometheusConfig | None:
@@ -73,7 +94,13 @@ def _rank(value: object) -> int:
 
 
 def build_config(*, run: str | None, rank: int | None, role: str, prometheus: object, max_series_per_metric: int,
-                 max_unknown_keys: int, series_ttl_s: float | None, tracing: object = None) -> TelemetryConfig:
+                 max_unknown_keys: int, series_ttl_s: float | None, track_with: object = None,
+                 tracker_kwargs: object = None, trackers: object = None, tracker_ranks: object = 0,
+                 handle_sigterm: bool = True, sink_queue_size: int = 64,
+                 close_timeout_s: float = 10.0, tracing: object = None) -> TelemetryConfig:
+    from rl_otel.core.ranks import check_tracker_ranks
+    from rl_otel.sinks.config import normalize_trackers
+
     if run is None:
         run = os.environ.get("RL_OTEL_RUN") or time.strftime("run-%Y%m%d-%H%M%S")
     if not isinstance(run, str) or not run.strip():
@@ -93,4 +120,9 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
         max_unknown_keys=_positive_int("max_unknown_keys", max_unknown_keys),
         series_ttl_s=None if series_ttl_s is None else float(series_ttl_s),
         tracing=tracing_config(tracing),
+        trackers=normalize_trackers(track_with, tracker_kwargs, trackers),
+        tracker_ranks=check_tracker_ranks(tracker_ranks),
+        handle_sigterm=_bool("handle_sigterm", handle_sigterm),
+        sink_queue_size=_positive_int("sink_queue_size", sink_queue_size),
+        close_timeout_s=_positive_seconds("close_timeout_s", close_timeout_s),
     )

@@ -26,7 +26,7 @@ class Route:
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a key's value cannot reach Prometheus (it still reaches trackers)."""
+    """Why a key's value cannot reach Prometheus (nor the trackers: one data path)."""
 
     reason: str  # "collision" | "unknown_key_cap"
     metric: str  # the name counted in rl_telemetry_dropped_series_total{metric=...}

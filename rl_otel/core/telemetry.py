@@ -19,12 +19,13 @@ from rl_otel.catalog import Catalog, Kind, live, meta
 from rl_otel.core.config import TelemetryConfig
 from rl_otel.core.router import Refusal, Router
 from rl_otel.core.store import SeriesStore
-from rl_otel.core.values import BadValue, as_histogram, coerce, flatten
+from rl_otel.core.values import BadValue, as_histogram, coerce, flatten, to_tracker_array
 from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry, StoreMetricReader
 from rl_otel.phases.live import LiveGauges
 from rl_otel.phases.memory import CpuProbe, GpuProbe
 from rl_otel.phases.phase import Phase, PhaseRuntime
 from rl_otel.phases.tracing import build_tracer_provider
+from rl_otel.sinks.bridge import Bridge, NullBridge
 
 _log = logging.getLogger("rl_otel")
 _WARN_LIMIT = 10_000  # distinct (what, key) pairs remembered for warn-once
@@ -86,6 +87,12 @@ class Telemetry:
                 self._tracer_provider.shutdown()
                 raise
             self._live = LiveGauges(self._store.add_collector, cpu, lambda reason: self._count_error("live", reason))
+        self._bridge: Bridge | NullBridge = NullBridge()
+        try:
+            self._bridge = self._start_bridge()
+        except BaseException:
+            self.close()
+            raise
 
     # -- public surface -------------------------------------------------------------------------------------
 
@@ -155,14 +162,24 @@ class Telemetry:
         """This Telemetry's own ``TracerProvider`` (never the global one); add span processors to it."""
         return self._tracer_provider
 
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """Names of the tracker sinks this process mirrors to (empty on ranks that do not mirror)."""
+        return self._bridge.sink_names
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until the trackers have written every logged step. True if they all did within the timeout."""
+        return self._bridge.flush(timeout_s)
+
     def close(self) -> None:
-        """Stop serving and release everything. Idempotent."""
+        """Flush and close the trackers (bounded by ``close_timeout_s``), stop serving. Idempotent."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
         if self._live is not None:
             self._live.close()
+        self._bridge.close()
         if self._endpoint is not None:
             self._endpoint.close()
         if self._meter_provider is not None:
@@ -182,14 +199,22 @@ class Telemetry:
             self._bad("", f"log() takes a dict of metrics, got {type(metrics).__name__}")
             return
         step = self._advance(step)
-        self._write_metrics(flatten(metrics))
+        mirrored = self._write_metrics(flatten(metrics), mirror=self._bridge.active)
         self._store.write([(meta.STEP, (), float(step)), (meta.LAST_STEP_TIMESTAMP, (), time.time())],
                           expires=False)
+        if mirrored is not None:
+            # the phases finished since the last step reach the trackers at this step, as in ROLL
+            mirrored = {**self.take_phase_metrics(), **mirrored}
+            if mirrored:
+                self._bridge.submit(mirrored, step)
 
-    def _write_metrics(self, pairs: Iterable[tuple[str, object]]) -> None:
+    def _write_metrics(self, pairs: Iterable[tuple[str, object]], *,
+                       mirror: bool = False) -> dict[str, float | np.ndarray] | None:
         """Route ``(key, value)`` pairs through the catalog into the store (scaled to base units): the one path
-        of user metrics and phase metrics."""
+        of user metrics and phase metrics. With ``mirror``, return what the trackers get: every accepted value,
+        in the user's keys and units."""
         items = []
+        mirrored: dict[str, float | np.ndarray] | None = {} if mirror else None
         for key, raw in pairs:
             try:
                 value = coerce(raw, keep_tensors=True)
@@ -209,16 +234,26 @@ class Telemetry:
                     items.append((spec, route.labels, as_histogram(value, spec.buckets, spec.scale)))
                 except BadValue as exc:
                     self._bad(key, str(exc))
+                    continue
+                if mirrored is not None:
+                    # trackers draw their own histograms from the values: a tensor's values cross once more (only
+                    # when trackers are on); BucketCounts have no values left and stay Prometheus-only
+                    tracked = to_tracker_array(value)
+                    if tracked is not None:
+                        mirrored[key] = tracked
                 continue
             if not isinstance(value, float):
                 self._bad(key, f"a distribution, but {spec.prometheus_name} is a {spec.kind.value}: log its "
                                "mean/max/min, or a *_dist key")
                 continue
             items.append((spec, route.labels, value * spec.scale if spec.scale != 1.0 else value))
+            if mirrored is not None:  # trackers get what Prometheus gets, in the user's units and keys
+                mirrored[key] = value.copy() if isinstance(value, np.ndarray) else value
         for spec, n in self._store.write(items):
             self._count_error("input", "non_finite_in_distribution", n)
             self._warn_once("non_finite", spec.name, f"rl_otel: {n} NaN/Inf values left out of the histogram "
                                                      f"{spec.name} (Prometheus buckets cannot hold them)")
+        return mirrored
 
     def _record_phase(self, cluster: str, phase: str, metrics: dict[str, float], durations: dict[str, float]) -> None:
         self._write_metrics(metrics.items())
@@ -254,6 +289,26 @@ class Telemetry:
                 step = 0 if self._step is None else self._step + 1
             self._step = int(step)
             return self._step
+
+    def _start_bridge(self) -> Bridge | NullBridge:
+        from rl_otel.core.ranks import mirrors_to_trackers
+        from rl_otel.sinks.bridge import build_bridge
+        from rl_otel.sinks.config import secret_values
+
+        cfg = self.config
+        self._secrets = frozenset(s for t in cfg.trackers for s in secret_values(dict(t.kwargs)))
+        return build_bridge(cfg.trackers, run=cfg.run, mirror=mirrors_to_trackers(cfg.rank, cfg.tracker_ranks),
+                            on_error=self._sink_error, queue_size=cfg.sink_queue_size,
+                            close_timeout_s=cfg.close_timeout_s, handle_sigterm=cfg.handle_sigterm,
+                            on_sigterm=self.close)
+
+    def _sink_error(self, sink: str, reason: str, exc: BaseException | None) -> None:
+        from rl_otel.sinks.config import scrub
+
+        self._count_error(sink, reason)
+        detail = "" if exc is None else f": {type(exc).__name__}: {scrub(str(exc), self._secrets)}"
+        self._warn_once(f"sink_{reason}", sink, f"rl_otel: tracker {sink!r} failed ({reason}){detail}; training "
+                        "and the other trackers go on (counted in rl_telemetry_errors_total)")
 
     def _bad(self, key: str, why: str) -> None:
         self._count_error("input", "bad_value")

@@ -107,3 +107,13 @@ def as_histogram(value: object, bounds: tuple[float, ...], scale: float = 1.0) -
         return bucket(value * scale if scale != 1.0 else value, bounds)
     arr = np.atleast_1d(np.asarray(value, dtype=np.float64))
     return arr * scale if scale != 1.0 else arr
+
+
+def to_tracker_array(value: object) -> np.ndarray | None:
+    """What a tracker gets for a histogram key: a 1-d float64 copy of the values (``None`` for ``BucketCounts``,
+    whose values are gone; ``ppo_stats(distributions="tensors")`` keeps them for trackers)."""
+    if isinstance(value, BucketCounts):
+        return None
+    if _is_torch_tensor(value):
+        return _coerce_tensor(value.reshape(-1))
+    return np.atleast_1d(np.array(value, dtype=np.float64))

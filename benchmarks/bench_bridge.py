@@ -1,0 +1,110 @@
+"""Per-step cost of one full ROLL step: rl_otel (Prometheus + TensorBoard) against a ROLL-style add_scalar loop.
+
+The ROLL-style tracker calls ``torch.utils.tensorboard.SummaryWriter.add_scalar`` once per key. rl_otel's
+``log()`` writes the series store that Prometheus scrapes and hands the step to the TensorBoard sink's worker
+thread, which writes one event per step. Both sides are timed end to end - every step logged, then everything
+flushed to disk - so work moved to a background thread is still counted. Optionally one scrape of /metrics per
+step is added (a worst case: Prometheus scrapes every 15 s, a step usually lasts longer).
+
+    python benchmarks/bench_bridge.py [--steps 300] [--devices 8] [--scrape-every 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import urllib.request
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+MMM = ("mean", "max", "min")
+PHASES = ("actor_train/train_step", "actor_infer/generate", "reference/compute_log_probs",
+          "actor_train/compute_log_probs", "critic/compute_values", "reward/compute_rewards",
+          "actor_train/model_update", "actor_train/do_checkpoint")
+
+
+def roll_step_keys(devices: int) -> list[str]:
+    """The ROLL reference's keys: ~150 scalars, plus GPU memory keys of one phase on ``devices`` devices."""
+    keys = [f"val/score/{s}" for s in MMM]
+    keys += ["critic/lr", "critic/loss", "critic/value", "critic/vpred", "critic/clipfrac", "critic/error",
+             "critic/reward_clip_frac"]
+    for group in ("score", "rewards", "advantages", "returns", "values", "ref_log_prob", "old_log_prob", "entropy"):
+        keys += [f"critic/{group}/{s}" for s in MMM]
+    keys += [f"tokens/{t}/{s}" for t in ("response_length", "prompt_length") for s in MMM]
+    keys += ["actor/lr", "actor/ppo_ratio_high_clipfrac", "actor/ppo_ratio_low_clipfrac", "actor/ppo_ratio_clipfrac",
+             "actor/clipfrac", "actor/kl_loss", "actor/total_loss", "actor/approxkl", "actor/policykl",
+             "actor/pg_loss", "actor/weighted_pg_loss", "actor/valid_samples", "actor/total_samples",
+             "actor/valid_sample_ratio", "actor/sft_loss", "actor/positive_sft_loss", "actor/negative_sft_loss"]
+    keys += [f"actor/ratio_{s}" for s in MMM] + [f"actor/sample_weights_{s}" for s in MMM]
+    keys += ["system/tps", "system/samples", "time/rollout", "time/ref_log_probs_values_reward",
+             "time/old_log_probs_values", "time/adv"]
+    for phase in PHASES:
+        keys += [f"time/{phase}/{p}" for p in ("total", "execute", "onload", "offload")]
+        keys += [f"memory/cpu/{phase}/{st}/{k}" for st in ("start", "end") for k in ("rss", "vms")]
+    for d in range(devices):
+        for stage in ("start/offload", "start/onload", "end/onload", "end/offload"):
+            keys += [f"memory/actor_train/train_step/{stage}/{k}/{d}"
+                     for k in ("allocated", "reserved", "max_allocated", "max_reserved")]
+        keys += [f"memory/actor_train/train_step/end/onload/{k}_frac/{d}" for k in ("max_allocated", "max_reserved")]
+    return keys
+
+
+def roll_style(keys: list[str], steps: list[dict[str, float]], log_dir: str) -> float:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=log_dir)
+    t0 = time.perf_counter()
+    for step, metrics in enumerate(steps):
+        for k, v in metrics.items():
+            writer.add_scalar(k, v, step)
+    writer.close()
+    return (time.perf_counter() - t0) / len(steps)
+
+
+def rl_otel_side(steps: list[dict[str, float]], log_dir: str, scrape_every: int) -> tuple[float, float]:
+    import rl_otel
+
+    tel = rl_otel.init("bench", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False,
+                       trackers={"tensorboard": {"log_dir": log_dir}}, sink_queue_size=len(steps) + 1)
+    url = tel.metrics_url
+    in_log = 0.0
+    t0 = time.perf_counter()
+    for step, metrics in enumerate(steps):
+        t = time.perf_counter()
+        tel.log(metrics, step=step)
+        in_log += time.perf_counter() - t
+        if scrape_every and step % scrape_every == 0:
+            urllib.request.urlopen(url).read()
+    tel.close()
+    return (time.perf_counter() - t0) / len(steps), in_log / len(steps)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--scrape-every", type=int, default=0, help="scrape /metrics every N steps (0: never)")
+    args = parser.parse_args()
+    keys = roll_step_keys(args.devices)
+    rng = np.random.default_rng(0)
+    steps = [dict(zip(keys, rng.random(len(keys)).tolist())) for _ in range(args.steps)]
+    with tempfile.TemporaryDirectory() as tmp:
+        rl_otel_side(steps[:20], os.path.join(tmp, "warm"), 0)  # imports, first-route caches of a fresh process
+        roll_style(keys, steps[:20], os.path.join(tmp, "warm_roll"))
+        base = roll_style(keys, steps, os.path.join(tmp, "roll"))
+        ours, ours_log = rl_otel_side(steps, os.path.join(tmp, "rl_otel"), args.scrape_every)
+    print(f"keys per step: {len(keys)} ({args.devices} devices), steps: {args.steps}, "
+          f"scrape every: {args.scrape_every or 'never'}")
+    print(f"ROLL-style add_scalar loop (TensorBoard only): {base * 1e3:8.3f} ms/step")
+    print(f"rl_otel Prometheus + TensorBoard, end to end:  {ours * 1e3:8.3f} ms/step "
+          f"(in log() on the training thread: {ours_log * 1e3:.3f} ms)")
+    print(f"ratio rl_otel / add_scalar loop: {ours / base:.3f}")
+
+
+if __name__ == "__main__":
+    main()

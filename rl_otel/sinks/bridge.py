@@ -1,0 +1,254 @@
+"""The bridge: one step's metrics fanned out to every tracker sink, each on a worker thread of its own.
+
+Why a fan-out beside the OTel pipeline and not an OTel exporter: a metric exporter sees aggregated points in
+base units, keyed by instrument name and attributes, at collection time - not the user's keys, GiB and step.
+Turning them back would need a reverse mapping per key and would mirror a *collection*, not a step. The bridge
+instead takes the ``{key: value}`` that ``Telemetry.log`` has already flattened, coerced and routed, after the
+same checks that admit a value to Prometheus: one data path, two views.
+
+Fault isolation: ``submit`` never blocks and never raises. Each worker owns a bounded queue; when a sink falls
+behind (hung, slow disk) the oldest step is dropped and counted (``reason="queue_full"``). A sink that raises is
+counted and logged once per reason; the other sinks go on. ``close()`` drains every queue and closes every sink
+under one deadline; a worker still stuck then is abandoned (daemon thread) and counted ("close_timeout").
+Thread-safe: ``submit`` may be called from several threads; ``close`` runs once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import os
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from rl_otel.sinks.base import Metrics, Sink, SinkError
+
+
+OnError = Callable[[str, str, "BaseException | None"], None]  # (sink, reason, exception)
+_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def error_reason(exc: BaseException) -> str:
+    if isinstance(exc, SinkError):
+        return exc.reason
+    if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
+        return "disk_full"
+    return "exception"
+
+
+class _Worker:
+    def __init__(self, name: str, sink: Sink, queue_size: int, on_error: OnError) -> None:
+        self.name = name
+        self.sink = sink
+        self._maxlen = queue_size
+        self._items: deque[tuple[Metrics, int]] = deque()
+        self._cond = threading.Condition()
+        self._busy = False
+        self._closing = False
+        self._on_error = on_error
+        self.thread = threading.Thread(target=self._run, name=f"rl_otel-sink-{name}", daemon=True)
+        self.thread.start()
+
+    def submit(self, metrics: Metrics, step: int) -> None:
+        with self._cond:
+            if self._closing:
+                return
+            dropped = len(self._items) >= self._maxlen
+            if dropped:
+                self._items.popleft()
+            self._items.append((metrics, step))
+            self._cond.notify()
+        if dropped:
+            self._on_error(self.name, "queue_full", None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._items and not self._closing:
+                    self._cond.wait()
+                if not self._items:
+                    break
+                metrics, step = self._items.popleft()
+                self._busy = True
+            try:
+                self.sink.log(metrics, step)
+            except Exception as exc:
+                self._on_error(self.name, error_reason(exc), exc)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+        try:
+            self.sink.close()
+        except Exception as exc:
+            self._on_error(self.name, error_reason(exc), exc)
+
+    def flush(self, deadline: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._items and not self._busy,
+                                       timeout=max(0.0, deadline - time.monotonic()))
+
+    def begin_close(self) -> None:
+        """Stop taking steps; the worker writes what is queued, closes its sink and ends."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+
+    def close(self, deadline: float) -> bool:
+        self.begin_close()
+        self.thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        return not self.thread.is_alive()
+
+
+class Bridge:
+    """Fans ``(metrics, step)`` out to sinks. Build it with :func:`rl_otel.sinks.bridge.build_bridge`."""
+
+    active = True
+
+    def __init__(self, sinks: Sequence[tuple[str, Sink]], *, on_error: OnError, queue_size: int = 64,
+                 close_timeout_s: float = 10.0, handle_sigterm: bool = True,
+                 on_sigterm: Callable[[], None] | None = None) -> None:
+        self._on_error = on_error
+        self._close_timeout_s = close_timeout_s
+        self._workers = [_Worker(name, sink, queue_size, on_error) for name, sink in sinks]
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._sigterm = _SigtermFlush(on_sigterm or self.close, close_timeout_s) if handle_sigterm else None
+        atexit.register(self.close)
+
+    @property
+    def sink_names(self) -> tuple[str, ...]:
+        return tuple(w.name for w in self._workers)
+
+    def submit(self, metrics: Metrics, step: int) -> None:
+        """Queue one step for every sink. Never blocks, never raises; ``metrics`` must not change afterwards."""
+        for worker in self._workers:
+            worker.submit(metrics, step)
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every queued step is written (or ``timeout_s`` passes). True if all were."""
+        deadline = time.monotonic() + (self._close_timeout_s if timeout_s is None else timeout_s)
+        return all([w.flush(deadline) for w in self._workers])
+
+    def close(self) -> None:
+        """Write what is queued, close every sink, within ``close_timeout_s`` in all. Idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self.close)
+        if self._sigterm is not None:
+            self._sigterm.uninstall()
+        deadline = time.monotonic() + self._close_timeout_s
+        for worker in self._workers:  # all drain at once; one deadline for all
+            worker.begin_close()
+        for worker in self._workers:
+            if not worker.close(deadline):
+                self._on_error(worker.name, "close_timeout", None)
+
+
+class NullBridge:
+    """The bridge of a process that mirrors to no tracker (no trackers configured, or not its rank)."""
+
+    active = False
+    sink_names: tuple[str, ...] = ()
+
+    def submit(self, metrics: Metrics, step: int) -> None:
+        pass
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class _SigtermFlush:
+    """On SIGTERM: run ``flush`` (bounded by a deadline), then hand the signal to the previous handler.
+
+    Installed only from the main thread (Python's rule for signal handlers). The flush runs on a helper thread
+    so a lock the interrupted main thread holds cannot deadlock it; the deadline bounds the wait.
+    """
+
+    def __init__(self, flush: Callable[[], None], timeout_s: float) -> None:
+        self._flush = flush
+        self._timeout_s = timeout_s
+        self._previous: object = None
+        self._installed = False
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            self._previous = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, self._handle)
+            self._installed = True
+        except (ValueError, OSError):  # not the main interpreter, or no SIGTERM here
+            pass
+
+    def _handle(self, signum: int, frame: object) -> None:
+        helper = threading.Thread(target=self._flush, name="rl_otel-sigterm-flush", daemon=True)
+        helper.start()
+        helper.join(self._timeout_s + 1.0)
+        previous = self._previous
+        self.uninstall()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_IGN:
+            return
+        else:  # SIG_DFL (or unknown): die by the signal, as the run would have without us
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def uninstall(self) -> None:
+        if not self._installed or threading.current_thread() is not threading.main_thread():
+            return
+        self._installed = False
+        try:
+            if signal.getsignal(signal.SIGTERM) == self._handle:
+                signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
+
+def build_bridge(trackers: Sequence, *, run: str, mirror: bool, on_error: OnError, queue_size: int = 64,
+                 close_timeout_s: float = 10.0, handle_sigterm: bool = True,
+                 on_sigterm: Callable[[], None] | None = None) -> Bridge | NullBridge:
+    """Create the sinks of ``trackers`` (:class:`~rl_otel.sinks.config.TrackerSpec`) and their bridge.
+
+    A sink whose kwargs are wrong (``ValueError``/``TypeError``) or whose package is missing (``ImportError``)
+    fails ``init()``; one that fails to start for another reason (a network error, a hung service) is logged,
+    counted (``reason="start_failed"``) and left out, and training goes on.
+    """
+    from rl_otel.errors import ConfigurationError
+    from rl_otel.sinks.base import sink_factory
+    from rl_otel.sinks.config import scrub, secret_values
+
+    if not trackers or not mirror:
+        return NullBridge()
+    sinks: list[tuple[str, Sink]] = []
+    try:
+        for spec in trackers:
+            secrets = secret_values(dict(spec.kwargs))
+            try:
+                sink = sink_factory(spec.name)(run=run, **dict(spec.kwargs))
+            except (ValueError, TypeError) as exc:
+                raise ConfigurationError(f"tracker {spec.name!r}: {scrub(str(exc), secrets)}") from None
+            except ImportError:
+                raise
+            except Exception as exc:
+                on_error(spec.name, "start_failed", exc)
+                continue
+            sinks.append((spec.name, sink))
+    except BaseException:
+        for _, sink in sinks:
+            try:
+                sink.close()
+            except Exception:
+                pass
+        raise
+    if not sinks:
+        return NullBridge()
+    return Bridge(sinks, on_error=on_error, queue_size=queue_size, close_timeout_s=close_timeout_s,
+                  handle_sigterm=handle_sigterm, on_sigterm=on_sigterm)

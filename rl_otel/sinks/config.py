@@ -1,0 +1,192 @@
+"""Tracker configuration: ROLL's ``track_with``/``tracker_kwargs``, a list of trackers keyed by name, YAML files.
+
+Accepted forms (all normalize to a tuple of :class:`TrackerSpec`)::
+
+    track_with="wandb", tracker_kwargs={"project": "p", "api_key": "..."}            # ROLL: one tracker, flat
+    track_with=["tensorboard", "wandb"], tracker_kwargs={"wandb": {"project": "p"}}  # kwargs keyed by name
+    trackers={"tensorboard": {"log_dir": "tb"}, "stdout": {}}                        # a mapping keyed by name
+    trackers=["stdout", {"name": "tensorboard", "log_dir": "tb"}]                   # a list
+
+Secrets (``api_key``, ``login_kwargs``, ...) are kept for the sink that needs them and redacted everywhere else:
+``TrackerSpec``'s repr, :func:`redact`, and :func:`secret_values` for scrubbing error messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rl_otel.errors import ConfigurationError
+from rl_otel.sinks.base import registered_sinks
+
+SECRET_KEYS = frozenset({"api_key", "login_kwargs", "key", "token", "password", "secret", "auth", "access_token",
+                         "api_token", "credentials"})
+REDACTED = "***"
+
+# init() parameters a YAML file may set (top level, or under an ``rl_otel:`` section).
+FILE_KEYS = ("run", "rank", "role", "prometheus", "max_series_per_metric", "max_unknown_keys", "series_ttl_s",
+             "track_with", "tracker_kwargs", "trackers", "tracker_ranks", "handle_sigterm", "sink_queue_size",
+             "close_timeout_s")
+
+
+def _is_secret(key: object) -> bool:
+    return isinstance(key, str) and key.lower() in SECRET_KEYS
+
+
+def redact(value: Any) -> Any:
+    """A copy of ``value`` with every secret-named entry (any depth) replaced by ``"***"``."""
+    if isinstance(value, Mapping):
+        return {k: REDACTED if _is_secret(k) else redact(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(v) for v in value]
+    return value
+
+
+def secret_values(value: Any, found: set[str] | None = None) -> set[str]:
+    """Every string found under a secret-named entry (at any depth), for scrubbing messages."""
+    found = set() if found is None else found
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if _is_secret(k):
+                _strings(v, found)
+            else:
+                secret_values(v, found)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            secret_values(v, found)
+    return found
+
+
+def _strings(value: Any, found: set[str]) -> None:
+    if isinstance(value, str) and value:
+        found.add(value)
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            _strings(v, found)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _strings(v, found)
+
+
+def scrub(text: str, secrets: set[str] | frozenset[str]) -> str:
+    for s in secrets:
+        text = text.replace(s, REDACTED)
+    return text
+
+
+@dataclass(frozen=True)
+class TrackerSpec:
+    """One tracker to mirror to: a registered sink name and its kwargs (secrets included, never printed)."""
+
+    name: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"TrackerSpec(name={self.name!r}, kwargs={redact(dict(self.kwargs))!r})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec with secrets redacted (safe to print or upload)."""
+        return {"name": self.name, "kwargs": redact(dict(self.kwargs))}
+
+
+def _kwargs(where: str, value: object) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ConfigurationError(f"{where} must be a dict with str keys, got {type(value).__name__}")
+    return dict(value)
+
+
+def _names(track_with: object) -> list[str]:
+    if isinstance(track_with, str):
+        names = [n.strip() for n in track_with.split(",") if n.strip()]
+    elif isinstance(track_with, Sequence) and all(isinstance(n, str) for n in track_with):
+        names = list(track_with)
+    else:
+        raise ConfigurationError(f"track_with must be a tracker name or a list of names, got {track_with!r}")
+    return names
+
+
+def normalize_trackers(track_with: object = None, tracker_kwargs: object = None,
+                       trackers: object = None) -> tuple[TrackerSpec, ...]:
+    """Check and normalize the tracker options into specs; raises ConfigurationError naming the bad value."""
+    if trackers is not None and track_with is not None:
+        raise ConfigurationError("give either track_with (with tracker_kwargs) or trackers, not both")
+    if trackers is None and track_with is None:
+        if tracker_kwargs:
+            raise ConfigurationError("tracker_kwargs given without track_with")
+        return ()
+    specs: list[TrackerSpec] = []
+    if track_with is not None:
+        names = _names(track_with)
+        kwargs = _kwargs("tracker_kwargs", tracker_kwargs)
+        if len(names) == 1 and not (isinstance(track_with, (list, tuple)) and set(kwargs) <= set(names)
+                                    and kwargs):
+            specs = [TrackerSpec(names[0], kwargs)]  # ROLL: one tracker, flat kwargs
+        else:
+            stray = sorted(set(kwargs) - set(names))
+            if stray:
+                raise ConfigurationError(f"with several trackers, tracker_kwargs is keyed by tracker name; "
+                                         f"{stray} are not in track_with={names}")
+            specs = [TrackerSpec(n, _kwargs(f"tracker_kwargs[{n!r}]", kwargs.get(n))) for n in names]
+    elif isinstance(trackers, Mapping):
+        specs = [TrackerSpec(str(n), _kwargs(f"trackers[{n!r}]", kw)) for n, kw in trackers.items()]
+    elif isinstance(trackers, (str, Sequence)):
+        for item in [trackers] if isinstance(trackers, str) else trackers:
+            if isinstance(item, str):
+                specs.append(TrackerSpec(item, {}))
+            elif isinstance(item, Mapping) and isinstance(item.get("name"), str):
+                kw = _kwargs("a trackers entry", item)
+                specs.append(TrackerSpec(kw.pop("name"), kw))
+            else:
+                raise ConfigurationError(f"each trackers entry must be a name or a dict with a 'name', "
+                                         f"got {redact(item)!r}")
+    else:
+        raise ConfigurationError(f"trackers must be a dict keyed by tracker name or a list, got {type(trackers)}")
+    known = registered_sinks()
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name not in known:
+            raise ConfigurationError(f"unknown tracker {spec.name!r}; known: {list(known)} "
+                                     "(rl_otel.register_sink adds one)")
+        if spec.name in seen:
+            raise ConfigurationError(f"tracker {spec.name!r} is given twice")
+        seen.add(spec.name)
+    return tuple(specs)
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """init() options from a YAML file.
+
+    A file with an ``rl_otel:`` section is read from that section, and unknown keys there are an error. Otherwise
+    the known keys are picked from the top level and the rest is ignored, so a ROLL pipeline YAML works as it is
+    (its ``exp_name`` names the run when ``run`` is absent).
+    """
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigurationError(f"config file {str(path)!r} must hold a mapping, got {type(data).__name__}")
+    section = data.get("rl_otel")
+    if section is not None:
+        if not isinstance(section, Mapping):
+            raise ConfigurationError(f"the rl_otel section of {str(path)!r} must be a mapping")
+        unknown = sorted(set(section) - set(FILE_KEYS))
+        if unknown:
+            raise ConfigurationError(f"unknown option(s) {unknown} in the rl_otel section of {str(path)!r}; "
+                                     f"known: {list(FILE_KEYS)}")
+        return dict(section)
+    picked = {k: data[k] for k in FILE_KEYS if k in data}
+    if "run" not in picked and isinstance(data.get("exp_name"), str):
+        picked["run"] = data["exp_name"]
+    return picked

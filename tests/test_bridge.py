@@ -1,0 +1,278 @@
+"""The bridge: one data path with Prometheus, fault isolation, close/SIGTERM flushing, secrets never written."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tests._readers import scrape_series, tensorboard_scalars
+
+import rl_otel
+from rl_otel.catalog import Kind, default_catalog
+from rl_otel.sinks import register_sink
+
+REPO = Path(__file__).resolve().parents[1]
+# rl_otel's own series (liveness, self-monitoring, live gauges sampled at scrape time) are not step values
+META = ("target_info", *(name for spec in default_catalog() if spec.key.startswith("rl_otel/")
+                         for name in spec.exposed_names))
+
+
+class Recorder:
+    instances: list[Recorder] = []
+
+    def __init__(self, *, run: str, fail: str | None = None, secret: str = "") -> None:
+        self.steps: list[tuple[int, dict]] = []
+        self.fail, self.secret, self.closed = fail, secret, False
+        self.release = threading.Event()
+        self.seen = threading.Condition()
+        Recorder.instances.append(self)
+
+    def wait_for_steps(self, n: int) -> bool:
+        with self.seen:
+            return self.seen.wait_for(lambda: len(self.steps) >= n, timeout=30)
+
+    def log(self, metrics, step):
+        if self.fail == "raise":
+            raise RuntimeError(f"tracker exploded (key {self.secret})")
+        if self.fail == "hang":
+            self.release.wait()
+        with self.seen:
+            self.steps.append((step, metrics))
+            self.seen.notify_all()
+
+    def close(self):
+        self.closed = True
+
+
+register_sink("recorder", lambda **kw: Recorder(**kw))
+register_sink("boom", lambda **kw: Recorder(fail="raise", **kw))
+register_sink("hang", lambda **kw: Recorder(fail="hang", **kw))
+
+
+def _errors(url: str) -> dict[tuple[str, str], float]:
+    return {(dict(lbl)["sink"], dict(lbl)["reason"]): v for (name, lbl), v in scrape_series(url).items()
+            if name == "rl_telemetry_errors_total"}
+
+
+def test_trackers_and_prometheus_see_the_same_values():
+    """One data path: each tracker value is one Prometheus series (in base units), and nothing else is exported."""
+    Recorder.instances.clear()
+    tel = rl_otel.init("same", prometheus={"host": "127.0.0.1", "port": 0}, trackers={"recorder": {}},
+                       max_unknown_keys=2, handle_sigterm=False)
+    with tel:
+        tel.log({
+            "actor/pg_loss": 0.5, "critic/score/mean": 1.25, "system/samples": 640,
+            "memory/actor_train/train_step/end/onload/allocated/3": 1.5,  # GiB for trackers, bytes for Prometheus
+            "time/actor_train/train_step/execute": 2.0,
+            "my/custom_metric": 7.0, "my.custom.metric": 8.0,  # an unknown key, and one colliding with it
+            "unknown/a": 1.0, "unknown/b": 2.0,  # past max_unknown_keys=2
+            "env/reward_dist": np.array([0.1, 0.2, 0.9]),
+            "actor/kl_loss": "not a number", "critic/loss": np.ones((2, 2)), "actor/lr": None,
+            "actor": {"clipfrac": 0.125},  # nested: flattened to actor/clipfrac
+        }, step=4)
+        tel.flush()
+        (rec,) = Recorder.instances
+        [(step, mirrored)] = rec.steps
+        series = {k: v for k, v in scrape_series(tel.metrics_url).items() if not k[0].startswith(META)}
+    assert step == 4
+    assert set(mirrored) == {"actor/pg_loss", "critic/score/mean", "system/samples",
+                             "memory/actor_train/train_step/end/onload/allocated/3",
+                             "time/actor_train/train_step/execute", "my/custom_metric", "unknown/a",
+                             "env/reward_dist", "actor/clipfrac"}
+    base = (("rank", "0"), ("run", "same"))
+    expected: dict = {}
+    sums: dict = {}
+    for key, value in mirrored.items():
+        res = default_catalog().resolve(key)
+        labels = tuple(sorted(base + res.labels))
+        if res.spec.kind is Kind.HISTOGRAM:  # one series per key: its +Inf bucket is the count
+            expected[(res.spec.name + "_bucket", tuple(sorted(labels + (("le", "+Inf"),))))] = float(len(value))
+            sums[(res.spec.name + "_sum", labels)] = float(np.sum(value)) * res.spec.scale
+        else:
+            expected[(res.spec.prometheus_name, labels)] = value * res.spec.scale
+    histogram_parts = {k for k in series if (k[0].endswith("_bucket") and ("le", "+Inf") not in k[1])
+                       or k[0].endswith(("_sum", "_count"))}
+    assert set(series) - histogram_parts == set(expected)
+    for k, v in expected.items():
+        assert series[k] == pytest.approx(v), k
+    for k, v in sums.items():  # prometheus_client writes no _sum/_count when a bucket bound is negative
+        if k in series:
+            assert series[k] == pytest.approx(v), k
+    assert mirrored["memory/actor_train/train_step/end/onload/allocated/3"] == 1.5
+    assert [v for (name, _), v in series.items() if name == "rl_gpu_memory_bytes"] == [1.5 * 2**30]
+
+
+def test_tracker_gets_a_copy_of_arrays():
+    Recorder.instances.clear()
+    with rl_otel.init(prometheus=False, trackers=["recorder"], handle_sigterm=False) as tel:
+        values = np.array([1.0, 2.0])
+        tel.log({"env/reward_dist": values}, step=0)
+        values[:] = 99.0
+    assert Recorder.instances[0].steps[0][1]["env/reward_dist"].tolist() == [1.0, 2.0]
+
+
+def test_raising_sink_is_counted_logged_once_and_isolated(caplog):
+    Recorder.instances.clear()
+    with caplog.at_level(logging.WARNING, logger="rl_otel"):
+        tel = rl_otel.init(prometheus={"host": "127.0.0.1", "port": 0}, trackers={"boom": {"secret": "sk-boom"},
+                           "recorder": {}}, handle_sigterm=False)
+        for step in range(5):
+            tel.log({"actor/pg_loss": float(step)}, step=step)
+        tel.flush()
+        errors = _errors(tel.metrics_url)
+        tel.close()
+    good = next(r for r in Recorder.instances if r.fail is None)
+    assert [s for s, _ in good.steps] == [0, 1, 2, 3, 4] and good.closed
+    assert errors[("boom", "exception")] == 5
+    assert caplog.text.count("tracker 'boom' failed") == 1
+    assert "sk-boom" not in caplog.text and "tracker exploded (key ***)" in caplog.text
+
+
+def test_hung_sink_never_blocks_training_and_close_has_a_deadline():
+    Recorder.instances.clear()
+    tel = rl_otel.init(prometheus={"host": "127.0.0.1", "port": 0}, trackers=["hang", "recorder"],
+                       sink_queue_size=4, close_timeout_s=0.5, handle_sigterm=False)
+    hung, good = Recorder.instances
+    for step in range(50):  # would never return if the hung sink blocked log()
+        tel.log({"actor/pg_loss": float(step)}, step=step)
+        assert good.wait_for_steps(step + 1)  # the healthy sink keeps up while the other hangs
+    url = tel.metrics_url
+    assert tel.flush(timeout_s=0.2) is False
+    before = _errors(url)
+    tel.close()  # returns: the hung worker is abandoned after close_timeout_s
+    hung.release.set()
+    assert [s for s, _ in good.steps] == list(range(50))
+    assert before[("hang", "queue_full")] >= 40 and ("recorder", "queue_full") not in before
+    assert tel_errors(tel)[("hang", "close_timeout")] == 1
+
+
+def tel_errors(tel) -> dict[tuple[str, str], float]:
+    from rl_otel.catalog import meta
+
+    out = {}
+    for metric in tel._store.collect():
+        if metric.name == meta.ERRORS.name:
+            for p in metric.data.data_points:
+                out[(p.attributes["sink"], p.attributes["reason"])] = p.value
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_full_disk_is_counted_and_training_goes_on(tmp_path):
+    Recorder.instances.clear()
+    with rl_otel.init(prometheus=False, handle_sigterm=False,
+                      trackers={"stdout": {"file": "/dev/full"}, "tensorboard": {"log_dir": str(tmp_path)}}) as tel:
+        for step in range(3):
+            tel.log({"actor/pg_loss": float(step)}, step=step)
+        tel.flush()
+        errors = tel_errors(tel)
+    assert errors[("stdout", "disk_full")] >= 3
+    assert [s for s, _ in tensorboard_scalars(str(tmp_path))["actor/pg_loss"]] == [0, 1, 2]
+
+
+def test_close_is_idempotent_and_log_after_close_is_ignored(tmp_path):
+    Recorder.instances.clear()
+    tel = rl_otel.init(prometheus=False, trackers=["recorder"], handle_sigterm=False)
+    tel.log({"a": 1.0}, step=0)
+    tel.close()
+    tel.close()
+    tel.log({"a": 2.0}, step=1)
+    (rec,) = Recorder.instances
+    assert [s for s, _ in rec.steps] == [0] and rec.closed
+
+
+def _run(code: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    # A script file, not ``-c``: SwanLab and WandB record the command line, which would hold the test's secrets.
+    script = cwd / "train.py"
+    script.write_text(textwrap.dedent(code))
+    env = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    try:
+        return subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=120)
+    finally:
+        script.unlink()
+
+
+def test_sigterm_flushes_every_finished_step(tmp_path):
+    code = """
+        import os, signal, time, rl_otel
+        tel = rl_otel.init(prometheus=False, trackers={"tensorboard": {"log_dir": "tb", "flush_secs": 3600},
+                                                         "stdout": {"file": "out.log"}})
+        for step in range(40):
+            tel.log({f"actor/k{i}": float(step) for i in range(100)}, step=step)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+        raise SystemExit("SIGTERM did not end the run")
+    """
+    proc = _run(code, {}, tmp_path)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    scalars = tensorboard_scalars(str(tmp_path / "tb"))
+    assert len(scalars) == 100 and all([s for s, _ in v] == list(range(40)) for v in scalars.values())
+    assert len((tmp_path / "out.log").read_text().splitlines()) == 40
+
+
+def test_sigterm_chains_the_previous_handler(tmp_path):
+    code = """
+        import signal, os, sys, rl_otel
+        signal.signal(signal.SIGTERM, lambda *a: (print("previous handler ran"), sys.exit(7)))
+        tel = rl_otel.init(prometheus=False, trackers={"stdout": {"file": "out.log"}})
+        tel.log({"a": 1.0}, step=0)
+        os.kill(os.getpid(), signal.SIGTERM)
+    """
+    proc = _run(code, {}, tmp_path)
+    assert proc.returncode == 7 and "previous handler ran" in proc.stdout
+    assert (tmp_path / "out.log").read_text().count("metrics_tag: ") == 1
+
+
+def test_secrets_never_written_anywhere(tmp_path):
+    """Every tracker at once, secrets in tracker_kwargs, login_kwargs and the uploaded config: grep every file."""
+    pytest.importorskip("wandb")
+    pytest.importorskip("swanlab")
+    secret_w, secret_s, secret_r = "WANDB-SECRET-7f3a9", "SWAN-SECRET-b41c2", "RECORDER-SECRET-99"
+    code = f"""
+        import logging, numpy as np, rl_otel
+        from rl_otel.sinks import register_sink
+        class Boom:
+            def __init__(self, *, run, api_key): self.k = api_key
+            def log(self, m, s): raise RuntimeError("rejected api_key " + self.k)
+            def close(self): pass
+        register_sink("boom", lambda **kw: Boom(**kw))
+        logging.basicConfig(level=logging.DEBUG)
+        trackers = {{
+            "tensorboard": {{"log_dir": "tb"}},
+            "wandb": {{"api_key": "{secret_w}", "project": "p", "dir": "wb",
+                       "config": {{"lr": 1e-6, "api_key": "{secret_w}", "tracker_kwargs": {{"api_key": "{secret_w}"}}}}}},
+            "swanlab": {{"login_kwargs": {{"api_key": "{secret_s}"}}, "project": "p", "logdir": "swanlog",
+                         "mode": "offline", "config": {{"login_kwargs": {{"api_key": "{secret_s}"}}}}}},
+            "stdout": {{"table": True}},
+            "boom": {{"api_key": "{secret_r}"}},
+        }}
+        tel = rl_otel.init("secrets", prometheus={{"host": "127.0.0.1", "port": 0}}, trackers=trackers)
+        print(repr(tel.config))
+        for step in range(3):
+            tel.log({{"actor/pg_loss": 0.5, "env/reward_dist": np.arange(4.0)}}, step=step)
+        import urllib.request
+        open("scrape.txt", "w").write(urllib.request.urlopen(tel.metrics_url).read().decode())
+        tel.close()
+    """
+    env = {"HOME": str(tmp_path / "home"), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
+           "WANDB_DIR": str(tmp_path / "wb"), "WANDB_CONFIG_DIR": str(tmp_path / "home" / ".config" / "wandb"),
+           "WANDB_CACHE_DIR": str(tmp_path / "home" / ".cache")}
+    proc = _run(code, env, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rejected api_key ***" in proc.stderr
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".wandb" for p in files) and any(p.suffix == ".swanlab" for p in files)
+    assert any("tfevents" in p.name for p in files) and (tmp_path / "scrape.txt").exists()
+    for secret in (secret_w, secret_s, secret_r):
+        assert secret not in proc.stdout and secret not in proc.stderr
+        leaked = [str(p) for p in files if secret.encode() in p.read_bytes()]
+        assert not leaked, f"{secret} written to {leaked}"

@@ -1,0 +1,76 @@
+"""The TensorBoard sink, read back with TensorBoard's own EventAccumulator and event-file loader."""
+
+from __future__ import annotations
+
+import glob
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorboard")
+
+from tests._readers import tensorboard_scalars  # noqa: E402
+
+from rl_otel.sinks.tensorboard import TensorBoardSink  # noqa: E402
+
+
+def test_every_key_step_and_value_read_back(tmp_path):
+    sink = TensorBoardSink(run="r", log_dir=tmp_path)
+    logged = {}
+    for step in (0, 1, 5):
+        metrics = {f"actor/k{i}": float(step * 100 + i) + 0.25 for i in range(20)}
+        metrics["memory/actor_train/train_step/end/onload/allocated/0"] = 1.5 + step
+        metrics["critic/loss"] = float("nan") if step == 5 else 0.5
+        sink.log(metrics, step)
+        logged[step] = metrics
+    sink.close()
+    scalars = tensorboard_scalars(str(tmp_path))
+    assert set(scalars) == set(logged[0])
+    for key, points in scalars.items():
+        assert [s for s, _ in points] == [0, 1, 5]
+        for step, value in points:
+            want = logged[step][key]
+            assert (np.isnan(value) and np.isnan(want)) or value == pytest.approx(want, rel=1e-6)
+
+
+def test_one_event_per_step_not_one_per_scalar(tmp_path):
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    sink = TensorBoardSink(run="r", log_dir=tmp_path)
+    for step in range(4):
+        sink.log({f"k{i}": float(i) for i in range(50)}, step)
+    sink.close()
+    (path,) = glob.glob(str(tmp_path / "events.out.tfevents.*"))
+    events = [e for e in EventFileLoader(path).Load() if e.HasField("summary")]
+    assert [e.step for e in events] == [0, 1, 2, 3]
+    assert all(len(e.summary.value) == 50 for e in events)
+
+
+def test_distribution_is_a_tensorboard_histogram(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    sink = TensorBoardSink(run="r", log_dir=tmp_path, histogram_bins=10)
+    values = np.array([0.0, 1.0, 2.0, 2.0, 3.0, np.nan])
+    sink.log({"env/reward_dist": values, "x": 1.0}, 7)
+    sink.close()
+    acc = EventAccumulator(str(tmp_path), size_guidance={"histograms": 0})
+    acc.Reload()
+    (event,) = acc.Histograms("env/reward_dist")
+    h = event.histogram_value
+    assert event.step == 7
+    assert (h.num, h.sum, h.min, h.max, h.sum_squares) == (5, 8.0, 0.0, 3.0, 18.0)
+    assert sum(h.bucket) == 5 and len(h.bucket_limit) == 10
+
+
+def test_default_log_dir_is_runs_slash_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sink = TensorBoardSink(run="exp1")
+    sink.close()
+    assert glob.glob(str(tmp_path / "runs" / "exp1" / "events.out.tfevents.*"))
+
+
+def test_bad_kwargs_fail_with_the_name():
+    with pytest.raises(ValueError, match="histogram_bins"):
+        TensorBoardSink(run="r", log_dir="x", histogram_bins=0)
+    with pytest.raises(TypeError):
+        TensorBoardSink(run="r", log_dir="x", nonsense=1)
