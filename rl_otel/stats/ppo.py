@@ -120,9 +120,10 @@ def ppo_stats(
             (ROLL's aggregation for ``actor/ratio_mean``, clipfrac and KL: per-sequence mean, then mean).
         names: ``"roll"``, ``"trl"`` or both: which keys to return.
         distributions: ``True`` adds histograms (``actor/ratio_dist``, ``ppo/policy/ratio``, ...) as
-            :class:`BucketCounts` against the catalog's buckets, read back in the same single transfer;
-            ``"tensors"`` adds them as 1-d tensors of the selected values instead (a boolean index: one more
-            sync each on a GPU).
+            :class:`BucketCounts` against the catalog's buckets, read back in the same single transfer
+            (Prometheus histograms; trackers get no values to draw from); ``"tensors"`` adds them as 1-d tensors
+            of the selected values instead, for Prometheus and trackers (a boolean index: one more sync each on
+            a GPU).
         catalog: where the histograms' bucket bounds come from (default: :func:`rl_otel.default_catalog`); use
             the catalog ``Telemetry`` was created with.
 
