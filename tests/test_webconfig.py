@@ -210,3 +210,17 @@ def test_prometheus_scrapes_the_secured_endpoint(tmp_path, pki, hashed):
             assert kl["value"][1] == "NaN"
         finally:
             server.close()
+
+
+def test_the_example_web_config_serves(pki):
+    """examples/web-config.yml, next to certificates with the names it uses, serves mTLS + basic auth."""
+    import shutil
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "web-config.yml"
+    path = pki.ca.parent / "web-config.yml"
+    shutil.copy(example, path)
+    with serve(path) as tel:
+        client = {"verify": str(pki.ca), "cert": (str(pki.client_cert), str(pki.client_key)), "timeout": 10}
+        assert requests.get(tel.metrics_url, auth=("prometheus", "wrong"), **client).status_code == 401
+        ok = requests.get(tel.metrics_url, auth=("prometheus", "change-me"), **client)
+        assert ok.status_code == 200 and ok.headers["X-Content-Type-Options"] == "nosniff"
