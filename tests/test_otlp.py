@@ -85,8 +85,8 @@ def test_a_sick_collector_never_reaches_the_training_loop(sick):
 
         def failures() -> float:
             errors = samples(scrape(tel.metrics_url), "rl_telemetry_errors_total")
-            return errors.get(frozenset({"run": "sick", "rank": "0", "sink": "otlp", "reason": "export_failed"}.items()),
-                              0.0)
+            key = frozenset({"run": "sick", "rank": "0", "sink": "otlp", "reason": "export_failed"}.items())
+            return errors.get(key, 0.0)
 
         wait_until(lambda: failures() >= 1)
         tel.log({"critic/score/mean": 2.0}, step=20)

@@ -224,3 +224,21 @@ def test_the_example_web_config_serves(pki):
         assert requests.get(tel.metrics_url, auth=("prometheus", "wrong"), **client).status_code == 401
         ok = requests.get(tel.metrics_url, auth=("prometheus", "change-me"), **client)
         assert ok.status_code == 200 and ok.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_a_stalled_tls_client_does_not_block_scrapes(tmp_path, pki):
+    """A client that connects and never handshakes holds only its own thread (prometheus_client's server would
+    handshake on the accept thread and stall every later scrape)."""
+    import socket
+
+    path = web_config(tmp_path, {"tls_server_config": {"cert_file": str(pki.server_cert),
+                                                       "key_file": str(pki.server_key)}})
+    with serve(path) as tel:
+        port = int(tel.metrics_url.rsplit(":", 1)[1].split("/")[0])
+        stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        try:
+            for _ in range(3):
+                assert requests.get(tel.metrics_url, verify=str(pki.ca), timeout=5).status_code == 200
+        finally:
+            for s in stalled:
+                s.close()

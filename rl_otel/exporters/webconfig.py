@@ -247,8 +247,9 @@ def load_web_config(path: str | os.PathLike) -> WebConfig:
     tls_section = _mapping("tls_server_config", doc.get("tls_server_config"))
     tls, sans = _tls_context(tls_section, base) if tls_section else (None, frozenset())
     http = _mapping("http_server_config", doc.get("http_server_config"))
-    if set(http) - {"http2", "headers"}:
-        raise ConfigurationError(f"web config: unknown http_server_config option(s) {sorted(set(http) - {'http2', 'headers'})}")
+    unknown_http = set(http) - {"http2", "headers"}
+    if unknown_http:
+        raise ConfigurationError(f"web config: unknown http_server_config option(s) {sorted(unknown_http)}")
     headers = _mapping("http_server_config.headers", http.get("headers"))
     bad = [h for h in headers if h not in _HEADERS]
     if bad:
