@@ -94,9 +94,10 @@ def _prometheus(value: object) -> PrometheusConfig | None:
         if port == 0:
             raise ConfigurationError("prometheus add_local_rank needs a base port, got port 0 (port 0 is a free "
                                      "port for every rank already)")
-        port += local_rank()
-        if port > 65535:
-            raise ConfigurationError(f"prometheus port {port - local_rank()} + LOCAL_RANK {local_rank()} is past 65535")
+        offset = local_rank()
+        if port + offset > 65535:
+            raise ConfigurationError(f"prometheus port {port} + LOCAL_RANK {offset} is past 65535")
+        port += offset
     search = value.get("port_search", 0)
     if isinstance(search, bool) or not isinstance(search, int) or search < 0 or port + search > 65535:
         raise ConfigurationError(f"prometheus port_search must be an int >= 0 (how many next ports to try) with "
