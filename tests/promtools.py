@@ -48,9 +48,11 @@ def free_port() -> int:
 
 
 class PrometheusServer:
-    """A real ``prometheus`` on 127.0.0.1 with its own temp dir, scraping ``targets`` every second."""
+    """A real ``prometheus`` on 127.0.0.1 with its own temp dir, scraping ``targets`` every second, and
+    evaluating ``rule_files`` (recording and alerting rules) as often."""
 
-    def __init__(self, tmp: Path, targets: list[str], scrape_interval: str = "1s") -> None:
+    def __init__(self, tmp: Path, targets: list[str], scrape_interval: str = "1s",
+                 rule_files: list[Path] | tuple[Path, ...] = ()) -> None:
         binary = require_binary("prometheus")
         self.port = free_port()
         config = tmp / "prometheus.yml"
@@ -58,6 +60,8 @@ class PrometheusServer:
             "global:\n"
             f"  scrape_interval: {scrape_interval}\n"
             f"  scrape_timeout: {scrape_interval}\n"
+            f"  evaluation_interval: {scrape_interval}\n"
+            f"rule_files: {json.dumps([str(p) for p in rule_files])}\n"
             "scrape_configs:\n"
             "  - job_name: rl_otel\n"
             f"    static_configs:\n      - targets: {json.dumps(targets)}\n"
@@ -82,11 +86,19 @@ class PrometheusServer:
                 time.sleep(0.2)
         raise TimeoutError("prometheus did not become ready")
 
-    def query(self, promql: str) -> list[dict]:
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    def api(self, path: str, params: dict[str, str] | list[tuple[str, str]] | None = None) -> object:
+        """``data`` of a successful ``GET /api/v1/<path>``."""
+        url = f"{self.url}/api/v1/{path}" + ("?" + urllib.parse.urlencode(params) if params else "")
         body = json.loads(urllib.request.urlopen(url, timeout=10).read())
         assert body["status"] == "success", body
-        return body["data"]["result"]
+        return body["data"]
+
+    def query(self, promql: str) -> list[dict]:
+        return self.api("query", {"query": promql})["result"]
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        """What Grafana's ``label_values(match, label)`` lists."""
+        return self.api(f"label/{label}/values", [("match[]", match)])
 
     def wait_for_scrapes(self, n: int = 2, timeout: float = 30.0) -> None:
         """Wait until every target has been scraped successfully at least ``n`` times."""

@@ -137,7 +137,7 @@ def phases(t: Thresholds) -> Dashboard:
                "{{cluster}}/{{phase}}"),), unit="s"),
         Panel("Last duration: onload / execute / offload", (
             _q(f'max by (cluster, phase, part) (rl_phase_last_duration_seconds{{{sel}, '
-               'part=~"onload|execute|offload"}})', "{{cluster}}/{{phase}} {{part}}"),), kind="bargauge",
+               'part=~"onload|execute|offload"})', "{{cluster}}/{{phase}} {{part}}"),), kind="bargauge",
             stack=True),
         Panel("Share of time per part", (
             _q(f'sum by (part) (increase(rl_phase_duration_seconds_sum{{{sel}, part!="total"}}[{RATE}]))',
@@ -160,13 +160,13 @@ def memory(t: Thresholds) -> Dashboard:
                      "device, CPU memory per phase, and live gauges read at scrape time.", (
         Panel("GPU memory at end of onload (allocated, reserved)", (
             _q(f'max by (cluster, phase, kind, device_id) (rl_gpu_memory_bytes{{{DEVICE}, stage="end_onload", '
-               'kind=~"allocated|reserved"}})', "{{cluster}}/{{phase}} {{kind}} gpu{{device_id}}"),)),
+               'kind=~"allocated|reserved"})', "{{cluster}}/{{phase}} {{kind}} gpu{{device_id}}"),)),
         Panel("GPU memory per stage (allocated)", (
             _q(f'max by (cluster, phase, stage, device_id) (rl_gpu_memory_bytes{{{DEVICE}, kind="allocated"}})',
                "{{cluster}}/{{phase}} {{stage}} gpu{{device_id}}"),), kind="bargauge"),
         Panel("Peak GPU memory during a phase", (
             _q(f'max by (cluster, phase, kind, device_id) (rl_gpu_memory_bytes{{{DEVICE}, stage="end_onload", '
-               'kind=~"max_allocated|max_reserved"}})', "{{cluster}}/{{phase}} {{kind}} gpu{{device_id}}"),)),
+               'kind=~"max_allocated|max_reserved"})', "{{cluster}}/{{phase}} {{kind}} gpu{{device_id}}"),)),
         Panel("Peak fraction of device memory", (
             _q(f"max by (cluster, phase, kind) (rl_gpu_memory_peak_ratio{{{DEVICE}}})",
                "{{cluster}}/{{phase}} {{kind}}"),), threshold=t.gpu_peak_ratio_max),

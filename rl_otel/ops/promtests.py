@@ -132,9 +132,11 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
                                  0.7 - 2 * t.eval_drop)]})],
         "RLTelemetryErrors": [Case(
             {_s("rl_telemetry_errors_total", "bad", 0, sink="input", reason="bad_value"): "0x5 1+1x30",
-             _s("rl_telemetry_errors_total", "good", 0, sink="input", reason="bad_value"): "0x35"},
-            # one error a minute: 15 in the last 15 minutes
-            {15: [], 30: [Firing(_run(run="bad", sink="input", reason="bad_value"), 15)]})],
+             _s("rl_telemetry_errors_total", "good", 0, sink="input", reason="bad_value"): "0x35",
+             _s("rl_telemetry_errors_total", "new", 0, sink="input", reason="bad_value"): "_x20 3x20"},
+            # bad: one error a minute, 15 in the last 15 minutes; new: appears at minute 21 already at 3
+            {6: [], 30: [Firing(_run(run="bad", sink="input", reason="bad_value"), 15),
+                         Firing(_run(run="new", sink="input", reason="bad_value"), 3)]})],
     }
 
 

@@ -164,10 +164,12 @@ def alerts(t: Thresholds = DEFAULT) -> tuple[Alert, ...]:
               f"mean@{{{{ $labels.k }}}} of {{{{ $labels.metric }}}} on {{{{ $labels.taskset }}}} is {value}, more "
               f"than {t.eval_drop:g} below its best of the last {t.eval_window}."),
         Alert("RLTelemetryErrors",
-              f"sum by ({RUN}, sink, reason) (increase(rl_telemetry_errors_total[{t.telemetry_errors_for}])) > 0",
-              t.telemetry_errors_for, "info", f"Run {run}: rl_otel absorbs errors ({{{{ $labels.sink }}}})",
+              # a counter's first sample has no increase: a series new in the window counts with its value
+              f"sum by ({RUN}, sink, reason) ((rl_telemetry_errors_total unless rl_telemetry_errors_total offset "
+              f"{t.telemetry_errors_window}) or increase(rl_telemetry_errors_total[{t.telemetry_errors_window}]))"
+              " > 0", t.telemetry_errors_for, "info", f"Run {run}: rl_otel absorbs errors ({{{{ $labels.sink }}}})",
               f"rl_otel counted {value} errors of sink {{{{ $labels.sink }}}} ({{{{ $labels.reason }}}}) in "
-              f"{t.telemetry_errors_for}; training goes on, but some values do not reach their destination."),
+              f"{t.telemetry_errors_window}; training goes on, but some values do not reach their destination."),
     )
 
 

@@ -44,7 +44,8 @@ class Thresholds:
     throughput_ratio_min: float = 0.5     # tokens/s below half of its own average over throughput_window
     throughput_window: str = "1h"
     throughput_for: str = "15m"
-    telemetry_errors_for: str = "15m"
+    telemetry_errors_window: str = "15m"  # errors counted in this window (or since the series appeared)
+    telemetry_errors_for: str = "1m"
 
     def to_dict(self) -> dict[str, float | str]:
         return asdict(self)
