@@ -54,17 +54,25 @@ def _const_fire(metric: str, healthy: float, bad: float, minutes: int, extra: di
     }
 
 
+def _minutes(duration: str) -> int:
+    """``"5m"`` -> 5, ``"1h"`` -> 60 (the ``for`` durations of the thresholds)."""
+    number, unit = int(duration[:-1]), duration[-1]
+    return int(number * {"s": 1 / 60, "m": 1, "h": 60}[unit])
+
+
 def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
     """``{alert name: test groups}``; every alert has at least one firing and one not-firing check."""
     nan = " ".join(["NaN"] * 20)
     inf = " ".join(["Inf"] * 15)
     stall_at = 600  # the bad run's last log() was at t=600s
+    stall_start = stall_at // 60 + int(t.stall_seconds // 60) + 1
+    stall_fire = stall_start + _minutes(t.stall_for) + 5
     return {
         "RLTrainerStalled": [Case(
-            {_s("rl_last_step_timestamp_seconds", "bad", r): f"0+60x10 {stall_at}x50" for r in (0, 1)}
-            | {_s("rl_last_step_timestamp_seconds", "good", r): "0+60x60" for r in (0, 1)},
-            # stale for more than stall_seconds from minute 26 on; `for` 5m: firing from minute 31
-            {28: [], 40: [Firing(_run(run="bad"), 40 * 60 - stall_at)]})],
+            {_s("rl_last_step_timestamp_seconds", "bad", r): f"0+60x10 {stall_at}x{stall_fire + 5}" for r in (0, 1)}
+            | {_s("rl_last_step_timestamp_seconds", "good", r): f"0+60x{stall_fire + 15}" for r in (0, 1)},
+            # stale for more than stall_seconds from minute stall_start on; firing once `for` has passed too
+            {stall_start + 1: [], stall_fire: [Firing(_run(run="bad"), stall_fire * 60 - stall_at)]})],
         "RLScrapeTargetDown": [Case(
             {'up{job="rl_otel_pods", instance="a:9464"}': "1x10 0x30",
              'up{job="rl_otel_pods", instance="b:9464"}': "1x40",
