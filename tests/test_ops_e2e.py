@@ -93,7 +93,7 @@ def test_every_recording_rule_records_the_run_without_rank(prom):
         assert result, rule.record
         for series in result:
             assert "rank" not in series["metric"] and "instance" not in series["metric"], series
-    ranks = prom.query(f'run:rl_ranks:count{{run="{RUN}"}}')
+    ranks = prom.query(f'run:rl_step:count{{run="{RUN}"}}')
     assert [float(r["value"][1]) for r in ranks] == [RANKS]
     peak = prom.query(f'run_phase:rl_gpu_memory_peak_ratio:max{{run="{RUN}", cluster="actor_train"}}')
     # rank 1 logs the larger peak: (20 + 2 + 0.1 * 11 + 8) / 80

@@ -229,7 +229,7 @@ def fleet(t: Thresholds) -> Dashboard:
     sel = RUN
     return Dashboard("rl-otel-fleet", "RL fleet", "Every run and rank at once, mostly from the recording rules "
                      "(one series per run however many ranks).", (
-        Panel("Ranks reporting", (_q(f"run:rl_ranks:count{{{sel}}}", "{{run}}"),), kind="stat"),
+        Panel("Ranks reporting", (_q(f"run:rl_step:count{{{sel}}}", "{{run}}"),), kind="stat"),
         Panel("Step per run", (_q(f"run:rl_step:max{{{sel}}}", "{{run}}"),)),
         Panel("Steps per second per run", (_q(f"run:rl_step:deriv5m{{{sel}}}", "{{run}}"),), unit="short"),
         Panel("Seconds since the last step", (

@@ -73,7 +73,7 @@ def recording_rules(t: Thresholds = DEFAULT) -> tuple[Recording, ...]:
     """The recorded series dashboards and alerts share."""
     return (
         Recording("run:rl_step:max", _agg("max", ("rl_step",))),
-        Recording("run:rl_ranks:count", _agg("count", ("rl_step",))),
+        Recording("run:rl_step:count", _agg("count", ("rl_step",))),
         Recording("run:rl_step:deriv5m", f"max by ({RUN}) (deriv(rl_step[5m]))"),
         Recording("run:rl_last_step_timestamp_seconds:max", _agg("max", ("rl_last_step_timestamp_seconds",))),
         Recording("run:rl_loss_non_finite:count",
