@@ -256,7 +256,8 @@ def fleet(t: Thresholds) -> Dashboard:
         Panel("Peak GPU memory fraction per run and phase", (
             _q(f"run_phase:rl_gpu_memory_peak_ratio:max{{{sel}}}", "{{run}} {{cluster}}/{{phase}}"),),
             threshold=t.gpu_peak_ratio_max),
-        Panel("Non-finite losses", (_q(f"run:rl_loss_non_finite:count{{{sel}}}", "{{run}}"),), kind="stat"),
+        Panel("Non-finite losses", (_q(f"run:rl_loss_non_finite:count{{{sel}}}", "{{run}}"),), kind="stat",
+              description="Loss and gradient-norm series of the run that are NaN or ±Inf (0 when healthy)."),
         Panel("Telemetry errors absorbed", (
             _q(f"sum by (run, sink, reason) (rl_telemetry_errors_total{{{sel}}})", "{{run}} {{sink}} {{reason}}"),),
             unit="short"),
