@@ -85,13 +85,14 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
         "RLLossNotFinite": [Case(
             {_s("rl_actor_pg_loss", "bad", 0): "0.1x5 " + nan,
              _s("rl_actor_pg_loss", "bad", 1): "0.1x25",
+             _s("rl_critic_loss", "bad", 0): "0.2x10 " + inf,
              _s("rl_critic_loss", "bad", 1): "0.2x10 " + inf,
              _s("rl_actor_pg_loss", "good", 0): "0.1x25",
              _s("rl_critic_loss", "good", 0): "0.2x25",
              _s("rl_step", "bad", 0): "0+1x25",
              _s("rl_step", "good", 0): "0+1x25"},
-            # two series of the bad run are non-finite (rank 0's pg_loss, rank 1's critic loss)
-            {5: [], 20: [Firing(_run(run="bad"), 2)]})],
+            # three series of the bad run are non-finite: rank 0's pg_loss and critic loss, rank 1's critic loss
+            {5: [], 20: [Firing(_run(run="bad"), 3)]})],
         "RLKLRunaway": [Case(
             _const_fire("rl_actor_approx_kl", t.approx_kl_max / 5, t.approx_kl_max * 4, 30)
             | {_s("rl_ppo_policy_approx_kl", "trl", 0): f"{t.approx_kl_max / 5:g}x5 {t.approx_kl_max * 6:g}x30"},

@@ -65,8 +65,9 @@ def _agg(op: str, selectors: tuple[str, ...], by: str = RUN) -> str:
 
 
 def _non_finite(metric: str) -> str:
-    # NaN fails every comparison and ±Inf fails one of these two, so "unless finite" keeps exactly the bad samples.
-    return f"({metric} unless ({metric} > -Inf < +Inf))"
+    # NaN fails every comparison and ±Inf fails one of these two, so "unless finite" keeps exactly the bad samples;
+    # the `loss` label keeps two bad losses of one rank apart (`or` matches series without their metric name).
+    return f'label_replace({metric} unless ({metric} > -Inf < +Inf), "loss", "$1", "__name__", "(.+)")'
 
 
 def recording_rules(t: Thresholds = DEFAULT) -> tuple[Recording, ...]:
