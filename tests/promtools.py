@@ -89,11 +89,19 @@ class PrometheusServer:
                 time.sleep(0.2)
         raise TimeoutError("prometheus did not become ready")
 
-    def query(self, promql: str) -> list[dict]:
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    def api(self, path: str, params: dict[str, str] | list[tuple[str, str]] | None = None) -> object:
+        """``data`` of a successful ``GET /api/v1/<path>``."""
+        url = f"{self.url}/api/v1/{path}" + ("?" + urllib.parse.urlencode(params) if params else "")
         body = json.loads(urllib.request.urlopen(url, timeout=10).read())
         assert body["status"] == "success", body
-        return body["data"]["result"]
+        return body["data"]
+
+    def query(self, promql: str) -> list[dict]:
+        return self.api("query", {"query": promql})["result"]
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        """What Grafana's ``label_values(match, label)`` lists."""
+        return self.api(f"label/{label}/values", [("match[]", match)])
 
     def wait_for_scrapes(self, n: int = 2, timeout: float = 30.0) -> None:
         """Wait until every target has been scraped successfully at least ``n`` times."""
