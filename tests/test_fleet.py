@@ -169,6 +169,19 @@ def test_eight_ranks_discovered_by_file_sd_and_aggregated(tmp_path):
                                                                      for r in range(WORLD))
         assert one('sum by (run) (rl_env_reward_dist_bucket{le="+Inf"})') == sum(r + 1 for r in range(WORLD))
         assert one("count by (run) (rl_step == 10)") == WORLD
+        # the recording rules (prometheus/rules/rl_otel_recording.yml) aggregate the 8 ranks into one series a run
+        # (rules are evaluated every second: wait for an evaluation that saw all 8 scrapes)
+        deadline = time.monotonic() + 15
+        while (time.monotonic() < deadline
+               and [float(r["value"][1]) for r in server.query("run:rl_step:count")] != [WORLD]):
+            time.sleep(0.3)
+        server.wait_for_scrapes(1)
+        recorded = {r["metric"]["__name__"]: r for r in server.query('{__name__=~"run:.+", run="%s"}' % run)}
+        assert all("rank" not in r["metric"] for r in recorded.values())
+        assert one("run:rl_step:count") == WORLD
+        assert one("run:rl_step:max") == 10
+        assert one("run:rl_critic_score:avg") == pytest.approx(sum(scores) / WORLD)
+        assert one("run:rl_actor_approx_kl:max") == pytest.approx(max(kls))
         # the rank label on each series is the process's own
         by_rank = {r["metric"]["rank"]: float(r["value"][1]) for r in server.query('rl_critic_score{stat="mean"}')}
         assert by_rank == {str(r): expected(r)["critic/score/mean"] for r in range(WORLD)}
