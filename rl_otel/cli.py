@@ -2,7 +2,8 @@
 
 ``rl-otel catalog [--format table|json|markdown]``, ``rl-otel catalog resolve KEY...``,
 ``rl-otel trackers [--config exp.yaml] [--track-with NAME] [--tracker-kwargs JSON] [--tracker NAME=JSON]``
-(prints the tracker configuration init() would use, secrets redacted). :func:`add_tracker_arguments` and
+(prints the tracker configuration init() would use, secrets redacted), ``rl-otel demo [--steps N] [--port P]
+...`` (a real small PPO run on CPU, see :mod:`rl_otel.demo`). :func:`add_tracker_arguments` and
 :func:`tracker_options` give any command the same tracker options.
 """
 
@@ -72,7 +73,34 @@ def _parser() -> argparse.ArgumentParser:
     trk = sub.add_parser("trackers", help="print the tracker configuration init() would use (secrets redacted)")
     trk.add_argument("--list", action="store_true", help="list the registered tracker sinks")
     add_tracker_arguments(trk)
+    demo = sub.add_parser("demo", help="train a small PPO run on CPU, serving /metrics and mirroring to trackers "
+                                       "(needs pip install 'rl-otel[demo]')")
+    _add_demo_arguments(demo)
+    add_tracker_arguments(demo)
     return parser
+
+
+def _add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    try:
+        from rl_otel.demo.cli import add_arguments
+    except ImportError:  # no torch: the command still parses, and says what to install when run
+        parser.add_argument("rest", nargs=argparse.REMAINDER)
+        return
+    add_arguments(parser)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    try:
+        from rl_otel.demo.cli import main as demo_main
+    except ImportError as exc:
+        print(f"rl-otel demo needs torch and tensorboard: pip install 'rl-otel[demo]' ({exc})", file=sys.stderr)
+        return 2
+    try:
+        options = tracker_options(args)
+    except ValueError as exc:
+        print(f"rl-otel demo: {exc}", file=sys.stderr)
+        return 2
+    return demo_main(args, options)
 
 
 def _trackers(args: argparse.Namespace) -> int:
@@ -129,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _catalog(args)
     if args.command == "trackers":
         return _trackers(args)
+    if args.command == "demo":
+        return _demo(args)
     _parser().print_help(sys.stderr)
     return 2
 
