@@ -5,7 +5,10 @@ between phases to share one GPU.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -108,6 +111,7 @@ class Offloader:
             p.data = torch.empty(0, dtype=p.dtype)
         if self.optimizer is not None:
             self.optimizer.state.clear()
+        _release_freed_memory()
         self.offloaded = True
 
     def onload(self) -> None:
@@ -123,3 +127,19 @@ class Offloader:
 
     def _params(self) -> list[tuple[str, nn.Parameter]]:
         return list(self.model.named_parameters()) if self.model is not None else []
+
+
+@cache
+def _malloc_trim() -> object | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        return None
+
+
+def _release_freed_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc keeps them otherwise, and RSS would not show the offload)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 class DemoConfig:
     """Hyper-parameters of the demo run. The defaults learn the task in about a minute on two CPU cores."""
 
-    steps: int = 120
+    steps: int = 200
     seed: int = 0
     batch_size: int = 128
     hidden: int = 256
