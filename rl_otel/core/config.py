@@ -41,6 +41,8 @@ class TelemetryConfig:
     handle_sigterm: bool = True
     sink_queue_size: int = 64
     close_timeout_s: float = 10.0
+    local_rank: int = 0  # from LOCAL_RANK (see rl_otel.core.ranks); on the OTel resource, not a label
+    world_size: int = 1
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -81,13 +83,9 @@ def _prometheus(value: object) -> PrometheusConfig | None:
     return PrometheusConfig(host=host, port=port)
 
 
-def _rank(value: object) -> int:
+def _rank(value: object, env_rank: int) -> int:
     if value is None:
-        env = os.environ.get("RANK", "0")
-        try:
-            value = int(env)
-        except ValueError:
-            raise ConfigurationError(f"the RANK environment variable must be an int, got {env!r}") from None
+        value = env_rank
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigurationError(f"rank must be an int >= 0, got {value!r}")
     return value
@@ -98,7 +96,7 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
                  tracker_kwargs: object = None, trackers: object = None, tracker_ranks: object = 0,
                  handle_sigterm: bool = True, sink_queue_size: int = 64,
                  close_timeout_s: float = 10.0, tracing: object = None) -> TelemetryConfig:
-    from rl_otel.core.ranks import check_tracker_ranks
+    from rl_otel.core.ranks import check_tracker_ranks, env_ranks
     from rl_otel.sinks.config import normalize_trackers
 
     if run is None:
@@ -110,9 +108,10 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
     if series_ttl_s is not None and (isinstance(series_ttl_s, bool) or not isinstance(series_ttl_s, (int, float))
                                      or series_ttl_s <= 0):
         raise ConfigurationError(f"series_ttl_s must be a positive number of seconds or None, got {series_ttl_s!r}")
+    env = env_ranks()
     return TelemetryConfig(
         run=run,
-        rank=_rank(rank),
+        rank=_rank(rank, env.rank),
         role=role,
         host_name=socket.gethostname(),
         prometheus=_prometheus(prometheus),
@@ -125,4 +124,6 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
         handle_sigterm=_bool("handle_sigterm", handle_sigterm),
         sink_queue_size=_positive_int("sink_queue_size", sink_queue_size),
         close_timeout_s=_positive_seconds("close_timeout_s", close_timeout_s),
+        local_rank=env.local_rank,
+        world_size=env.world_size,
     )
