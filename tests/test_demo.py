@@ -26,14 +26,15 @@ def _mean(values: list[float]) -> float:
 
 
 def test_reward_rises_with_a_fixed_seed():
-    # 60 steps of 128 rollouts: a random policy scores ~0.1, the learned one > 0.5 (seen: 0.11 -> 0.63).
-    result = run(DemoConfig(steps=60, seed=0), telemetry=False)
+    # 40 steps of 128 rollouts: a random policy scores ~0.1, the learned one > 0.5 (seeds 0, 1, 2 seen:
+    # 0.09 -> 0.59, 0.10 -> 0.59, 0.09 -> 0.56, the last eval mean@4 0.66 each).
+    result = run(DemoConfig(steps=40, seed=0, hidden=128), telemetry=False)
     first, last = _mean(result.scores[:10]), _mean(result.scores[-10:])
     assert first < 0.2, result.scores[:10]
     assert last > first + 0.25, (first, last)
     evals = [score for _, score in result.evals]
     assert evals[-1] > evals[0], result.evals
-    assert len(result.step_seconds) == 60 and all(s > 0 for s in result.step_seconds)
+    assert len(result.step_seconds) == 40 and all(s > 0 for s in result.step_seconds)
 
 
 def test_telemetry_does_not_change_the_math():
