@@ -62,6 +62,8 @@ def tracker_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rl_otel.demo.cli import add_arguments as demo_arguments  # light: torch loads when the demo runs
+
     parser = argparse.ArgumentParser(prog="rl-otel", description="OpenTelemetry/Prometheus for RL training.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command")
@@ -75,23 +77,16 @@ def _parser() -> argparse.ArgumentParser:
     add_tracker_arguments(trk)
     demo = sub.add_parser("demo", help="train a small PPO run on CPU, serving /metrics and mirroring to trackers "
                                        "(needs pip install 'rl-otel[demo]')")
-    _add_demo_arguments(demo)
+    demo_arguments(demo)
     add_tracker_arguments(demo)
     return parser
 
 
-def _add_demo_arguments(parser: argparse.ArgumentParser) -> None:
-    try:
-        from rl_otel.demo.cli import add_arguments
-    except ImportError:  # no torch: the command still parses, and says what to install when run
-        parser.add_argument("rest", nargs=argparse.REMAINDER)
-        return
-    add_arguments(parser)
-
-
 def _demo(args: argparse.Namespace) -> int:
+    from rl_otel.demo.cli import main as demo_main
+
     try:
-        from rl_otel.demo.cli import main as demo_main
+        import torch  # noqa: F401
     except ImportError as exc:
         print(f"rl-otel demo needs torch and tensorboard: pip install 'rl-otel[demo]' ({exc})", file=sys.stderr)
         return 2

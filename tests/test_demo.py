@@ -119,3 +119,19 @@ def test_cli_serves_every_family_and_mirrors_to_tensorboard(tmp_path):
     assert "memory/cpu/reference/compute_log_probs/end/rss" in scalars
     assert "eval/counting/accuracy/mean@4" in scalars
     assert "rollout/reward/mean" in scalars
+
+
+def test_bad_options_exit_2_with_the_reason(capsys):
+    from rl_otel.cli import main
+
+    assert main(["demo", "--steps", "0", "--no-progress"]) == 2
+    assert "steps must be a positive int" in capsys.readouterr().err
+    assert main(["demo", "--port", "70000", "--no-progress"]) == 2
+    assert "port" in capsys.readouterr().err
+
+
+def test_the_command_line_stays_light_without_the_demo():
+    code = "import sys; from rl_otel.cli import _parser; _parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True).stdout
+    assert out.strip() == "False"

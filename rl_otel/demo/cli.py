@@ -13,9 +13,9 @@ DEFAULT_LOG_DIR = "rl_otel_demo"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The demo's options (the tracker options come from :func:`rl_otel.cli.add_tracker_arguments`)."""
-    from rl_otel.demo.ppo import DemoConfig
+    from rl_otel.demo import DEFAULT_STEPS
 
-    parser.add_argument("--steps", type=int, default=DemoConfig.steps, help="PPO steps (default %(default)s)")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="PPO steps (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the whole run (default %(default)s)")
     parser.add_argument("--port", type=int, default=9464, help="scrape endpoint port; 0 picks a free port "
                                                                "(default %(default)s)")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rl_otel.demo import DEFAULT_STEPS
 from rl_otel.demo.models import Critic, Offloader, Policy
 from rl_otel.demo.task import CountingTask
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 class DemoConfig:
     """Hyper-parameters of the demo run. The defaults learn the task in about a minute on two CPU cores."""
 
-    steps: int = 200
+    steps: int = DEFAULT_STEPS
     seed: int = 0
     batch_size: int = 128
     hidden: int = 256
