@@ -41,11 +41,15 @@ def tracker_choice(args: argparse.Namespace, tracker_options: dict[str, Any]) ->
 
 
 class ProgressBar:
-    """One line on ``stream``, redrawn in place on a terminal; a line every 10% otherwise (logs stay short)."""
+    """One line on ``stream``, redrawn in place on a terminal; a line every 10% otherwise (logs stay short).
 
-    def __init__(self, total: int, stream: IO[str]) -> None:
+    ``redraw=False`` forces the line mode: the stdout tracker writing to the same terminal would break a line
+    being redrawn.
+    """
+
+    def __init__(self, total: int, stream: IO[str], redraw: bool = True) -> None:
         self.total, self.stream = total, stream
-        self.tty = stream.isatty()
+        self.tty = redraw and stream.isatty()
         self.t0 = time.perf_counter()
         self.last_eval: float | None = None
         self._printed = -1
@@ -94,7 +98,8 @@ def main(args: argparse.Namespace, tracker_options: dict[str, Any]) -> int:
             print(f"  tensorboard: tensorboard --logdir {tb}", file=err)
         print(f"  trackers:    {', '.join(tel.trackers) or 'none'} (rank {tel.config.rank})", file=err)
         err.flush()
-        bar = None if args.no_progress else ProgressBar(args.steps, err)
+        stdout_on_tty = "stdout" in tel.trackers and sys.stdout.isatty()
+        bar = None if args.no_progress else ProgressBar(args.steps, err, redraw=not stdout_on_tty)
         started = time.perf_counter()
         result = run(config, telemetry=tel, on_step=bar)
         tel.flush(timeout_s=10.0)

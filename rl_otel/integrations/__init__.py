@@ -12,23 +12,22 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rl_otel.errors import ConfigurationError
+from rl_otel.sinks.config import FILE_KEYS
 
 if TYPE_CHECKING:
     from rl_otel.core.telemetry import Telemetry
 
-# rl_otel.init()'s keyword arguments an integration passes through.
-INIT_OPTIONS = ("config", "rank", "role", "prometheus", "max_series_per_metric", "max_unknown_keys", "series_ttl_s",
-                "track_with", "tracker_kwargs", "trackers", "tracker_ranks", "handle_sigterm", "sink_queue_size",
-                "close_timeout_s", "tracing")
+# rl_otel.init()'s options an integration passes through: a config file's keys, the file itself, tracing.
+INIT_OPTIONS = (*FILE_KEYS, "config", "tracing")
 
 
 def telemetry_from_options(where: str, run: str | None, options: Mapping[str, Any]) -> Telemetry:
     """``rl_otel.init(run=run, **options)``, with an unknown option refused by name (``where`` says whose)."""
     import rl_otel
 
-    unknown = sorted(set(options) - set(INIT_OPTIONS) - {"run"})
+    unknown = sorted(set(options) - set(INIT_OPTIONS))
     if unknown:
-        raise ConfigurationError(f"unknown rl_otel option(s) {unknown} for {where}; known: {['run', *INIT_OPTIONS]}")
+        raise ConfigurationError(f"unknown rl_otel option(s) {unknown} for {where}; known: {list(INIT_OPTIONS)}")
     options = dict(options)
     run = options.pop("run", None) or run
     return rl_otel.init(run, **options) if run is not None else rl_otel.init(**options)
