@@ -45,6 +45,9 @@ class DemoConfig:
     lam: float = 0.95
     eval_every: int = 10
     eval_runs: int = 4
+    # The models are tiny: one intra-op thread is as fast as two on an idle machine and several times faster on a
+    # busy one (OpenMP threads wait on each other); run() restores torch's setting when it returns.
+    torch_threads: int | None = 1
     task: CountingTask = field(default_factory=CountingTask)
 
     def __post_init__(self) -> None:
@@ -52,6 +55,9 @@ class DemoConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.torch_threads is not None and (isinstance(self.torch_threads, bool)
+                                               or not isinstance(self.torch_threads, int) or self.torch_threads < 1):
+            raise ValueError(f"torch_threads must be a positive int or None, got {self.torch_threads!r}")
 
 
 @dataclass
@@ -200,6 +206,9 @@ def run(config: DemoConfig | None = None, telemetry: Telemetry | bool = True,
     with contextlib.ExitStack() as stack:
         if own:
             stack.callback(tel.close)  # type: ignore[union-attr]
+        if cfg.torch_threads is not None:
+            stack.callback(torch.set_num_threads, torch.get_num_threads())
+            torch.set_num_threads(cfg.torch_threads)
         where = Path(offload_dir) if offload_dir else Path(stack.enter_context(tempfile.TemporaryDirectory(
             prefix="rl_otel_demo_")))
         trainer = _Trainer(cfg, where)
