@@ -2,7 +2,8 @@
 
 ``rl-otel catalog [--format table|json|markdown]``, ``rl-otel catalog resolve KEY...``,
 ``rl-otel trackers [--config exp.yaml] [--track-with NAME] [--tracker-kwargs JSON] [--tracker NAME=JSON]``
-(prints the tracker configuration init() would use, secrets redacted). :func:`add_tracker_arguments` and
+(prints the tracker configuration init() would use, secrets redacted), ``rl-otel demo [--steps N] [--port P]
+...`` (a real small PPO run on CPU, see :mod:`rl_otel.demo`). :func:`add_tracker_arguments` and
 :func:`tracker_options` give any command the same tracker options.
 """
 
@@ -61,6 +62,8 @@ def tracker_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rl_otel.demo.cli import add_arguments as demo_arguments  # light: torch loads when the demo runs
+
     parser = argparse.ArgumentParser(prog="rl-otel", description="OpenTelemetry/Prometheus for RL training.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command")
@@ -72,7 +75,27 @@ def _parser() -> argparse.ArgumentParser:
     trk = sub.add_parser("trackers", help="print the tracker configuration init() would use (secrets redacted)")
     trk.add_argument("--list", action="store_true", help="list the registered tracker sinks")
     add_tracker_arguments(trk)
+    demo = sub.add_parser("demo", help="train a small PPO run on CPU, serving /metrics and mirroring to trackers "
+                                       "(needs pip install 'rl-otel[demo]')")
+    demo_arguments(demo)
+    add_tracker_arguments(demo)
     return parser
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from rl_otel.demo.cli import main as demo_main
+
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        print(f"rl-otel demo needs torch and tensorboard: pip install 'rl-otel[demo]' ({exc})", file=sys.stderr)
+        return 2
+    try:
+        options = tracker_options(args)
+    except ValueError as exc:
+        print(f"rl-otel demo: {exc}", file=sys.stderr)
+        return 2
+    return demo_main(args, options)
 
 
 def _trackers(args: argparse.Namespace) -> int:
@@ -129,6 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _catalog(args)
     if args.command == "trackers":
         return _trackers(args)
+    if args.command == "demo":
+        return _demo(args)
     _parser().print_help(sys.stderr)
     return 2
 

@@ -53,6 +53,8 @@ class TelemetryConfig:
     sink_queue_size: int = 64
     close_timeout_s: float = 10.0
     otlp: OtlpConfig | None = None
+    local_rank: int = 0  # from LOCAL_RANK (see rl_otel.core.ranks); on the OTel resource, not a label
+    world_size: int = 1
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -73,7 +75,7 @@ def _positive_seconds(name: str, value: object) -> float:
     return float(value)
 
 
-def _prometheus(value: object) -> PrometheusConfig | None:
+def _prometheus(value: object, local_rank: int) -> PrometheusConfig | None:
     if value is None or value is False:
         return None
     if value is True:
@@ -94,7 +96,7 @@ def _prometheus(value: object) -> PrometheusConfig | None:
         if port == 0:
             raise ConfigurationError("prometheus add_local_rank needs a base port, got port 0 (port 0 is a free "
                                      "port for every rank already)")
-        offset = local_rank()
+        offset = local_rank
         if port + offset > 65535:
             raise ConfigurationError(f"prometheus port {port} + LOCAL_RANK {offset} is past 65535")
         port += offset
@@ -115,25 +117,9 @@ def _prometheus(value: object) -> PrometheusConfig | None:
                             web=None if web is None else load_web_config(web))
 
 
-def local_rank() -> int:
-    """``$LOCAL_RANK`` (the rank on this host, set by torchrun, DeepSpeed, Ray Train), 0 when unset."""
-    env = os.environ.get("LOCAL_RANK", "0")
-    try:
-        value = int(env)
-    except ValueError:
-        raise ConfigurationError(f"the LOCAL_RANK environment variable must be an int >= 0, got {env!r}") from None
-    if value < 0:
-        raise ConfigurationError(f"the LOCAL_RANK environment variable must be an int >= 0, got {env!r}")
-    return value
-
-
-def _rank(value: object) -> int:
+def _rank(value: object, env_rank: int) -> int:
     if value is None:
-        env = os.environ.get("RANK", "0")
-        try:
-            value = int(env)
-        except ValueError:
-            raise ConfigurationError(f"the RANK environment variable must be an int, got {env!r}") from None
+        value = env_rank
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigurationError(f"rank must be an int >= 0, got {value!r}")
     return value
@@ -145,7 +131,7 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
                  handle_sigterm: bool = True, sink_queue_size: int = 64,
                  close_timeout_s: float = 10.0, tracing: object = None,
                  otlp: object = None) -> TelemetryConfig:
-    from rl_otel.core.ranks import check_tracker_ranks
+    from rl_otel.core.ranks import check_tracker_ranks, env_ranks
     from rl_otel.sinks.config import normalize_trackers
 
     if run is None:
@@ -157,12 +143,13 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
     if series_ttl_s is not None and (isinstance(series_ttl_s, bool) or not isinstance(series_ttl_s, (int, float))
                                      or series_ttl_s <= 0):
         raise ConfigurationError(f"series_ttl_s must be a positive number of seconds or None, got {series_ttl_s!r}")
+    env = env_ranks()
     return TelemetryConfig(
         run=run,
-        rank=_rank(rank),
+        rank=_rank(rank, env.rank),
         role=role,
         host_name=socket.gethostname(),
-        prometheus=_prometheus(prometheus),
+        prometheus=_prometheus(prometheus, env.local_rank),
         max_series_per_metric=_positive_int("max_series_per_metric", max_series_per_metric),
         max_unknown_keys=_positive_int("max_unknown_keys", max_unknown_keys),
         series_ttl_s=None if series_ttl_s is None else float(series_ttl_s),
@@ -173,4 +160,6 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
         sink_queue_size=_positive_int("sink_queue_size", sink_queue_size),
         close_timeout_s=_positive_seconds("close_timeout_s", close_timeout_s),
         otlp=otlp_config(otlp),
+        local_rank=env.local_rank,
+        world_size=env.world_size,
     )

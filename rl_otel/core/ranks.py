@@ -1,12 +1,53 @@
-"""Which ranks do what: decided here, in one pure function, never by ``if rank == 0`` scattered around."""
+"""Which rank a process is, and which ranks do what: decided here, never by ``if rank == 0`` scattered around.
+
+A process's rank comes from torch.distributed's environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, as
+``torchrun`` and most launchers set it). Series carry one label, ``rank`` (the global rank: unique in a run and
+stable across restarts); the local rank and the world size go on the OTel resource (``target_info``) only, so
+the label set - and the series count - stays minimal.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from rl_otel.errors import ConfigurationError
 
 TrackerRanks = int | str | Iterable[int]
+
+
+@dataclass(frozen=True)
+class ProcessRanks:
+    """Where this process sits in a distributed job (``rank 0 of 1`` outside one)."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    text = env.get(name)
+    if text is None or text.strip() == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigurationError(f"the {name} environment variable must be an int, got {text!r}") from None
+    if value < minimum:
+        raise ConfigurationError(f"the {name} environment variable must be >= {minimum}, got {text!r}")
+    return value
+
+
+def env_ranks(env: Mapping[str, str] | None = None) -> ProcessRanks:
+    """``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` from ``env`` (default ``os.environ``); absent ones default to
+    0, 0 and 1. Raises ConfigurationError naming a variable that is not a valid int (or a rank >= WORLD_SIZE)."""
+    env = os.environ if env is None else env
+    ranks = ProcessRanks(rank=_env_int(env, "RANK", 0, 0), local_rank=_env_int(env, "LOCAL_RANK", 0, 0),
+                         world_size=_env_int(env, "WORLD_SIZE", 1, 1))
+    if "WORLD_SIZE" in env and ranks.rank >= ranks.world_size:
+        raise ConfigurationError(f"RANK={ranks.rank} is not below WORLD_SIZE={ranks.world_size}")
+    return ranks
 
 
 def check_tracker_ranks(policy: object) -> int | str | frozenset[int]:

@@ -58,6 +58,7 @@ class Telemetry:
             "service.name": "rl_otel", "service.version": __version__, "service.instance.id":
                 f"{config.host_name}/{config.run}/{config.rank}", "host.name": config.host_name,
             "rl.run": config.run, "rl.rank": config.rank, "rl.role": config.role,
+            "rl.local_rank": config.local_rank, "rl.world_size": config.world_size,
         })
         self._endpoint: ScrapeEndpoint | None = None
         self._meter_provider: MeterProvider | None = None

@@ -1,0 +1,53 @@
+"""A ROLL tracker: ``track_with: rl_otel`` in a ROLL pipeline YAML serves the run's metrics to Prometheus.
+
+ROLL builds trackers from a registry dict by name, as ``tracker_registry[track_with](config, **tracker_kwargs)``,
+then calls ``log(values, step)`` every step and ``finish()`` at the end. Register once, before the pipeline
+starts::
+
+    from rl_otel.integrations.roll import register
+    register()                       # adds "rl_otel" to roll.utils.tracking.tracker_registry
+
+and in the YAML (``tracker_kwargs`` are :func:`rl_otel.init` options; ``trackers`` mirrors as ROLL would)::
+
+    track_with: rl_otel
+    tracker_kwargs:
+      prometheus: {port: 9464}
+      trackers: {tensorboard: {log_dir: ./tb}}
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any
+
+from rl_otel.integrations import telemetry_from_options
+
+NAME = "rl_otel"
+
+
+class RLOtelTracker:
+    """ROLL's tracker interface over a :class:`rl_otel.Telemetry`.
+
+    ``config`` is the pipeline config ROLL passes (its ``exp_name`` names the run unless ``run`` is given);
+    ``kwargs`` are ROLL's ``tracker_kwargs``: :func:`rl_otel.init` options. ROLL's reducer tags
+    (``actor/pg_loss@sum``) and its ``time/``/``memory/`` keys are understood as they are.
+    """
+
+    def __init__(self, config: dict | None = None, **kwargs: Any) -> None:
+        run = config.get("exp_name") if isinstance(config, dict) else None
+        self.telemetry = telemetry_from_options("ROLL's tracker_kwargs", run, kwargs)
+
+    def log(self, values: dict, step: int | None, **kwargs: Any) -> None:
+        """One step's metrics (extra keyword arguments ROLL may pass are ignored). Never raises."""
+        self.telemetry.log(values, step)
+
+    def finish(self) -> None:
+        """Flush the mirrored trackers and stop serving. Idempotent."""
+        self.telemetry.close()
+
+
+def register(registry: MutableMapping[str, Any] | None = None, name: str = NAME) -> None:
+    """Add :class:`RLOtelTracker` to ROLL's tracker registry (default ``roll.utils.tracking.tracker_registry``)."""
+    if registry is None:
+        from roll.utils.tracking import tracker_registry as registry  # type: ignore[import-not-found,no-redef]
+    registry[name] = RLOtelTracker

@@ -1,0 +1,69 @@
+"""Many processes: each rank labels its series and serves its own endpoint; only rank 0 mirrors to trackers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_otel import ConfigurationError
+from rl_otel.core.ranks import ProcessRanks, env_ranks
+from tests._readers import tensorboard_scalars
+from tests.promtools import samples, scrape
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A training process as torchrun starts it: rank from the environment, one shared TensorBoard directory.
+WORKER = """
+import sys, rl_otel
+tel = rl_otel.init(run="ranks", prometheus={"host": "127.0.0.1", "port": 0},
+                   trackers={"tensorboard": {"log_dir": sys.argv[1]}})
+rank = tel.config.rank
+for step in range(3):
+    tel.log({"critic/score/mean": 10 * rank + step}, step=step)
+print(tel.metrics_url, ",".join(tel.trackers), flush=True)
+sys.stdin.readline()  # serve until the test has scraped
+tel.close()
+"""
+
+
+def test_env_ranks_reads_torchrun_variables():
+    assert env_ranks({}) == ProcessRanks(0, 0, 1)
+    assert env_ranks({"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}) == ProcessRanks(5, 1, 8)
+
+
+@pytest.mark.parametrize("env, name", [({"RANK": "x"}, "RANK"), ({"LOCAL_RANK": "-1"}, "LOCAL_RANK"),
+                                       ({"WORLD_SIZE": "0"}, "WORLD_SIZE"),
+                                       ({"RANK": "4", "WORLD_SIZE": "4"}, "WORLD_SIZE")])
+def test_bad_environment_is_named(env, name):
+    with pytest.raises(ConfigurationError, match=name):
+        env_ranks(env)
+
+
+def test_two_ranks_label_their_series_and_only_rank0_writes_tensorboard(tmp_path):
+    tb = tmp_path / "tb"
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
+        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, str(tb)], env=env, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        lines = [p.stdout.readline().split() for p in procs]
+        assert all(lines), [p.stderr.read() for p in procs]
+        (url0, trackers0), (url1, *trackers1) = lines
+        assert url0 != url1 and trackers0 == "tensorboard" and trackers1 == []
+        for rank, url in ((0, url0), (1, url1)):
+            text = scrape(url)
+            labels = frozenset({("run", "ranks"), ("rank", str(rank)), ("stat", "mean")})
+            assert samples(text, "rl_critic_score") == {labels: 10 * rank + 2}
+            info = next(k for k in samples(text, "target_info"))
+            assert ("rl_local_rank", str(rank)) in info and ("rl_world_size", "2") in info, info
+    finally:
+        for p in procs:
+            p.communicate("\n", timeout=30)
+    assert [p.returncode for p in procs] == [0, 0]
+    assert len(list(tb.glob("events.out.tfevents.*"))) == 1
+    assert tensorboard_scalars(str(tb))["critic/score/mean"] == [(0, 0.0), (1, 1.0), (2, 2.0)]
