@@ -31,6 +31,13 @@ def test_roll_tracker_from_the_registry_by_track_with():
     url = tracker.telemetry.metrics_url
     assert _value(url, "actor/pg_loss", "roll-exp") == {frozenset(): 0.5}
     assert _value(url, "critic/score/mean", "roll-exp") == {frozenset({("stat", "mean")}): 0.25}
+    # ROLL's BaseTracker.log_traces (trace records, not metrics) is accepted and changes no series
+    def series(text: str) -> set[str]:
+        return {line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
+
+    before = series(scrape(url))
+    tracker.log_traces("rollout_traces", [{"messages": [{"role": "user", "content": "hi"}]}], step=3)
+    assert series(scrape(url)) == before
     tracker.finish()
     tracker.finish()  # idempotent
 

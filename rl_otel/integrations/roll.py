@@ -41,6 +41,10 @@ class RLOtelTracker:
         """One step's metrics (extra keyword arguments ROLL may pass are ignored). Never raises."""
         self.telemetry.log(values, step)
 
+    def log_traces(self, name: str, records: list[dict], step: int | None = None) -> None:
+        """ROLL's ``BaseTracker.log_traces`` (conversation records for trace viewers such as Trackio): not
+        metrics, so there is nothing to export; accepted so a pipeline calling it on every tracker keeps running."""
+
     def finish(self) -> None:
         """Flush the mirrored trackers and stop serving. Idempotent."""
         self.telemetry.close()
