@@ -18,6 +18,7 @@ from rl_otel._version import __version__
 from rl_otel.catalog import Catalog, Kind, live, meta
 from rl_otel.core.config import TelemetryConfig
 from rl_otel.core.router import Refusal, Router
+from rl_otel.core.signals import SignalFlush
 from rl_otel.core.store import SeriesStore
 from rl_otel.core.values import BadValue, as_histogram, coerce, flatten, to_tracker_array
 from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry, StoreMetricReader
@@ -88,11 +89,14 @@ class Telemetry:
                 raise
             self._live = LiveGauges(self._store.add_collector, cpu, lambda reason: self._count_error("live", reason))
         self._bridge: Bridge | NullBridge = NullBridge()
+        self._signals: SignalFlush | None = None
         try:
             self._bridge = self._start_bridge()
         except BaseException:
             self.close()
             raise
+        if config.handle_sigterm and self._bridge.active:  # with nothing buffered there is nothing to write
+            self._signals = SignalFlush(on_term=self.close, on_int=self.flush, timeout_s=config.close_timeout_s)
 
     # -- public surface -------------------------------------------------------------------------------------
 
@@ -117,12 +121,18 @@ class Telemetry:
         if self._closed:
             self._warn_once("closed", "", "log() after close() is ignored")
             return
+        signals = self._signals
+        if signals is not None:
+            signals.hold()  # a SIGTERM/SIGINT now is handled once this step is fully logged
         try:
             self._log(metrics, step)
         except Exception:  # the training step must go on
             if self._warn_once("internal", "", "rl_otel: log() failed internally; training goes on"):
                 _log.exception("rl_otel: log() failed")
             self._count_error("input", "internal")
+        finally:
+            if signals is not None:
+                signals.release()
 
     def phase(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None = None,
               offload: Callable[[], Any] | None = None, step: int | None = None,
@@ -177,6 +187,8 @@ class Telemetry:
             if self._closed:
                 return
             self._closed = True
+        if self._signals is not None:
+            self._signals.uninstall()
         if self._live is not None:
             self._live.close()
         self._bridge.close()
@@ -299,8 +311,7 @@ class Telemetry:
         self._secrets = frozenset(s for t in cfg.trackers for s in secret_values(dict(t.kwargs)))
         return build_bridge(cfg.trackers, run=cfg.run, mirror=mirrors_to_trackers(cfg.rank, cfg.tracker_ranks),
                             on_error=self._sink_error, queue_size=cfg.sink_queue_size,
-                            close_timeout_s=cfg.close_timeout_s, handle_sigterm=cfg.handle_sigterm,
-                            on_sigterm=self.close)
+                            close_timeout_s=cfg.close_timeout_s)
 
     def _sink_error(self, sink: str, reason: str, exc: BaseException | None) -> None:
         from rl_otel.sinks.config import scrub
