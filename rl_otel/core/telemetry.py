@@ -30,6 +30,7 @@ from rl_otel.sinks.bridge import Bridge, NullBridge
 
 _log = logging.getLogger("rl_otel")
 _WARN_LIMIT = 10_000  # distinct (what, key) pairs remembered for warn-once
+_WARN_CHARS = 500
 
 
 class Telemetry:
@@ -338,5 +339,7 @@ class Telemetry:
             if (what, key) in self._warned or len(self._warned) >= _WARN_LIMIT:
                 return False
             self._warned.add((what, key))
+        if len(message) > _WARN_CHARS:  # a hostile 100 kB key must not become a 100 kB log line
+            message = f"{message[:_WARN_CHARS]}... ({len(message) - _WARN_CHARS} more characters)"
         _log.warning(message)
         return True
