@@ -50,6 +50,7 @@ class _Worker:
         self._items: deque[tuple[Metrics, int]] = deque()
         self._cond = threading.Condition()
         self._busy = False
+        self._flush_wanted = False
         self._closing = False
         self._on_error = on_error
         self.thread = threading.Thread(target=self._run, name=f"rl_otel-sink-{name}", daemon=True)
@@ -75,14 +76,20 @@ class _Worker:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._items and not self._closing:
+                while not (self._items or self._closing or self._flush_wanted):
                     self._cond.wait()
-                if not self._items:
+                if self._items:
+                    job: tuple[Metrics, int] | None = self._items.popleft()
+                elif self._flush_wanted:
+                    job, self._flush_wanted = None, False
+                else:  # closing, and nothing left to write
                     break
-                metrics, step = self._items.popleft()
                 self._busy, self._started, self._timed_out = True, time.monotonic(), False
             try:
-                self.sink.log(metrics, step)
+                if job is not None:
+                    self.sink.log(*job)
+                elif callable(getattr(self.sink, "flush", None)):
+                    self.sink.flush()
             except Exception as exc:
                 self._on_error(self.name, error_reason(exc), exc)
             finally:
@@ -95,8 +102,12 @@ class _Worker:
             self._on_error(self.name, error_reason(exc), exc)
 
     def flush(self, deadline: float) -> bool:
+        """Wait until every queued step is handed to the sink and the sink's own ``flush()`` (if it has one: a
+        writer with a buffer of its own, like TensorBoard's) has run after them."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._items and not self._busy,
+            self._flush_wanted = True
+            self._cond.notify_all()
+            return self._cond.wait_for(lambda: not (self._items or self._busy or self._flush_wanted),
                                        timeout=max(0.0, deadline - time.monotonic()))
 
     def begin_close(self) -> None:

@@ -89,8 +89,13 @@ class TensorBoardSink:
                                bucket_limit=edges[1:].tolist(), bucket=counts.astype(np.float64).tolist())
 
     def flush(self) -> None:
+        """Block until every event is on disk (``Telemetry.flush()`` calls it on the sink's worker thread)."""
         if self._writer is not None:
-            self._writer.flush()
+            try:
+                self._writer.flush()
+            except Exception as exc:
+                self._drop_writer(exc)
+                raise
 
     def close(self) -> None:
         if self._writer is not None:
