@@ -8,10 +8,11 @@ same checks that admit a value to Prometheus: one data path, two views.
 
 Fault isolation: ``submit`` never blocks and never raises. Each worker owns a bounded queue; when a sink falls
 behind (hung, slow disk) the oldest step is dropped and counted (``reason="queue_full"``). A call into a sink that
-runs longer than ``timeout_s`` is counted once as ``reason="timeout"`` (seen at the next ``submit``: no watchdog
-thread); a thread cannot be killed, so the call is left to finish, and the sink goes on if it ever returns. A sink
-that raises is counted and logged once per reason; the other sinks go on. ``close()`` drains every queue and closes every sink
-under one deadline; a worker still stuck then is abandoned (daemon thread) and counted ("close_timeout").
+runs longer than ``close_timeout_s`` is counted once as ``reason="timeout"`` (seen at the next ``submit``: no
+watchdog thread); a thread cannot be killed, so the call is left to finish, and the sink goes on if it ever
+returns. A sink that raises is counted and logged once per reason; the other sinks go on. ``close()`` drains every
+queue and closes every sink under one deadline; a worker still stuck then is abandoned (daemon thread) and counted
+("close_timeout"). Signals are handled by :mod:`rl_otel.core.signals`, which calls ``Telemetry.close``/``flush``.
 Thread-safe: ``submit`` may be called from several threads; ``close`` runs once.
 """
 
