@@ -6,12 +6,12 @@
   see half of the data;
 - a family name is written once per scrape: a second family with the same name (which would make Prometheus
   reject the whole scrape) is dropped and counted;
-- the server binds 0.0.0.0 by default (a pod is scraped from outside); port 0 picks a free port.
+- the server binds 0.0.0.0 by default (a pod is scraped from outside); port 0 picks a free port; TLS, mTLS and
+  basic auth come from a web-config file (``server.py``, ``webconfig.py``).
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -22,9 +22,10 @@ from opentelemetry.sdk.metrics.export import Metric, MetricsData, ResourceMetric
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import start_http_server
+from prometheus_client.exposition import make_wsgi_app
 
-from rl_otel.errors import PortInUseError
+from rl_otel.exporters.server import serve
+from rl_otel.exporters.webconfig import WebConfig
 
 _log = logging.getLogger("rl_otel")
 
@@ -83,19 +84,17 @@ class ScrapeRegistry(CollectorRegistry):
 
 
 class ScrapeEndpoint:
-    """An HTTP server serving ``registry`` on ``host:port/metrics``; ``close()`` is idempotent."""
+    """An HTTP(S) server serving ``registry`` on ``host:port/metrics``; ``close()`` is idempotent.
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
-        try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=registry)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise PortInUseError(
-                    f"prometheus port {port} on {host!r} is already in use; pass prometheus={{'port': 0}} for a "
-                    "free port, or another port") from exc
-            raise PortInUseError(f"cannot serve metrics on {host!r}:{port}: {exc}") from exc
+    ``web`` adds TLS, mTLS and basic auth (:mod:`rl_otel.exporters.webconfig`); ``port_search`` tries the next
+    ports when ``port`` is taken (:func:`rl_otel.exporters.server.serve`)."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, *, web: WebConfig | None = None,
+                 port_search: int = 0) -> None:
+        self._server, self._thread = serve(make_wsgi_app(registry), host, port, web=web, port_search=port_search)
         self.host = host
         self.port: int = self._server.server_port
+        self.scheme = web.scheme if web is not None else "http"
         self._closed = False
 
     @property
@@ -103,7 +102,7 @@ class ScrapeEndpoint:
         host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(self.host, self.host)
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
-        return f"http://{host}:{self.port}/metrics"
+        return f"{self.scheme}://{host}:{self.port}/metrics"
 
     def close(self, timeout_s: float = 5.0) -> None:
         if self._closed:
