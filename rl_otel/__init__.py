@@ -82,9 +82,11 @@ def init(
         trackers: instead of track_with: ``{"tensorboard": {"log_dir": ...}, "stdout": {}}`` or a list.
         tracker_ranks: which ranks mirror to trackers: a rank (default 0), a list of ranks, or ``"all"``.
             Every rank exports to Prometheus.
-        handle_sigterm: flush the trackers on SIGTERM, then run the previous handler (main thread only).
+        handle_sigterm: with trackers, close them on SIGTERM and flush them on SIGINT (a signal arriving inside
+            ``log()`` waits for that step), then run the previous handler (main thread only).
         sink_queue_size: steps a tracker may fall behind before its oldest queued step is dropped (counted).
-        close_timeout_s: how long ``close()`` (or SIGTERM) waits for the trackers to write and close.
+        close_timeout_s: how long ``close()`` (or a signal) waits for the trackers to write and close; a tracker
+            call running longer is counted as hung (``rl_telemetry_errors_total{reason="timeout"}``).
 
     Raises:
         ConfigurationError: a bad argument (the message names it); PortInUseError when the port is taken;

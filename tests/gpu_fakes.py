@@ -73,8 +73,13 @@ def fake_torch(cuda: FakeCuda) -> types.ModuleType:
     return module
 
 
+class NVMLError(Exception):
+    """What pynvml raises (``NVMLError_GpuIsLost`` and friends subclass it)."""
+
+
 class FakeNvml(types.ModuleType):
-    """The slice of pynvml (nvidia-ml-py) rl_otel calls; ``stall`` makes memory reads block until released."""
+    """The slice of pynvml (nvidia-ml-py) rl_otel calls; clearing ``gate`` makes memory reads block until it is
+    set again, ``failing = True`` makes them raise ``NVMLError`` (a GPU fallen off the bus) until it is reset."""
 
     nvmlMemory_v2 = 0x02000028
 
@@ -85,6 +90,7 @@ class FakeNvml(types.ModuleType):
         self.used = {u: (i + 1) * GIB for i, u in enumerate(uuids)}
         self.gate = threading.Event()
         self.gate.set()
+        self.failing = False
         self.shutdown_called = False
 
     def nvmlInit(self) -> None:
@@ -108,6 +114,8 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetMemoryInfo(self, handle: str, version: int | None = None) -> types.SimpleNamespace:
         self.gate.wait()
+        if self.failing:
+            raise NVMLError("GPU is lost")
         info = types.SimpleNamespace(total=self.total, used=self.used[handle], free=self.total - self.used[handle])
         if version == self.nvmlMemory_v2:
             info.reserved = 300 * 2**20

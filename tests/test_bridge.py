@@ -5,56 +5,18 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
-import sys
-import textwrap
-import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
 from tests._readers import scrape_series, tensorboard_scalars
+from tests._sinks import Recorder, run_script, tel_errors
 
 import rl_otel
 from rl_otel.catalog import Kind, default_catalog
-from rl_otel.sinks import register_sink
 
-REPO = Path(__file__).resolve().parents[1]
 # rl_otel's own series (liveness, self-monitoring, live gauges sampled at scrape time) are not step values
 META = ("target_info", *(name for spec in default_catalog() if spec.key.startswith("rl_otel/")
                          for name in spec.exposed_names))
-
-
-class Recorder:
-    instances: list[Recorder] = []
-
-    def __init__(self, *, run: str, fail: str | None = None, secret: str = "") -> None:
-        self.steps: list[tuple[int, dict]] = []
-        self.fail, self.secret, self.closed = fail, secret, False
-        self.release = threading.Event()
-        self.seen = threading.Condition()
-        Recorder.instances.append(self)
-
-    def wait_for_steps(self, n: int) -> bool:
-        with self.seen:
-            return self.seen.wait_for(lambda: len(self.steps) >= n, timeout=30)
-
-    def log(self, metrics, step):
-        if self.fail == "raise":
-            raise RuntimeError(f"tracker exploded (key {self.secret})")
-        if self.fail == "hang":
-            self.release.wait()
-        with self.seen:
-            self.steps.append((step, metrics))
-            self.seen.notify_all()
-
-    def close(self):
-        self.closed = True
-
-
-register_sink("recorder", lambda **kw: Recorder(**kw))
-register_sink("boom", lambda **kw: Recorder(fail="raise", **kw))
-register_sink("hang", lambda **kw: Recorder(fail="hang", **kw))
 
 
 def _errors(url: str) -> dict[tuple[str, str], float]:
@@ -154,17 +116,6 @@ def test_hung_sink_never_blocks_training_and_close_has_a_deadline():
     assert tel_errors(tel)[("hang", "close_timeout")] == 1
 
 
-def tel_errors(tel) -> dict[tuple[str, str], float]:
-    from rl_otel.catalog import meta
-
-    out = {}
-    for metric in tel._store.collect():
-        if metric.name == meta.ERRORS.name:
-            for p in metric.data.data_points:
-                out[(p.attributes["sink"], p.attributes["reason"])] = p.value
-    return out
-
-
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_full_disk_is_counted_and_training_goes_on(tmp_path):
     Recorder.instances.clear()
@@ -189,18 +140,6 @@ def test_close_is_idempotent_and_log_after_close_is_ignored(tmp_path):
     assert [s for s, _ in rec.steps] == [0] and rec.closed
 
 
-def _run(code: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    # A script file, not ``-c``: SwanLab and WandB record the command line, which would hold the test's secrets.
-    script = cwd / "train.py"
-    script.write_text(textwrap.dedent(code))
-    env = {**os.environ, "PYTHONPATH": str(REPO), **env}
-    try:
-        return subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=120)
-    finally:
-        script.unlink()
-
-
 def test_sigterm_flushes_every_finished_step(tmp_path):
     code = """
         import os, signal, time, rl_otel
@@ -212,7 +151,7 @@ def test_sigterm_flushes_every_finished_step(tmp_path):
         time.sleep(30)
         raise SystemExit("SIGTERM did not end the run")
     """
-    proc = _run(code, {}, tmp_path)
+    proc = run_script(code, {}, tmp_path)
     assert proc.returncode == -signal.SIGTERM, proc.stderr
     scalars = tensorboard_scalars(str(tmp_path / "tb"))
     assert len(scalars) == 100 and all([s for s, _ in v] == list(range(40)) for v in scalars.values())
@@ -227,7 +166,7 @@ def test_sigterm_chains_the_previous_handler(tmp_path):
         tel.log({"a": 1.0}, step=0)
         os.kill(os.getpid(), signal.SIGTERM)
     """
-    proc = _run(code, {}, tmp_path)
+    proc = run_script(code, {}, tmp_path)
     assert proc.returncode == 7 and "previous handler ran" in proc.stdout
     assert (tmp_path / "out.log").read_text().count("metrics_tag: ") == 1
 
@@ -266,7 +205,7 @@ def test_secrets_never_written_anywhere(tmp_path):
     env = {"HOME": str(tmp_path / "home"), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
            "WANDB_DIR": str(tmp_path / "wb"), "WANDB_CONFIG_DIR": str(tmp_path / "home" / ".config" / "wandb"),
            "WANDB_CACHE_DIR": str(tmp_path / "home" / ".cache")}
-    proc = _run(code, env, tmp_path)
+    proc = run_script(code, env, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rejected api_key ***" in proc.stderr
     files = [p for p in tmp_path.rglob("*") if p.is_file()]

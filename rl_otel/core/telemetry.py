@@ -18,6 +18,7 @@ from rl_otel._version import __version__
 from rl_otel.catalog import Catalog, Kind, live, meta
 from rl_otel.core.config import PrometheusConfig, TelemetryConfig
 from rl_otel.core.router import Refusal, Router
+from rl_otel.core.signals import SignalFlush
 from rl_otel.core.store import SeriesStore
 from rl_otel.core.values import BadValue, as_histogram, coerce, flatten, to_tracker_array
 from rl_otel.exporters import otlp
@@ -31,6 +32,7 @@ from rl_otel.sinks.bridge import Bridge, NullBridge
 
 _log = logging.getLogger("rl_otel")
 _WARN_LIMIT = 10_000  # distinct (what, key) pairs remembered for warn-once
+_WARN_CHARS = 500
 
 
 class Telemetry:
@@ -73,6 +75,7 @@ class Telemetry:
         self._live: LiveGauges | None = None
         self._targets: TargetsFile | None = None
         self._bridge: Bridge | NullBridge = NullBridge()
+        self._signals: SignalFlush | None = None
         readers = []
         registry = None
         if config.prometheus is not None:
@@ -105,6 +108,8 @@ class Telemetry:
         except BaseException:
             self.close()
             raise
+        if config.handle_sigterm and self._bridge.active:  # with nothing buffered there is nothing to write
+            self._signals = SignalFlush(on_term=self.close, on_int=self.flush, timeout_s=config.close_timeout_s)
 
     # -- public surface -------------------------------------------------------------------------------------
 
@@ -129,12 +134,18 @@ class Telemetry:
         if self._closed:
             self._warn_once("closed", "", "log() after close() is ignored")
             return
+        signals = self._signals
+        if signals is not None:
+            signals.hold()  # a SIGTERM/SIGINT now is handled once this step is fully logged
         try:
             self._log(metrics, step)
         except Exception:  # the training step must go on
             if self._warn_once("internal", "", "rl_otel: log() failed internally; training goes on"):
                 _log.exception("rl_otel: log() failed")
             self._count_error("input", "internal")
+        finally:
+            if signals is not None:
+                signals.release()
 
     def phase(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None = None,
               offload: Callable[[], Any] | None = None, step: int | None = None,
@@ -189,6 +200,8 @@ class Telemetry:
             if self._closed:
                 return
             self._closed = True
+        if self._signals is not None:
+            self._signals.uninstall()
         if self._live is not None:
             self._live.close()
         self._bridge.close()
@@ -323,8 +336,7 @@ class Telemetry:
         self._secrets = frozenset(s for t in cfg.trackers for s in secret_values(dict(t.kwargs)))
         return build_bridge(cfg.trackers, run=cfg.run, mirror=mirrors_to_trackers(cfg.rank, cfg.tracker_ranks),
                             on_error=self._sink_error, queue_size=cfg.sink_queue_size,
-                            close_timeout_s=cfg.close_timeout_s, handle_sigterm=cfg.handle_sigterm,
-                            on_sigterm=self.close)
+                            close_timeout_s=cfg.close_timeout_s)
 
     def _sink_error(self, sink: str, reason: str, exc: BaseException | None) -> None:
         from rl_otel.sinks.config import scrub
@@ -351,5 +363,7 @@ class Telemetry:
             if (what, key) in self._warned or len(self._warned) >= _WARN_LIMIT:
                 return False
             self._warned.add((what, key))
+        if len(message) > _WARN_CHARS:  # a hostile 100 kB key must not become a 100 kB log line
+            message = f"{message[:_WARN_CHARS]}... ({len(message) - _WARN_CHARS} more characters)"
         _log.warning(message)
         return True

@@ -7,9 +7,12 @@ instead takes the ``{key: value}`` that ``Telemetry.log`` has already flattened,
 same checks that admit a value to Prometheus: one data path, two views.
 
 Fault isolation: ``submit`` never blocks and never raises. Each worker owns a bounded queue; when a sink falls
-behind (hung, slow disk) the oldest step is dropped and counted (``reason="queue_full"``). A sink that raises is
-counted and logged once per reason; the other sinks go on. ``close()`` drains every queue and closes every sink
-under one deadline; a worker still stuck then is abandoned (daemon thread) and counted ("close_timeout").
+behind (hung, slow disk) the oldest step is dropped and counted (``reason="queue_full"``). A call into a sink that
+runs longer than ``close_timeout_s`` is counted once as ``reason="timeout"`` (seen at the next ``submit``: no
+watchdog thread); a thread cannot be killed, so the call is left to finish, and the sink goes on if it ever
+returns. A sink that raises is counted and logged once per reason; the other sinks go on. ``close()`` drains every
+queue and closes every sink under one deadline; a worker still stuck then is abandoned (daemon thread) and counted
+("close_timeout"). Signals are handled by :mod:`rl_otel.core.signals`, which calls ``Telemetry.close``/``flush``.
 Thread-safe: ``submit`` may be called from several threads; ``close`` runs once.
 """
 
@@ -17,8 +20,6 @@ from __future__ import annotations
 
 import atexit
 import errno
-import os
-import signal
 import threading
 import time
 from collections import deque
@@ -40,13 +41,17 @@ def error_reason(exc: BaseException) -> str:
 
 
 class _Worker:
-    def __init__(self, name: str, sink: Sink, queue_size: int, on_error: OnError) -> None:
+    def __init__(self, name: str, sink: Sink, queue_size: int, timeout_s: float, on_error: OnError) -> None:
         self.name = name
         self.sink = sink
         self._maxlen = queue_size
+        self._timeout_s = timeout_s
+        self._started = 0.0  # when the call in progress began
+        self._timed_out = False  # the call in progress was already counted as a timeout
         self._items: deque[tuple[Metrics, int]] = deque()
         self._cond = threading.Condition()
         self._busy = False
+        self._flush_wanted = False
         self._closing = False
         self._on_error = on_error
         self.thread = threading.Thread(target=self._run, name=f"rl_otel-sink-{name}", daemon=True)
@@ -56,25 +61,36 @@ class _Worker:
         with self._cond:
             if self._closing:
                 return
+            hung = self._busy and not self._timed_out and time.monotonic() - self._started > self._timeout_s
+            if hung:
+                self._timed_out = True
             dropped = len(self._items) >= self._maxlen
             if dropped:
                 self._items.popleft()
             self._items.append((metrics, step))
             self._cond.notify()
+        if hung:
+            self._on_error(self.name, "timeout", None)
         if dropped:
             self._on_error(self.name, "queue_full", None)
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._items and not self._closing:
+                while not (self._items or self._closing or self._flush_wanted):
                     self._cond.wait()
-                if not self._items:
+                if self._items:
+                    job: tuple[Metrics, int] | None = self._items.popleft()
+                elif self._flush_wanted:
+                    job, self._flush_wanted = None, False
+                else:  # closing, and nothing left to write
                     break
-                metrics, step = self._items.popleft()
-                self._busy = True
+                self._busy, self._started, self._timed_out = True, time.monotonic(), False
             try:
-                self.sink.log(metrics, step)
+                if job is not None:
+                    self.sink.log(*job)
+                elif callable(getattr(self.sink, "flush", None)):
+                    self.sink.flush()
             except Exception as exc:
                 self._on_error(self.name, error_reason(exc), exc)
             finally:
@@ -87,8 +103,12 @@ class _Worker:
             self._on_error(self.name, error_reason(exc), exc)
 
     def flush(self, deadline: float) -> bool:
+        """Wait until every queued step is handed to the sink and the sink's own ``flush()`` (if it has one: a
+        writer with a buffer of its own, like TensorBoard's) has run after them."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._items and not self._busy,
+            self._flush_wanted = True
+            self._cond.notify_all()
+            return self._cond.wait_for(lambda: not (self._items or self._busy or self._flush_wanted),
                                        timeout=max(0.0, deadline - time.monotonic()))
 
     def begin_close(self) -> None:
@@ -109,14 +129,13 @@ class Bridge:
     active = True
 
     def __init__(self, sinks: Sequence[tuple[str, Sink]], *, on_error: OnError, queue_size: int = 64,
-                 close_timeout_s: float = 10.0, handle_sigterm: bool = True,
-                 on_sigterm: Callable[[], None] | None = None) -> None:
+                 close_timeout_s: float = 10.0) -> None:
         self._on_error = on_error
         self._close_timeout_s = close_timeout_s
-        self._workers = [_Worker(name, sink, queue_size, on_error) for name, sink in sinks]
+        # a call longer than close() would wait for is a hung call
+        self._workers = [_Worker(name, sink, queue_size, close_timeout_s, on_error) for name, sink in sinks]
         self._closed = False
         self._close_lock = threading.Lock()
-        self._sigterm = _SigtermFlush(on_sigterm or self.close, close_timeout_s) if handle_sigterm else None
         atexit.register(self.close)
 
     @property
@@ -140,8 +159,6 @@ class Bridge:
                 return
             self._closed = True
         atexit.unregister(self.close)
-        if self._sigterm is not None:
-            self._sigterm.uninstall()
         deadline = time.monotonic() + self._close_timeout_s
         for worker in self._workers:  # all drain at once; one deadline for all
             worker.begin_close()
@@ -166,55 +183,8 @@ class NullBridge:
         pass
 
 
-class _SigtermFlush:
-    """On SIGTERM: run ``flush`` (bounded by a deadline), then hand the signal to the previous handler.
-
-    Installed only from the main thread (Python's rule for signal handlers). The flush runs on a helper thread
-    so a lock the interrupted main thread holds cannot deadlock it; the deadline bounds the wait.
-    """
-
-    def __init__(self, flush: Callable[[], None], timeout_s: float) -> None:
-        self._flush = flush
-        self._timeout_s = timeout_s
-        self._previous: object = None
-        self._installed = False
-        if threading.current_thread() is not threading.main_thread():
-            return
-        try:
-            self._previous = signal.getsignal(signal.SIGTERM)
-            signal.signal(signal.SIGTERM, self._handle)
-            self._installed = True
-        except (ValueError, OSError):  # not the main interpreter, or no SIGTERM here
-            pass
-
-    def _handle(self, signum: int, frame: object) -> None:
-        helper = threading.Thread(target=self._flush, name="rl_otel-sigterm-flush", daemon=True)
-        helper.start()
-        helper.join(self._timeout_s + 1.0)
-        previous = self._previous
-        self.uninstall()
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_IGN:
-            return
-        else:  # SIG_DFL (or unknown): die by the signal, as the run would have without us
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    def uninstall(self) -> None:
-        if not self._installed or threading.current_thread() is not threading.main_thread():
-            return
-        self._installed = False
-        try:
-            if signal.getsignal(signal.SIGTERM) == self._handle:
-                signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
-
-
 def build_bridge(trackers: Sequence, *, run: str, mirror: bool, on_error: OnError, queue_size: int = 64,
-                 close_timeout_s: float = 10.0, handle_sigterm: bool = True,
-                 on_sigterm: Callable[[], None] | None = None) -> Bridge | NullBridge:
+                 close_timeout_s: float = 10.0) -> Bridge | NullBridge:
     """Create the sinks of ``trackers`` (:class:`~rl_otel.sinks.config.TrackerSpec`) and their bridge.
 
     A sink whose kwargs are wrong (``ValueError``/``TypeError``) or whose package is missing (``ImportError``)
@@ -250,5 +220,4 @@ def build_bridge(trackers: Sequence, *, run: str, mirror: bool, on_error: OnErro
         raise
     if not sinks:
         return NullBridge()
-    return Bridge(sinks, on_error=on_error, queue_size=queue_size, close_timeout_s=close_timeout_s,
-                  handle_sigterm=handle_sigterm, on_sigterm=on_sigterm)
+    return Bridge(sinks, on_error=on_error, queue_size=queue_size, close_timeout_s=close_timeout_s)

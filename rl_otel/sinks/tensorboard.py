@@ -3,6 +3,11 @@
 A ROLL-style tracker calls ``SummaryWriter.add_scalar`` once per key: one proto, one event and one queue hop per
 value. Here a step is one ``Summary`` with a value per key, written by TensorBoard's own ``EventFileWriter``.
 Scalars are stored as ``simple_value`` (float32), as ``add_scalar`` stores them.
+
+A full disk kills the writer's thread, and TensorBoard's writer then raises the same error on every later call,
+for good. The sink instead drops a failed writer and opens a new event file (TensorBoard reads every file of a
+directory) on the first step ``reopen_secs`` later, so mirroring resumes once space is freed; the steps in between
+are lost, each counted by the bridge (``reason="disk_full"``).
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ import time
 
 import numpy as np
 
-from rl_otel.sinks.base import Metrics, missing_dependency
+from rl_otel.sinks.base import Metrics, SinkError, missing_dependency
+from rl_otel.sinks.bridge import error_reason
 
 
 class TensorBoardSink:
@@ -20,7 +26,7 @@ class TensorBoardSink:
 
     def __init__(self, *, run: str, log_dir: str | os.PathLike | None = None, logdir: str | None = None,
                  flush_secs: float = 10.0, max_queue: int = 1024, histogram_bins: int = 64,
-                 filename_suffix: str = "") -> None:
+                 filename_suffix: str = "", reopen_secs: float = 10.0) -> None:
         try:
             from tensorboard.compat.proto.event_pb2 import Event
             from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
@@ -31,11 +37,16 @@ class TensorBoardSink:
             raise ValueError("give log_dir or logdir, not both")
         if isinstance(histogram_bins, bool) or not isinstance(histogram_bins, int) or histogram_bins < 1:
             raise ValueError(f"histogram_bins must be a positive int, got {histogram_bins!r}")
+        if isinstance(reopen_secs, bool) or not isinstance(reopen_secs, (int, float)) or reopen_secs < 0:
+            raise ValueError(f"reopen_secs must be a number of seconds >= 0, got {reopen_secs!r}")
         self.log_dir = os.fspath(log_dir or logdir or os.path.join("runs", run))
         self._Event, self._Summary, self._Histogram = Event, Summary, HistogramProto
         self._bins = histogram_bins
-        self._writer = EventFileWriter(self.log_dir, max_queue_size=max_queue, flush_secs=flush_secs,
-                                       filename_suffix=filename_suffix)
+        self._open = lambda: EventFileWriter(self.log_dir, max_queue_size=max_queue, flush_secs=flush_secs,
+                                             filename_suffix=filename_suffix)
+        self._reopen_secs = float(reopen_secs)
+        self._failed: tuple[float, BaseException] | None = None  # when the writer broke, and why
+        self._writer = self._open()
 
     def log(self, metrics: Metrics, step: int) -> None:
         value = self._Summary.Value
@@ -47,8 +58,26 @@ class TensorBoardSink:
                     values.append(value(tag=key, histo=histo))
             else:
                 values.append(value(tag=key, simple_value=v))
-        self._writer.add_event(self._Event(wall_time=time.time(), step=step,
-                                           summary=self._Summary(value=values)))
+        event = self._Event(wall_time=time.time(), step=step, summary=self._Summary(value=values))
+        if self._writer is None:
+            broke_at, error = self._failed
+            if time.monotonic() - broke_at < self._reopen_secs:  # counted under the first error's reason
+                raise SinkError(error_reason(error), f"the event file writer failed ({error}); a new one is "
+                                f"tried {self._reopen_secs:g} s after")
+            self._writer = self._open()
+        try:
+            self._writer.add_event(event)
+        except Exception as exc:
+            self._drop_writer(exc)
+            raise
+
+    def _drop_writer(self, exc: BaseException) -> None:
+        writer, self._writer = self._writer, None
+        self._failed = (time.monotonic(), exc)
+        try:
+            writer.close()  # its thread is dead; this flushes what it can and releases the file
+        except Exception:
+            pass
 
     def _histogram(self, arr: np.ndarray):
         arr = arr[np.isfinite(arr)]
@@ -60,7 +89,14 @@ class TensorBoardSink:
                                bucket_limit=edges[1:].tolist(), bucket=counts.astype(np.float64).tolist())
 
     def flush(self) -> None:
-        self._writer.flush()
+        """Block until every event is on disk (``Telemetry.flush()`` calls it on the sink's worker thread)."""
+        if self._writer is not None:
+            try:
+                self._writer.flush()
+            except Exception as exc:
+                self._drop_writer(exc)
+                raise
 
     def close(self) -> None:
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()

@@ -1,0 +1,70 @@
+"""Test sinks (a recorder, one that raises, one that hangs), a script runner and an error-counter reader, shared by
+the bridge and fault tests (one module, so the sinks are registered once)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+from rl_otel.sinks import register_sink
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Recorder:
+    instances: list[Recorder] = []
+
+    def __init__(self, *, run: str, fail: str | None = None, secret: str = "") -> None:
+        self.steps: list[tuple[int, dict]] = []
+        self.fail, self.secret, self.closed = fail, secret, False
+        self.release = threading.Event()
+        self.seen = threading.Condition()
+        Recorder.instances.append(self)
+
+    def wait_for_steps(self, n: int) -> bool:
+        with self.seen:
+            return self.seen.wait_for(lambda: len(self.steps) >= n, timeout=30)
+
+    def log(self, metrics, step):
+        if self.fail == "raise":
+            raise RuntimeError(f"tracker exploded (key {self.secret})")
+        if self.fail == "hang":
+            self.release.wait()
+        with self.seen:
+            self.steps.append((step, metrics))
+            self.seen.notify_all()
+
+    def close(self):
+        self.closed = True
+
+
+register_sink("recorder", lambda **kw: Recorder(**kw))
+register_sink("boom", lambda **kw: Recorder(fail="raise", **kw))
+register_sink("hang", lambda **kw: Recorder(fail="hang", **kw))
+
+
+def tel_errors(tel) -> dict[tuple[str, str], float]:
+    from rl_otel.catalog import meta
+
+    out = {}
+    for metric in tel._store.collect():
+        if metric.name == meta.ERRORS.name:
+            for p in metric.data.data_points:
+                out[(p.attributes["sink"], p.attributes["reason"])] = p.value
+    return out
+
+
+def run_script(code: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    # A script file, not ``-c``: SwanLab and WandB record the command line, which would hold the test's secrets.
+    script = cwd / "train.py"
+    script.write_text(textwrap.dedent(code))
+    env = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    try:
+        return subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=120)
+    finally:
+        script.unlink()

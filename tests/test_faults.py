@@ -1,0 +1,209 @@
+"""Faults during a run, each against the real parts: a hung tracker, a full disk under TensorBoard, SIGTERM and
+SIGINT in the middle of a step, NVML failing mid-run. Training always goes on; nothing already logged is lost.
+
+(A raising sink and a full disk under the stdout sink are in test_bridge.py; a port in use in test_telemetry.py.)
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests._readers import tensorboard_scalars
+from tests.gpu_fakes import FakeNvml
+from tests.promtools import promtool_check, samples, scrape
+from tests._sinks import Recorder, run_script, tel_errors
+
+import rl_otel
+from rl_otel.phases import live
+
+
+def test_hung_sink_call_is_counted_as_a_timeout_and_log_never_waits():
+    Recorder.instances.clear()
+    tel = rl_otel.init(prometheus=False, trackers=["hang", "recorder"], sink_queue_size=4, close_timeout_s=0.2,
+                       handle_sigterm=False)
+    hung, good = Recorder.instances
+    try:
+        for step in range(20):
+            if step == 10:
+                time.sleep(0.3)  # the hung sink's first call is now older than close_timeout_s
+            tel.log({"actor/pg_loss": float(step)}, step=step)
+            assert good.wait_for_steps(step + 1)  # the healthy sink keeps up
+        errors = tel_errors(tel)
+    finally:
+        tel.close()  # bounded: the hung worker is abandoned
+        hung.release.set()
+    assert errors[("hang", "timeout")] == 1  # once per stuck call, not once per step
+    assert errors[("hang", "queue_full")] >= 10 and ("recorder", "timeout") not in errors
+    assert [s for s, _ in good.steps] == list(range(20)) and tel.step == 19
+
+
+def wait_until(condition, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+class SmallDisk:
+    """A 1 MiB tmpfs nearly filled by a ``filler`` file when we may mount (root); otherwise ENOSPC injected where
+    TensorBoard's writer appends to its file. ``fill()``/``free()`` switch between a full and a roomy disk."""
+
+    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.path = root / "disk"
+        self.path.mkdir()
+        self.mounted = os.geteuid() == 0 and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(self.path)], capture_output=True).returncode == 0
+        self.full = False
+        if not self.mounted:
+            from tensorboard.compat.tensorflow_stub.io import gfile
+
+            real_append = gfile.LocalFileSystem.append
+
+            def append(fs, filename, content, binary_mode=False):
+                if self.full:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), filename)
+                return real_append(fs, filename, content, binary_mode)
+
+            monkeypatch.setattr(gfile.LocalFileSystem, "append", append)
+
+    def fill(self) -> None:
+        self.full = True
+        if self.mounted:
+            try:
+                with open(self.path / "filler", "wb", buffering=0) as f:
+                    while True:
+                        f.write(b"\0" * 4096)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+
+    def free(self) -> None:
+        self.full = False
+        if self.mounted:
+            (self.path / "filler").unlink()
+
+    def close(self) -> None:
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.path)], check=True)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # TensorBoard's writer thread
+def test_full_disk_under_tensorboard_is_counted_and_mirroring_resumes_when_space_is_freed(tmp_path, monkeypatch):
+    disk = SmallDisk(tmp_path, monkeypatch)
+    tb = disk.path / "tb"
+    row = {f"actor/k{i}": 0.0 for i in range(50)}
+    try:
+        tel = rl_otel.init(prometheus=False, handle_sigterm=False,
+                           trackers={"tensorboard": {"log_dir": str(tb), "flush_secs": 0.05, "reopen_secs": 0}})
+        step = 0
+        for step in range(5):  # room: written
+            tel.log({k: float(step) for k in row}, step=step)
+        assert tel.flush(10)  # on disk: flush() waits for TensorBoard's own writer thread too
+        disk.fill()
+        while tel_errors(tel).get(("tensorboard", "disk_full"), 0) < 2 and step < 2000:
+            step += 1
+            tel.log({k: float(step) for k in row}, step=step)  # never raises, never blocks
+            tel.flush(10)
+            time.sleep(0.01)  # TensorBoard's own thread meets the full disk
+        disk.free()
+        freed_at = step + 1
+        for step in range(freed_at, freed_at + 10):
+            tel.log({k: float(step) for k in row}, step=step)
+        tel.close()
+        errors = tel_errors(tel)
+        scalars = tensorboard_scalars(str(tb))
+    finally:
+        disk.close()
+    assert errors[("tensorboard", "disk_full")] >= 2 and tel.step == freed_at + 9
+    assert set(scalars) == set(row)
+    steps = {s for s, _ in scalars["actor/k0"]}
+    assert set(range(5)) <= steps  # written before the disk filled
+    # the first step or two after freeing may still meet a writer opened while the disk was full; then it resumes
+    assert set(range(freed_at + 2, freed_at + 10)) <= steps
+
+
+SIGNALLED_RUN = """
+    import os, signal, sys, time
+    from collections.abc import Mapping
+    import rl_otel
+
+    SIGNUM = signal.{signame}
+
+    class SignalInside(Mapping):
+        '''A step whose reading sends the signal: it arrives while log() is running.'''
+        def __init__(self, data): self.data = data
+        def __getitem__(self, k): return self.data[k]
+        def __len__(self): return len(self.data)
+        def __iter__(self): return iter(self.data)
+        def items(self):
+            os.kill(os.getpid(), SIGNUM)
+            return self.data.items()
+
+    tel = rl_otel.init(prometheus=False, trackers={{"tensorboard": {{"log_dir": "tb", "flush_secs": 3600}},
+                                                    "stdout": {{"file": "out.log"}}}})
+    row = lambda step: {{f"actor/k{{i}}": float(step) for i in range(100)}}
+    for step in range(30):
+        tel.log(row(step), step=step)
+    try:
+        tel.log(SignalInside(row(30)), step=30)
+    except KeyboardInterrupt:
+        # SIGINT: the trackers were flushed before the interrupt reached the loop, which may go on
+        print("interrupted with", len(open("out.log").read().splitlines()), "steps written", flush=True)
+        for step in range(31, 40):
+            tel.log(row(step), step=step)
+        tel.close()
+        sys.exit(0)
+    time.sleep(30)
+    raise SystemExit("the signal did not end the run")
+"""
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_signal_inside_a_step_writes_every_step_logged(tmp_path, signame):
+    proc = run_script(SIGNALLED_RUN.format(signame=signame), {}, tmp_path)
+    scalars = tensorboard_scalars(str(tmp_path / "tb"))
+    assert len(scalars) == 100, proc.stderr[-2000:]
+    steps = {k: [s for s, _ in v] for k, v in scalars.items()}
+    if signame == "SIGTERM":  # killed by SIGTERM as without rl_otel, after the step in progress was written
+        assert proc.returncode == -signal.SIGTERM, proc.stderr[-2000:]
+        assert all(v == list(range(31)) for v in steps.values())
+    else:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "interrupted with 31 steps written" in proc.stdout
+        assert all(v == list(range(40)) for v in steps.values())
+
+
+def test_nvml_failing_mid_run_leaves_training_and_the_scrape_intact(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    nvml = FakeNvml(uuids=("GPU-a",))
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(live, "NvmlPoller", functools.partial(live.NvmlPoller, interval_s=0.02, stale_after_s=0.3))
+    tel = rl_otel.init(run="nvml", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False)
+    try:
+        assert tel._live.nvml.wait_ready(10)
+        used = lambda text: samples(text, "rl_gpu_device_memory_used_bytes")  # noqa: E731
+        assert used(scrape(tel.metrics_url))
+        nvml.failing = True  # the GPU falls off the bus
+        deadline = time.monotonic() + 20
+        step = 0
+        while used(text := scrape(tel.metrics_url)) and time.monotonic() < deadline:
+            tel.log({"actor/pg_loss": float(step)}, step=step)
+            step += 1
+            time.sleep(0.02)
+        assert not used(text), "a failed NVML's last values were served past stale_after_s"
+        assert samples(text, "rl_process_resident_memory_bytes") and promtool_check(text) == ""
+        errors = tel_errors(tel)
+        assert errors[("live", "nvml")] >= 1 and errors[("live", "nvml_stale")] >= 1
+        tel.log({"actor/pg_loss": 1.5}, step=step)
+        assert samples(scrape(tel.metrics_url), "rl_actor_pg_loss")
+        nvml.failing = False  # NVML recovers: the series come back
+        wait_until(lambda: used(scrape(tel.metrics_url)))
+    finally:
+        tel.close()

@@ -1,0 +1,139 @@
+"""Hostile input, property-based: whatever keys, values and steps log() gets, it never raises, the scrape stays valid
+for ``promtool check metrics`` and every family stays under its series cap.
+
+Caps are set low so that they bite. promtool is a subprocess, so each test shares one Telemetry across its examples
+and checks the scrape every ``CHECK_EVERY`` examples and at the end. Derandomized, no example database: the same
+examples on every machine, and the file runs in well under a minute on two shared cores.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+from tests._workload import seed_keys
+from tests.promtools import promtool_check, scrape
+
+import rl_otel
+from rl_otel.catalog import default_catalog
+
+MAX_SERIES, MAX_UNKNOWN, CHECK_EVERY = 20, 10, 40
+PROFILE = settings(max_examples=300, deadline=None, derandomize=True, database=None,
+                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+# keys: the catalog's own, its templates with hostile segments (label values), and anything at all
+segment = st.text(max_size=12)
+keys = st.one_of(
+    st.sampled_from(seed_keys()),
+    st.builds(lambda c, p, part: f"time/{c}/{p}/{part}", segment, segment,
+              st.sampled_from(["total", "execute", "onload", "offload"])),
+    st.builds(lambda t, m, s: f"eval/{t}/{m}/{s}", segment, segment, st.sampled_from(["mean@4", "std@2", "best@8"])),
+    st.builds("/".join, st.lists(segment, max_size=5)),
+    st.text(),
+    st.just(""),
+    st.builds(lambda c, n: c * n, st.sampled_from(["a", "/", "é", "\n", "\"", "\\", "\x00"]),
+              st.integers(1000, 20_000)),
+)
+
+TORCH_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int8, torch.uint8,
+                torch.bool, torch.complex64]
+NUMPY_DTYPES = [np.float32, np.float16, np.float64, np.int64, np.uint64, np.bool_, np.complex128]
+shapes = st.lists(st.integers(0, 3), max_size=3).map(tuple)
+
+
+def _tensor(dtype: torch.dtype, shape: tuple[int, ...], fill: float) -> torch.Tensor:
+    """Any dtype from any float: floats overflow to ±Inf as a cast would, ints are clamped into range."""
+    base = torch.full(shape, fill, dtype=torch.float64)
+    if dtype is torch.bool:
+        return base != 0
+    if dtype.is_floating_point or dtype.is_complex:
+        return base.to(dtype)
+    return torch.nan_to_num(base, 0.0, 0.0, 0.0).clamp(0, 100).to(dtype)
+
+
+floats = st.floats(allow_nan=True, allow_infinity=True)
+scalars = st.one_of(floats, st.integers(-2**200, 2**200), st.booleans(), st.none(), st.text(max_size=5),
+                    st.builds(object), st.complex_numbers(allow_nan=True), st.just(np.float64("nan")),
+                    st.builds(np.int64, st.integers(-2**63, 2**63 - 1)))
+arrays = st.one_of(
+    st.builds(_tensor, st.sampled_from(TORCH_DTYPES), shapes, floats),
+    st.builds(lambda dt, shape: np.ones(shape, dtype=dt), st.sampled_from(NUMPY_DTYPES), shapes),
+    st.lists(st.one_of(floats, st.integers(-2**70, 2**70)), max_size=6),
+    st.lists(st.text(max_size=2), min_size=1, max_size=3),
+)
+values = st.recursive(st.one_of(scalars, arrays), lambda inner: st.dictionaries(segment, inner, max_size=3),
+                      max_leaves=6)
+steps = st.one_of(st.none(), st.integers(-2**70, 2**70), st.sampled_from([0, 0, 5, 3, -1]), floats,
+                  st.text(max_size=3))
+
+
+class Checked:
+    """One Telemetry with low caps; ``check()`` scrapes it, runs promtool and counts series per family."""
+
+    def __init__(self) -> None:
+        self.tel = rl_otel.init("hostile", rank=0, prometheus={"host": "127.0.0.1", "port": 0},
+                                max_series_per_metric=MAX_SERIES, max_unknown_keys=MAX_UNKNOWN,
+                                handle_sigterm=False)
+        self.catalog = default_catalog()
+        self.examples = 0
+        self.checks = 0
+        self.widest = 0  # most label sets seen in one family
+        self.dropped: dict[str, float] = {}
+
+    def log(self, metrics: object, step: object) -> None:
+        self.tel.log(metrics, step=step)  # raising here fails the property
+        self.examples += 1
+        if self.examples % CHECK_EVERY == 0:
+            self.check()
+
+    def check(self) -> None:
+        text = scrape(self.tel.metrics_url)
+        assert promtool_check(text) == "", text[:2000]
+        fallback = 0
+        for family in text_string_to_metric_families(text):
+            label_sets = {frozenset((k, v) for k, v in s.labels.items() if k != "le") for s in family.samples}
+            if family.name == "rl_telemetry_dropped_series":
+                self.dropped = {s.labels["metric"]: s.value for s in family.samples}
+                continue
+            assert len(label_sets) <= MAX_SERIES, family.name
+            self.widest = max(self.widest, len(label_sets))
+            if family.name != "target_info" and not any(self.catalog.exposes(family.name + suffix)
+                                                        for suffix in ("", "_total")):
+                fallback += 1
+        assert fallback <= MAX_UNKNOWN
+        assert self.tel.step is not None
+        self.checks += 1
+
+
+@pytest.fixture(scope="module")
+def checked():
+    c = Checked()
+    yield c
+    c.check()  # the state every example left behind
+    c.tel.close()
+
+
+@PROFILE
+@given(metrics=st.dictionaries(keys, values, max_size=6), step=steps)
+def test_log_takes_any_dict_and_step(checked, metrics, step):
+    checked.log(metrics, step)
+
+
+@PROFILE
+@given(key=keys, value=st.one_of(scalars, arrays), step=steps)
+def test_log_takes_any_single_value(checked, key, value, step):
+    checked.log({key: value}, step)
+
+
+def test_hostile_examples_ran_and_were_checked(checked):
+    """Runs after the properties (file order): they really ran, and both caps were reached, so they bit."""
+    assert checked.examples >= 500 and checked.checks >= 12
+    checked.check()
+    assert checked.widest == MAX_SERIES  # a templated key's hostile label values filled a family
+    assert checked.dropped.get("unknown_keys", 0) > 0  # keys past max_unknown_keys: refused and counted
+    assert len(checked.dropped) > 1  # and label sets past max_series_per_metric

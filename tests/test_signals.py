@@ -1,0 +1,51 @@
+"""SignalFlush in-process: a signal inside a held section waits for release(), the action runs before the
+previous handler, and uninstall() puts the previous handler back. (End to end, with trackers and a real process
+killed by SIGTERM: test_faults.py.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from rl_otel.core.signals import SignalFlush
+
+
+@pytest.fixture
+def previous_sigint():
+    calls: list[str] = []
+    original = signal.signal(signal.SIGINT, lambda signum, frame: calls.append("previous"))
+    yield calls
+    signal.signal(signal.SIGINT, original)
+
+
+def test_signal_in_a_held_section_is_handled_at_release_then_chained(previous_sigint):
+    calls = previous_sigint
+    guard = SignalFlush(on_term=lambda: calls.append("close"), on_int=lambda: calls.append("flush"), timeout_s=5)
+    assert set(guard.installed) == {signal.SIGTERM, signal.SIGINT}
+    guard.hold()
+    guard.hold()  # nested, as log() inside a phase
+    os.kill(os.getpid(), signal.SIGINT)
+    assert calls == []  # the step in progress is not interrupted
+    guard.release()
+    assert calls == []
+    guard.release()
+    assert calls == ["flush", "previous"]
+    os.kill(os.getpid(), signal.SIGINT)  # outside a held section: at once, and still installed after SIGINT
+    assert calls == ["flush", "previous", "flush", "previous"]
+    guard.uninstall()
+    os.kill(os.getpid(), signal.SIGINT)
+    assert calls[-2:] == ["previous", "previous"] and guard.installed == ()
+
+
+def test_sigterm_with_an_ignoring_previous_handler_closes_and_uninstalls():
+    original = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    calls: list[str] = []
+    try:
+        guard = SignalFlush(on_term=lambda: calls.append("close"), on_int=lambda: None, timeout_s=5)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert calls == ["close"] and signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        assert signal.SIGTERM not in guard.installed
+    finally:
+        signal.signal(signal.SIGTERM, original)
