@@ -7,6 +7,9 @@ OTel ``Metric`` objects at collection time. Thread-safe: one lock guards all fam
 
 Collectors (``add_collector``) add live series computed at collection time (process and GPU memory); they run
 before the lock is taken and must be fast: anything slow (NVML) belongs in a poller thread with a cached value.
+
+Every change bumps :attr:`SeriesStore.version`: the scrape endpoint renders the stored families once per version
+(and TTL deadline) and serves those bytes until the next change; only the live collectors run at every scrape.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric,
                                               NumberDataPoint, Sum)
@@ -25,6 +29,27 @@ from rl_otel.core.histogram import BulkHistogram
 LabelValues = tuple[str, ...]
 Item = tuple[MetricSpec, tuple[tuple[str, str], ...], float]
 Collector = Callable[[], Iterable[Item]]
+
+
+class HistogramValue(NamedTuple):
+    """A histogram series frozen at collection time (what a scrape renders)."""
+
+    counts: list[int]
+    sum: float
+    count: int
+    min: float
+    max: float
+
+
+@dataclass(frozen=True)
+class FamilyView:
+    """One family at collection time: ``points`` pairs label values (``label_names`` order) with a float or a
+    :class:`HistogramValue`."""
+
+    spec: MetricSpec
+    label_names: tuple[str, ...]
+    start_ns: int
+    points: list[tuple[LabelValues, float | HistogramValue]]
 
 
 @dataclass
@@ -57,6 +82,13 @@ class SeriesStore:
         self._start_ns = time.time_ns()
         self._lock = threading.Lock()
         self._collectors: tuple[Collector, ...] = ()  # copy-on-write: collect() iterates without the lock
+        self._version = 0  # bumped under the lock by every change of the stored series
+
+    @property
+    def version(self) -> int:
+        """A counter bumped by every write, increment and drop: equal versions mean equal stored series (until
+        a TTL deadline, which :meth:`snapshot` reports)."""
+        return self._version
 
     def add_collector(self, collector: Collector) -> None:
         """Call ``collector()`` at every collection for live ``(spec, labels, value)`` gauge items.
@@ -91,6 +123,7 @@ class SeriesStore:
         """Count a value refused before the store (``rl_telemetry_dropped_series_total{metric=...}``)."""
         with self._lock:
             self._count_dropped(metric_name)
+            self._version += 1
 
     def write(self, items: Iterable[tuple[MetricSpec, tuple[tuple[str, str], ...], object]], *,
               expires: bool = True) -> list[tuple[MetricSpec, int]]:
@@ -100,6 +133,7 @@ class SeriesStore:
         now = time.time_ns()
         dropped_non_finite = []
         with self._lock:
+            self._version += 1
             for spec, labels, value in items:
                 fam = self._family(spec, tuple(name for name, _ in labels), expires)
                 point = self._point(fam, self._base_values + tuple(v for _, v in labels))
@@ -119,6 +153,7 @@ class SeriesStore:
     def increment(self, spec: MetricSpec, labels: tuple[tuple[str, str], ...], amount: float = 1.0) -> None:
         """Add to a counter series (rl_otel's own counters, which never expire)."""
         with self._lock:
+            self._version += 1
             fam = self._family(spec, tuple(name for name, _ in labels), False)
             point = self._point(fam, self._base_values + tuple(v for _, v in labels))
             if point is not None:
@@ -140,52 +175,74 @@ class SeriesStore:
             fams = self._families.values() if name is None else [self._families.get(name)]
             return sum(len(f.points) for f in fams if f is not None)
 
-    def collect(self) -> list[Metric]:
-        """Every family as an OTel ``Metric`` (cumulative), expiring stale series first."""
-        live: dict[str, _Family] = {}
+    def live(self) -> list[FamilyView]:
+        """The collectors' series, computed now (outside the lock: collectors never touch the store)."""
+        live: dict[str, FamilyView] = {}
         for collector in self._collectors:
             for spec, labels, value in collector():
                 fam = live.get(spec.name)
                 if fam is None:
-                    fam = live[spec.name] = _Family(spec, self._base_names + tuple(n for n, _ in labels), False,
-                                                    start_ns=self._start_ns)
-                fam.points[self._base_values + tuple(v for _, v in labels)] = [value, 0]
+                    fam = live[spec.name] = FamilyView(spec, self._base_names + tuple(n for n, _ in labels),
+                                                       self._start_ns, [])
+                fam.points.append((self._base_values + tuple(v for _, v in labels), value))
+        return list(live.values())
+
+    def snapshot(self) -> tuple[int, list[FamilyView], int | None]:
+        """``(version, families, valid_until_ns)``: the stored families frozen at one version, stale series
+        expired first; ``valid_until_ns`` is when the next series expires (``None``: never, without a write)."""
         now = time.time_ns()
-        metrics = [_to_metric(fam, now) for fam in live.values()]
+        families, next_expiry = [], None
         with self._lock:
             for fam in self._families.values():
-                if self._ttl_ns is not None and fam.expires:
+                if self._ttl_ns is not None and fam.expires and fam.points:
                     stale = [k for k, p in fam.points.items() if now - p[1] > self._ttl_ns]
                     for k in stale:
                         del fam.points[k]
+                    if stale:
+                        self._version += 1
+                    if fam.points:
+                        oldest = min(p[1] for p in fam.points.values()) + self._ttl_ns + 1
+                        next_expiry = oldest if next_expiry is None else min(next_expiry, oldest)
                 if fam.points:
-                    metrics.append(_to_metric(fam, now))
+                    families.append(FamilyView(fam.spec, fam.label_names, fam.start_ns, _frozen(fam)))
             if self._dropped:
-                dropped = _Family(self._dropped_spec, self._base_names + ("metric",), False,
-                                  {self._base_values + (name,): [n, now] for name, n in self._dropped.items()},
-                                  start_ns=self._start_ns)
-                metrics.append(_to_metric(dropped, now))
-        return metrics
+                families.append(FamilyView(self._dropped_spec, self._base_names + ("metric",), self._start_ns,
+                                           [(self._base_values + (name,), float(n))
+                                            for name, n in self._dropped.items()]))
+            return self._version, families, next_expiry
+
+    def collect(self) -> list[Metric]:
+        """Every family as an OTel ``Metric`` (cumulative), expiring stale series first: the live ones, then
+        the stored ones."""
+        now = time.time_ns()
+        return [_to_metric(fam, now) for fam in (*self.live(), *self.snapshot()[1])]
 
 
-def _to_metric(fam: _Family, now: int) -> Metric:
+def _frozen(fam: _Family) -> list[tuple[LabelValues, float | HistogramValue]]:
+    if fam.spec.kind is Kind.HISTOGRAM:
+        return [(labels, HistogramValue(h.counts.tolist(), h.sum, h.count, h.min, h.max))
+                for labels, (h, _) in fam.points.items()]
+    return [(labels, float(v)) for labels, (v, _) in fam.points.items()]
+
+
+def _to_metric(fam: FamilyView, now: int) -> Metric:
     spec = fam.spec
-    attrs = [(dict(zip(fam.label_names, labels)), point) for labels, point in fam.points.items()]
+    attrs = [(dict(zip(fam.label_names, labels)), value) for labels, value in fam.points]
     if spec.kind is Kind.HISTOGRAM:
+        bounds = [float(b) for b in spec.buckets]
         points = [
             HistogramDataPoint(attributes=a, start_time_unix_nano=fam.start_ns, time_unix_nano=now, count=h.count,
-                               sum=h.sum, bucket_counts=h.counts.tolist(), explicit_bounds=h.bounds.tolist(),
+                               sum=h.sum, bucket_counts=h.counts, explicit_bounds=bounds,
                                min=h.min if h.count else 0.0, max=h.max if h.count else 0.0)
-            for a, (h, _) in attrs
+            for a, h in attrs
         ]
         data = Histogram(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE)
     else:
         points = [NumberDataPoint(attributes=a, start_time_unix_nano=fam.start_ns, time_unix_nano=now,
-                                  value=float(v)) for a, (v, _) in attrs]
+                                  value=float(v)) for a, v in attrs]
         if spec.kind is Kind.COUNTER:
             data = Sum(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE,
                        is_monotonic=True)
         else:
             data = Gauge(data_points=points)
     return Metric(name=spec.name, description=spec.description, unit=spec.unit, data=data)
-
