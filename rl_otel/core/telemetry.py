@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics._internal.exemplar import AlwaysOffExemplarFilter
@@ -20,7 +21,7 @@ from rl_otel.core.config import TelemetryConfig
 from rl_otel.core.router import Refusal, Router
 from rl_otel.core.store import SeriesStore
 from rl_otel.core.values import BadValue, as_histogram, coerce, flatten, to_tracker_array
-from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry, StoreMetricReader
+from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel.phases.live import LiveGauges
 from rl_otel.phases.memory import CpuProbe, GpuProbe
 from rl_otel.phases.phase import Phase, PhaseRuntime
@@ -69,9 +70,10 @@ class Telemetry:
             fail=self._phase_failed)
         self._live: LiveGauges | None = None
         if config.prometheus is not None:
-            registry = ScrapeRegistry(on_duplicate=lambda name: self._count_error("prometheus", "duplicate_family"))
-            reader = StoreMetricReader(self._store.collect, self.resource, registry,
-                                       on_error=lambda reason: self._count_error("prometheus", reason))
+            registry = ScrapeRegistry(on_duplicate=lambda name: self._count_error("prometheus", "duplicate_family"),
+                                      store=self._store,
+                                      on_error=lambda reason: self._count_error("prometheus", reason))
+            reader = PrometheusMetricReader(disable_target_info=False, scope_info_enabled=False, registry=registry)
             self._meter_provider = MeterProvider(resource=self.resource, metric_readers=[reader],
                                                  exemplar_filter=AlwaysOffExemplarFilter())
             # An SDK instrument of our own keeps every collection flowing through the reader (the SDK skips
