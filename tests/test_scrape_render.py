@@ -9,17 +9,20 @@ import time
 import urllib.request
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.exporter.prometheus import _CustomCollector
 from opentelemetry.sdk.metrics.export import MetricsData, ResourceMetrics, ScopeMetrics
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.utils import floatToGoString
 
 import rl_otel
 from rl_otel.catalog import Kind, default_catalog, live
 from rl_otel.core.store import _to_metric
-from rl_otel.exporters.exposition import EOF, OPENMETRICS, TEXT, Renderer, families
+from rl_otel.exporters.exposition import EOF, OPENMETRICS, TEXT, Renderer, families, go_float
 from tests.promtools import OPENMETRICS as OPENMETRICS_ACCEPT
 from tests.promtools import promtool_check, scrape
 
@@ -33,11 +36,6 @@ def stock_text(views, fmt: str) -> str:
     collector.add_metrics_data(MetricsData([ResourceMetrics(Resource.create({}), [scope], schema_url="")]))
     fams = families(*collector.collect())
     return (generate_openmetrics(fams) if fmt == OPENMETRICS else generate_latest(fams)).decode()
-
-
-def direct_text(views, fmt: str) -> str:
-    text = "".join(Renderer().render(views, fmt, set()))
-    return text + (EOF if fmt == OPENMETRICS else "")
 
 
 @pytest.fixture
@@ -61,13 +59,24 @@ def fed(seed_keys):
 
 
 @pytest.mark.parametrize("fmt", [TEXT, OPENMETRICS])
-def test_direct_render_is_byte_for_byte_the_stock_exporters(fed, fmt):
-    views = [*fed._store.live(), *fed._store.snapshot()[1]]  # one collection for both (live values move)
-    assert {view.spec.kind for view in views} == {Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM}
-    assert any(view.spec is live.PROCESS_RSS for view in views)
-    ours, stock = direct_text(views, fmt), stock_text(views, fmt)
-    assert ours.count("\n") > 500
-    assert ours == stock
+def test_direct_render_is_byte_for_byte_the_stock_exporters(fed, seed_keys, fmt):
+    renderer = Renderer()  # one renderer across steps: its per-series caches must follow every change
+    for step in range(3):
+        views = [*fed._store.live(), *fed._store.snapshot()[1]]  # one collection for both (live values move)
+        assert {view.spec.kind for view in views} == {Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM}
+        assert any(view.spec is live.PROCESS_RSS for view in views)
+        ours = "".join(renderer.render(views, fmt, set())) + (EOF if fmt == OPENMETRICS else "")
+        assert ours.count("\n") > 500
+        assert ours == stock_text(views, fmt)
+        # half the keys change (histograms get more values), NaN stays NaN, the rest keep their values
+        fed.log({key: [float(step)] if "dist" in key else float(step) for key in seed_keys[::2]}, step=4 + step)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.one_of(st.floats(), st.integers(min_value=0, max_value=2**62),
+                 st.sampled_from([0.0, -0.0, 1e6, 1234567.0, 12345678.0, 1e16, 1.5e-7, 2**53 + 0.0])))
+def test_go_float_is_floattogostring(value):
+    assert go_float(value) == floatToGoString(value)
 
 
 def test_a_scrape_after_log_sees_the_new_values(tel):

@@ -222,7 +222,7 @@ def _frozen(fam: _Family) -> list[tuple[LabelValues, float | HistogramValue]]:
     if fam.spec.kind is Kind.HISTOGRAM:
         return [(labels, HistogramValue(h.counts.tolist(), h.sum, h.count, h.min, h.max))
                 for labels, (h, _) in fam.points.items()]
-    return [(labels, float(v)) for labels, (v, _) in fam.points.items()]
+    return [(labels, point[0]) for labels, point in fam.points.items()]  # floats: write() and increment() store floats
 
 
 def _to_metric(fam: FamilyView, now: int) -> Metric:

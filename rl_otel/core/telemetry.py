@@ -69,11 +69,13 @@ class Telemetry:
             cpu=cpu, next_step=lambda: 0 if self._step is None else self._step + 1, record=self._record_phase,
             fail=self._phase_failed)
         self._live: LiveGauges | None = None
+        self._scrape_registry: ScrapeRegistry | None = None  # what /metrics renders (benchmarks render it directly)
         if config.prometheus is not None:
             registry = ScrapeRegistry(on_duplicate=lambda name: self._count_error("prometheus", "duplicate_family"),
                                       store=self._store,
                                       on_error=lambda reason: self._count_error("prometheus", reason))
             reader = PrometheusMetricReader(disable_target_info=False, scope_info_enabled=False, registry=registry)
+            self._scrape_registry = registry
             self._meter_provider = MeterProvider(resource=self.resource, metric_readers=[reader],
                                                  exemplar_filter=AlwaysOffExemplarFilter())
             # An SDK instrument of our own keeps every collection flowing through the reader (the SDK skips
