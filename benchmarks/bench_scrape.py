@@ -60,7 +60,7 @@ def stock_reader(views):
             instrument = meter.create_histogram(spec.name, unit=spec.unit, description=spec.description)
             bounds = (*spec.buckets, spec.buckets[-1] + 1.0)
             for labels, h in view.points:
-                attrs = dict(zip(view.label_names, labels))
+                attrs = dict(view.base + labels)
                 for bound, n in zip(bounds, h.counts):
                     for _ in range(min(n, 3)):  # every bucket that has values gets some: same lines
                         instrument.record(max(bound, 0.0), attrs)  # the SDK refuses negative values
@@ -70,7 +70,7 @@ def stock_reader(views):
             write = instrument.add if spec.kind is Kind.COUNTER else instrument.set
             for labels, value in view.points:
                 if value == value:  # the SDK drops NaN anyway
-                    write(value, dict(zip(view.label_names, labels)))
+                    write(value, dict(view.base + labels))
     return provider, registry
 
 

@@ -26,8 +26,8 @@ from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, His
 from rl_otel.catalog import Kind, MetricSpec
 from rl_otel.core.histogram import BulkHistogram
 
-LabelValues = tuple[str, ...]
-Item = tuple[MetricSpec, tuple[tuple[str, str], ...], float]
+Labels = tuple[tuple[str, str], ...]  # (name, value) pairs in the catalog entry's order, without run/rank
+Item = tuple[MetricSpec, Labels, float]
 Collector = Callable[[], Iterable[Item]]
 
 
@@ -43,26 +43,27 @@ class HistogramValue(NamedTuple):
 
 @dataclass(frozen=True)
 class FamilyView:
-    """One family at collection time: ``points`` pairs label values (``label_names`` order) with a float or a
-    :class:`HistogramValue`."""
+    """One family at collection time: ``points`` pairs a series' labels (besides the ``base`` ones, run and
+    rank) with a float or a :class:`HistogramValue`."""
 
     spec: MetricSpec
-    label_names: tuple[str, ...]
+    base: Labels
     start_ns: int
-    points: list[tuple[LabelValues, float | HistogramValue]]
+    points: list[tuple[Labels, float | HistogramValue]]
 
 
 @dataclass
 class _Family:
     spec: MetricSpec
-    label_names: tuple[str, ...]
     expires: bool
-    points: dict[LabelValues, list] = field(default_factory=dict)  # labels -> [value or BulkHistogram, time_ns]
+    # labels -> [value or BulkHistogram, time_ns]; keyed by the router's label pairs as they are, so that a
+    # write builds no tuple (the per-step path)
+    points: dict[Labels, list] = field(default_factory=dict)
     start_ns: int = field(default_factory=time.time_ns)
 
 
 class SeriesStore:
-    """All of rl_otel's series, keyed by metric name and label values.
+    """All of rl_otel's series, keyed by metric name and label pairs.
 
     ``max_series_per_metric`` bounds each family; a new label set past the cap is dropped and reported through
     ``on_drop(metric_name)`` (the caller counts and warns once). ``ttl_s`` expires series not written for that
@@ -71,8 +72,7 @@ class SeriesStore:
 
     def __init__(self, base_labels: dict[str, str], *, max_series_per_metric: int, ttl_s: float | None,
                  dropped_spec: MetricSpec, on_drop: Callable[[str], None]) -> None:
-        self._base_names = tuple(base_labels)
-        self._base_values = tuple(base_labels.values())
+        self._base: Labels = tuple(base_labels.items())
         self._max_series = max_series_per_metric
         self._ttl_ns = None if ttl_s is None else int(ttl_s * 1e9)
         self._dropped_spec = dropped_spec
@@ -99,21 +99,17 @@ class SeriesStore:
         with self._lock:
             self._collectors = (*self._collectors, collector)
 
-    def _family(self, spec: MetricSpec, label_names: tuple[str, ...], expires: bool) -> _Family:
+    def _point(self, spec: MetricSpec, labels: Labels, expires: bool) -> list | None:
         fam = self._families.get(spec.name)
         if fam is None:
-            fam = _Family(spec, self._base_names + label_names, expires)
-            self._families[spec.name] = fam
-        return fam
-
-    def _point(self, fam: _Family, label_values: LabelValues) -> list | None:
-        point = fam.points.get(label_values)
+            fam = self._families[spec.name] = _Family(spec, expires)
+        point = fam.points.get(labels)
         if point is None:
             if len(fam.points) >= self._max_series:
-                self._count_dropped(fam.spec.name)
-                self._on_drop(fam.spec.name)  # must not touch the store: we hold its lock
+                self._count_dropped(spec.name)
+                self._on_drop(spec.name)  # must not touch the store: we hold its lock
                 return None
-            point = fam.points[label_values] = [None, 0]
+            point = fam.points[labels] = [None, 0]
         return point
 
     def _count_dropped(self, metric_name: str) -> None:
@@ -135,8 +131,7 @@ class SeriesStore:
         with self._lock:
             self._version += 1
             for spec, labels, value in items:
-                fam = self._family(spec, tuple(name for name, _ in labels), expires)
-                point = self._point(fam, self._base_values + tuple(v for _, v in labels))
+                point = self._point(spec, labels, expires)
                 if point is None:
                     continue
                 if spec.kind is Kind.HISTOGRAM:
@@ -154,8 +149,7 @@ class SeriesStore:
         """Add to a counter series (rl_otel's own counters, which never expire)."""
         with self._lock:
             self._version += 1
-            fam = self._family(spec, tuple(name for name, _ in labels), False)
-            point = self._point(fam, self._base_values + tuple(v for _, v in labels))
+            point = self._point(spec, labels, False)
             if point is not None:
                 point[0] = (point[0] or 0.0) + amount
                 point[1] = time.time_ns()
@@ -166,9 +160,11 @@ class SeriesStore:
             fam = self._families.get(name)
             if fam is None:
                 return None
-            want = dict(zip(self._base_names, self._base_values), **(labels or {}))
-            point = fam.points.get(tuple(want.get(n, "") for n in fam.label_names))
-            return None if point is None else point[0]
+            want = labels or {}
+            for key, point in fam.points.items():
+                if dict(key) == want:
+                    return point[0]
+            return None
 
     def series_count(self, name: str | None = None) -> int:
         with self._lock:
@@ -182,9 +178,8 @@ class SeriesStore:
             for spec, labels, value in collector():
                 fam = live.get(spec.name)
                 if fam is None:
-                    fam = live[spec.name] = FamilyView(spec, self._base_names + tuple(n for n, _ in labels),
-                                                       self._start_ns, [])
-                fam.points.append((self._base_values + tuple(v for _, v in labels), value))
+                    fam = live[spec.name] = FamilyView(spec, self._base, self._start_ns, [])
+                fam.points.append((labels, value))
         return list(live.values())
 
     def snapshot(self) -> tuple[int, list[FamilyView], int | None]:
@@ -204,11 +199,10 @@ class SeriesStore:
                         oldest = min(p[1] for p in fam.points.values()) + self._ttl_ns + 1
                         next_expiry = oldest if next_expiry is None else min(next_expiry, oldest)
                 if fam.points:
-                    families.append(FamilyView(fam.spec, fam.label_names, fam.start_ns, _frozen(fam)))
+                    families.append(FamilyView(fam.spec, self._base, fam.start_ns, _frozen(fam)))
             if self._dropped:
-                families.append(FamilyView(self._dropped_spec, self._base_names + ("metric",), self._start_ns,
-                                           [(self._base_values + (name,), float(n))
-                                            for name, n in self._dropped.items()]))
+                families.append(FamilyView(self._dropped_spec, self._base, self._start_ns,
+                                           [((("metric", name),), float(n)) for name, n in self._dropped.items()]))
             return self._version, families, next_expiry
 
     def collect(self) -> list[Metric]:
@@ -218,7 +212,7 @@ class SeriesStore:
         return [_to_metric(fam, now) for fam in (*self.live(), *self.snapshot()[1])]
 
 
-def _frozen(fam: _Family) -> list[tuple[LabelValues, float | HistogramValue]]:
+def _frozen(fam: _Family) -> list[tuple[Labels, float | HistogramValue]]:
     if fam.spec.kind is Kind.HISTOGRAM:
         return [(labels, HistogramValue(h.counts.tolist(), h.sum, h.count, h.min, h.max))
                 for labels, (h, _) in fam.points.items()]
@@ -227,7 +221,7 @@ def _frozen(fam: _Family) -> list[tuple[LabelValues, float | HistogramValue]]:
 
 def _to_metric(fam: FamilyView, now: int) -> Metric:
     spec = fam.spec
-    attrs = [(dict(zip(fam.label_names, labels)), value) for labels, value in fam.points]
+    attrs = [(dict(fam.base + labels), value) for labels, value in fam.points]
     if spec.kind is Kind.HISTOGRAM:
         bounds = [float(b) for b in spec.buckets]
         points = [

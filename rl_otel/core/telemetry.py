@@ -218,24 +218,25 @@ class Telemetry:
         of user metrics and phase metrics. With ``mirror``, return what the trackers get: every accepted value,
         in the user's keys and units."""
         items = []
+        append, route_of = items.append, self._router.route  # locals: this loop runs once per key and step
         mirrored: dict[str, float | np.ndarray] | None = {} if mirror else None
         for key, raw in pairs:
             try:
-                value = coerce(raw, keep_tensors=True)
+                value = raw if type(raw) is float else coerce(raw, keep_tensors=True)
             except BadValue as exc:
                 self._bad(key, str(exc))
                 continue
             if value is None:
                 continue
-            route = self._router.route(key)
-            if isinstance(route, Refusal):
+            route = route_of(key)
+            if route.__class__ is Refusal:
                 self._store.note_dropped(route.metric)
                 self._warn_once(route.reason, key, f"rl_otel: {route.detail}; it is not exported to Prometheus")
                 continue
             spec = route.spec
             if spec.kind is Kind.HISTOGRAM:
                 try:
-                    items.append((spec, route.labels, as_histogram(value, spec.buckets, spec.scale)))
+                    append((spec, route.labels, as_histogram(value, spec.buckets, spec.scale)))
                 except BadValue as exc:
                     self._bad(key, str(exc))
                     continue
@@ -246,13 +247,13 @@ class Telemetry:
                     if tracked is not None:
                         mirrored[key] = tracked
                 continue
-            if not isinstance(value, float):
+            if value.__class__ is not float and not isinstance(value, float):
                 self._bad(key, f"a distribution, but {spec.prometheus_name} is a {spec.kind.value}: log its "
                                "mean/max/min, or a *_dist key")
                 continue
-            items.append((spec, route.labels, value * spec.scale if spec.scale != 1.0 else value))
+            append((spec, route.labels, value * spec.scale if spec.scale != 1.0 else value))
             if mirrored is not None:  # trackers get what Prometheus gets, in the user's units and keys
-                mirrored[key] = value.copy() if isinstance(value, np.ndarray) else value
+                mirrored[key] = value
         for spec, n in self._store.write(items):
             self._count_error("input", "non_finite_in_distribution", n)
             self._warn_once("non_finite", spec.name, f"rl_otel: {n} NaN/Inf values left out of the histogram "

@@ -105,12 +105,12 @@ class Renderer:
         return cached
 
     def _number_lines(self, view: FamilyView, header: _Header, out: list[str]) -> None:
-        cached, names, sample = self._series(view), view.label_names, header.sample
+        cached, base, sample = self._series(view), view.base, header.sample
         get, append, fmt = cached.get, out.append, go_float  # locals: this loop runs once per series
         for labels, value in view.points:
             entry = get(labels)
             if entry is None:
-                text = _label_text(sorted(zip(names, labels)))
+                text = _label_text(sorted(base + labels))
                 entry = cached[labels] = [f"{sample}{{{text}}} " if text else f"{sample} ", None, ""]
             if value != entry[1]:  # a series whose value did not change keeps its line (NaN never equals)
                 entry[1] = value
@@ -118,11 +118,11 @@ class Renderer:
             append(entry[2])
 
     def _histogram_lines(self, view: FamilyView, header: _Header, out: list[str]) -> None:
-        cached, names, name, les = self._series(view), view.label_names, header.sample, header.le
+        cached, base, name, les = self._series(view), view.base, header.sample, header.le
         for labels, h in view.points:
             entry = cached.get(labels)
             if entry is None:
-                pairs = sorted(zip(names, labels))
+                pairs = sorted(base + labels)
                 before = _label_text(p for p in pairs if p[0] < "le")
                 after = _label_text(p for p in pairs if p[0] > "le")
                 plain = _label_text(pairs)
