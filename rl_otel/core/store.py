@@ -123,8 +123,8 @@ class SeriesStore:
 
     def write(self, items: Iterable[tuple[MetricSpec, tuple[tuple[str, str], ...], object]], *,
               expires: bool = True) -> list[tuple[MetricSpec, int]]:
-        """Store ``(spec, labels, value)`` items: a float for gauges and counters, a 1-d float array (or
-        ``BucketCounts`` bucketed against the entry's bounds) for histograms. Returns ``(spec, n)`` for each
+        """Store ``(spec, labels, value)`` items: a float for gauges and counters, a float, a 1-d float array or
+        ``BucketCounts`` (bucketed against the entry's bounds) for histograms. Returns ``(spec, n)`` for each
         histogram item that had ``n`` non-finite values left out."""
         now = time.time_ns()
         dropped_non_finite = []

@@ -263,7 +263,7 @@ class Telemetry:
     def _record_phase(self, cluster: str, phase: str, metrics: dict[str, float], durations: dict[str, float]) -> None:
         self._write_metrics(metrics.items())
         self._store.write([(live.PHASE_DURATION, (("cluster", cluster), ("phase", phase), ("part", part)),
-                            np.array((seconds,))) for part, seconds in durations.items()])
+                            seconds) for part, seconds in durations.items()])
         with self._phase_lock:
             self._phase_metrics.update(metrics)
 
