@@ -141,7 +141,8 @@ def measure(repeat: int) -> dict[str, float]:
             lambda: registry.render(TEXT), lambda: registry.render(TEXT, True), lambda: generate_latest(stock),
             lambda: gzip.compress(generate_latest(stock))], repeat)
         out.update(warm_ms=warm * 1e3, warm_gzip_ms=warm_gz * 1e3, stock_ms=base * 1e3, stock_gzip_ms=base_gz * 1e3)
-        out["gil_cold_ms"] = gil_max_gap_ms(tel.metrics_url, repeat, lambda i: tel.log(node.step_metrics(keys, rng, ppo)))
+        out["gil_cold_ms"] = gil_max_gap_ms(tel.metrics_url, repeat,
+                                            lambda i: tel.log(node.step_metrics(keys, rng, ppo)))
         out["gil_warm_ms"] = gil_max_gap_ms(tel.metrics_url, repeat)
         server, thread = start_http_server(0, addr="127.0.0.1", registry=stock)
         try:

@@ -7,10 +7,11 @@ catalog family):
 
 - the HELP/TYPE/UNIT header of a family is written by prometheus_client itself, once per entry, from the family
   the OTel exporter would have built (its name sanitizing and unit mapping, prometheus_client's unit suffix);
-- a series' label string (sorted names, escaped values) is built once and kept while the series lives;
-- values are formatted as prometheus_client's ``floatToGoString`` does (:func:`go_float`); histogram buckets are cumulative, ``le`` is the
-  exporter's ``f"{bound}"``, and ``_count``/``_sum`` are left out when the first bound is negative, as
-  prometheus_client's ``HistogramMetricFamily`` does.
+- a series' label string (sorted names, escaped values) is built once and kept while the series lives, and its
+  line is written again only when its value changed;
+- values are formatted as prometheus_client's ``floatToGoString`` does (:func:`go_float`); histogram buckets are
+  cumulative, ``le`` is the exporter's ``f"{bound}"``, and ``_count``/``_sum`` are left out when the first bound
+  is negative, as prometheus_client's ``HistogramMetricFamily`` does.
 
 Sample lines are the same in the text format 0.0.4 and in OpenMetrics 1.0.0; only the headers differ.
 """

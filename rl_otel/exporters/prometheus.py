@@ -141,7 +141,8 @@ def scrape_app(registry: ScrapeRegistry, fallback: Callable) -> Callable:
         else:
             fmt = OPENMETRICS if content_type.startswith("application/openmetrics-text") else TEXT
             body = registry.render(fmt, gzipped)
-        start_response("200 OK", [("Content-Type", content_type)] + ([("Content-Encoding", "gzip")] if gzipped else []))
+        headers = [("Content-Type", content_type)] + ([("Content-Encoding", "gzip")] if gzipped else [])
+        start_response("200 OK", headers)
         return [body]
 
     return app
