@@ -66,7 +66,8 @@ def machine() -> str:
 
     import torch
 
-    return (f"{platform.node()}: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())  # a shared machine's load skews every row
+    return (f"{platform.node()}: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (load {load}), "
             f"Python {platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads)")
 
 

@@ -88,6 +88,16 @@ def test_a_scrape_after_log_sees_the_new_values(tel):
         assert re.search(rf'^rl_step\{{rank="0",run="test"\}} {float(step)}$', text, flags=re.M)
 
 
+def test_a_scrape_after_a_phase_sees_it_without_a_log(tel):
+    tel.log({"actor/lr": 1.0}, step=0)
+    for n in range(1, 4):
+        with tel.phase("actor_train", "train_step"):
+            pass
+        text = fetch(tel.metrics_url, OPENMETRICS_ACCEPT, "gzip")
+        assert re.search(rf'^rl_phase_duration_seconds_count\{{cluster="actor_train",part="total",phase="train_step",'
+                         rf'rank="0",run="test"\}} {float(n)}$', text, flags=re.M), text
+
+
 def test_live_gauges_are_fresh_at_every_scrape_between_steps(tel):
     calls = itertools.count(1)
     tel._store.add_collector(lambda: [(live.GPU_PROCESS_ALLOCATED, (("device_id", "9"),), float(next(calls)))])
