@@ -50,6 +50,7 @@ def init(
     sink_queue_size: int = _Default(64),  # type: ignore[assignment]
     close_timeout_s: float = _Default(10.0),  # type: ignore[assignment]
     tracing: Any = _Default(None),  # type: ignore[assignment]
+    otlp: str | dict[str, Any] | None = _Default(None),  # type: ignore[assignment]
 ) -> Telemetry:
     """Create the process's :class:`Telemetry`, start its scrape endpoint and its tracker sinks.
 
@@ -61,6 +62,10 @@ def init(
         role: what this process does (trainer, actor, rollout, ...), recorded on the OTel resource.
         prometheus: ``{"host": ..., "port": ...}`` for the scrape endpoint (default ``0.0.0.0:9464``; port 0
             picks a free port, see ``Telemetry.metrics_url``), ``True`` for the defaults, ``False`` for none.
+            More keys: ``add_local_rank`` (serve on port + ``$LOCAL_RANK``), ``port_search`` (on a taken port, try
+            the next N), ``file_sd`` (a directory to publish the target in for Prometheus ``file_sd_configs``),
+            ``advertise_host`` (the host written there), ``web_config_file`` (TLS, mTLS, basic auth in the
+            exporter-toolkit web-config format node_exporter uses).
         catalog: the metric catalog (default: :func:`default_catalog`).
         max_series_per_metric: cap on label sets per metric; past it new series are dropped and counted.
         max_unknown_keys: cap on keys without a catalog entry exported through the fallback gauge.
@@ -68,6 +73,9 @@ def init(
         tracing: where ``phase()`` spans go: ``None`` (nowhere), ``"console"`` (JSON lines on stderr),
             ``{"exporter": "jsonl", "path": ...}``, ``{"exporter": "otlp", "endpoint": ..., "protocol":
             "http/protobuf" | "grpc"}`` (needs ``pip install 'rl-otel[otlp]'``) or a ``SpanExporter``.
+        otlp: push metrics and phase spans to an OpenTelemetry Collector: its OTLP/HTTP base URL, or
+            ``{"endpoint": ..., "interval_s": 10, "timeout_s": 10, "headers": {...}, "traces": True}`` (needs
+            ``pip install 'rl-otel[otlp]'``).
         track_with: ROLL's option: a tracker name (``"tensorboard"``, ``"wandb"``, ``"swanlab"``, ``"stdout"``
             or one added with :func:`register_sink`), or a list of names.
         tracker_kwargs: with one tracker, its kwargs (flat, as in ROLL); with a list, kwargs keyed by name.
@@ -91,7 +99,7 @@ def init(
                  max_unknown_keys=max_unknown_keys, series_ttl_s=series_ttl_s, track_with=track_with,
                  tracker_kwargs=tracker_kwargs, trackers=trackers, tracker_ranks=tracker_ranks,
                  handle_sigterm=handle_sigterm, sink_queue_size=sink_queue_size, close_timeout_s=close_timeout_s,
-                 tracing=tracing)
+                 tracing=tracing, otlp=otlp)
     options = {k: v.value for k, v in given.items() if isinstance(v, _Default)}
     from_file = load_config_file(config) if config is not None else {}
     if any(not isinstance(given[k], _Default) for k in ("track_with", "tracker_kwargs", "trackers")):

@@ -48,20 +48,27 @@ def free_port() -> int:
 
 
 class PrometheusServer:
-    """A real ``prometheus`` on 127.0.0.1 with its own temp dir, scraping ``targets`` every second."""
+    """A real ``prometheus`` on 127.0.0.1 with its own temp dir, scraping ``targets`` every second.
 
-    def __init__(self, tmp: Path, targets: list[str], scrape_interval: str = "1s") -> None:
+    ``scrape_configs`` (dicts, as in prometheus.yml) replace the static ``targets`` job - file_sd, TLS, basic
+    auth; ``rule_files`` are loaded as the config's ``rule_files`` (recording and alerting rules).
+    """
+
+    def __init__(self, tmp: Path, targets: list[str] | None = None, scrape_interval: str = "1s", *,
+                 scrape_configs: list[dict] | None = None, rule_files: list[Path] | None = None) -> None:
+        import yaml
+
         binary = require_binary("prometheus")
         self.port = free_port()
         config = tmp / "prometheus.yml"
-        config.write_text(
-            "global:\n"
-            f"  scrape_interval: {scrape_interval}\n"
-            f"  scrape_timeout: {scrape_interval}\n"
-            "scrape_configs:\n"
-            "  - job_name: rl_otel\n"
-            f"    static_configs:\n      - targets: {json.dumps(targets)}\n"
-        )
+        if scrape_configs is None:
+            scrape_configs = [{"job_name": "rl_otel", "static_configs": [{"targets": list(targets or [])}]}]
+        config.write_text(yaml.safe_dump({
+            "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval,
+                       "evaluation_interval": scrape_interval},
+            "scrape_configs": scrape_configs,
+            **({"rule_files": [str(p) for p in rule_files]} if rule_files else {}),
+        }, sort_keys=False))
         self.log = open(tmp / "prometheus.log", "w")
         self.proc = subprocess.Popen(
             [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
@@ -82,11 +89,19 @@ class PrometheusServer:
                 time.sleep(0.2)
         raise TimeoutError("prometheus did not become ready")
 
-    def query(self, promql: str) -> list[dict]:
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    def api(self, path: str, params: dict[str, str] | list[tuple[str, str]] | None = None) -> object:
+        """``data`` of a successful ``GET /api/v1/<path>``."""
+        url = f"{self.url}/api/v1/{path}" + ("?" + urllib.parse.urlencode(params) if params else "")
         body = json.loads(urllib.request.urlopen(url, timeout=10).read())
         assert body["status"] == "success", body
-        return body["data"]["result"]
+        return body["data"]
+
+    def query(self, promql: str) -> list[dict]:
+        return self.api("query", {"query": promql})["result"]
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        """What Grafana's ``label_values(match, label)`` lists."""
+        return self.api(f"label/{label}/values", [("match[]", match)])
 
     def wait_for_scrapes(self, n: int = 2, timeout: float = 30.0) -> None:
         """Wait until every target has been scraped successfully at least ``n`` times."""

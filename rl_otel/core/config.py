@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rl_otel.errors import ConfigurationError
+from rl_otel.exporters.otlp import OtlpConfig, otlp_config
+from rl_otel.exporters.webconfig import WebConfig, load_web_config
 from rl_otel.phases.tracing import TracingConfig, tracing_config
 
 if TYPE_CHECKING:
@@ -19,10 +21,19 @@ DEFAULT_PORT = 9464
 DEFAULT_HOST = "0.0.0.0"
 
 
+_PROMETHEUS_KEYS = ("host", "port", "add_local_rank", "port_search", "file_sd", "advertise_host", "web_config_file")
+
+
 @dataclass(frozen=True)
 class PrometheusConfig:
+    """Where and how the scrape endpoint serves; ``port`` already includes the local rank when asked."""
+
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
+    port_search: int = 0  # on a taken port, try the next ``port_search`` ports
+    file_sd: str | None = None  # a directory (or .json/.yml file) to publish the target in
+    advertise_host: str | None = None  # the host name written in the targets file
+    web: WebConfig | None = None  # TLS / mTLS / basic auth, from an exporter-toolkit web-config file
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,7 @@ class TelemetryConfig:
     handle_sigterm: bool = True
     sink_queue_size: int = 64
     close_timeout_s: float = 10.0
+    otlp: OtlpConfig | None = None
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -69,16 +81,50 @@ def _prometheus(value: object) -> PrometheusConfig | None:
     if not isinstance(value, Mapping):
         raise ConfigurationError(f"prometheus must be a dict like {{'host': ..., 'port': ...}}, True or False; "
                                  f"got {value!r}")
-    unknown = set(value) - {"host", "port"}
+    unknown = set(value) - set(_PROMETHEUS_KEYS)
     if unknown:
-        raise ConfigurationError(f"unknown prometheus option(s) {sorted(unknown)}; known: ['host', 'port']")
+        raise ConfigurationError(f"unknown prometheus option(s) {sorted(unknown)}; known: {sorted(_PROMETHEUS_KEYS)}")
     host = value.get("host", DEFAULT_HOST)
     port = value.get("port", DEFAULT_PORT)
     if not isinstance(host, str):
         raise ConfigurationError(f"prometheus host must be a str, got {host!r}")
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ConfigurationError(f"prometheus port must be an int in 0..65535 (0 = a free port), got {port!r}")
-    return PrometheusConfig(host=host, port=port)
+    if _bool("prometheus add_local_rank", value.get("add_local_rank", False)):
+        if port == 0:
+            raise ConfigurationError("prometheus add_local_rank needs a base port, got port 0 (port 0 is a free "
+                                     "port for every rank already)")
+        offset = local_rank()
+        if port + offset > 65535:
+            raise ConfigurationError(f"prometheus port {port} + LOCAL_RANK {offset} is past 65535")
+        port += offset
+    search = value.get("port_search", 0)
+    if isinstance(search, bool) or not isinstance(search, int) or search < 0 or port + search > 65535:
+        raise ConfigurationError(f"prometheus port_search must be an int >= 0 (how many next ports to try) with "
+                                 f"port + port_search <= 65535, got {search!r}")
+    file_sd, advertise = value.get("file_sd"), value.get("advertise_host")
+    if file_sd is not None and (not isinstance(file_sd, (str, os.PathLike)) or not os.fspath(file_sd)):
+        raise ConfigurationError(f"prometheus file_sd must be a directory or a .json/.yml file name, got {file_sd!r}")
+    if advertise is not None and (not isinstance(advertise, str) or not advertise):
+        raise ConfigurationError(f"prometheus advertise_host must be a host name, got {advertise!r}")
+    web = value.get("web_config_file")
+    if web is not None and (not isinstance(web, (str, os.PathLike)) or not os.fspath(web)):
+        raise ConfigurationError(f"prometheus web_config_file must be a file name, got {web!r}")
+    return PrometheusConfig(host=host, port=port, port_search=search,
+                            file_sd=None if file_sd is None else os.fspath(file_sd), advertise_host=advertise,
+                            web=None if web is None else load_web_config(web))
+
+
+def local_rank() -> int:
+    """``$LOCAL_RANK`` (the rank on this host, set by torchrun, DeepSpeed, Ray Train), 0 when unset."""
+    env = os.environ.get("LOCAL_RANK", "0")
+    try:
+        value = int(env)
+    except ValueError:
+        raise ConfigurationError(f"the LOCAL_RANK environment variable must be an int >= 0, got {env!r}") from None
+    if value < 0:
+        raise ConfigurationError(f"the LOCAL_RANK environment variable must be an int >= 0, got {env!r}")
+    return value
 
 
 def _rank(value: object) -> int:
@@ -97,7 +143,8 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
                  max_unknown_keys: int, series_ttl_s: float | None, track_with: object = None,
                  tracker_kwargs: object = None, trackers: object = None, tracker_ranks: object = 0,
                  handle_sigterm: bool = True, sink_queue_size: int = 64,
-                 close_timeout_s: float = 10.0, tracing: object = None) -> TelemetryConfig:
+                 close_timeout_s: float = 10.0, tracing: object = None,
+                 otlp: object = None) -> TelemetryConfig:
     from rl_otel.core.ranks import check_tracker_ranks
     from rl_otel.sinks.config import normalize_trackers
 
@@ -125,4 +172,5 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
         handle_sigterm=_bool("handle_sigterm", handle_sigterm),
         sink_queue_size=_positive_int("sink_queue_size", sink_queue_size),
         close_timeout_s=_positive_seconds("close_timeout_s", close_timeout_s),
+        otlp=otlp_config(otlp),
     )

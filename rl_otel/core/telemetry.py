@@ -17,10 +17,12 @@ from opentelemetry.sdk.resources import Resource
 
 from rl_otel._version import __version__
 from rl_otel.catalog import Catalog, Kind, live, meta
-from rl_otel.core.config import TelemetryConfig
+from rl_otel.core.config import PrometheusConfig, TelemetryConfig
 from rl_otel.core.router import Refusal, Router
 from rl_otel.core.store import SeriesStore
 from rl_otel.core.values import BadValue, as_histogram, coerce, flatten, to_tracker_array
+from rl_otel.exporters import otlp
+from rl_otel.exporters.file_sd import TargetsFile, targets_path
 from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel.phases.live import LiveGauges
 from rl_otel.phases.memory import CpuProbe, GpuProbe
@@ -69,29 +71,39 @@ class Telemetry:
             cpu=cpu, next_step=lambda: 0 if self._step is None else self._step + 1, record=self._record_phase,
             fail=self._phase_failed)
         self._live: LiveGauges | None = None
+        self._targets: TargetsFile | None = None
+        self._bridge: Bridge | NullBridge = NullBridge()
+        readers = []
+        registry = None
         self._scrape_registry: ScrapeRegistry | None = None  # what /metrics renders (benchmarks render it directly)
         if config.prometheus is not None:
             registry = ScrapeRegistry(on_duplicate=lambda name: self._count_error("prometheus", "duplicate_family"),
                                       store=self._store,
                                       on_error=lambda reason: self._count_error("prometheus", reason))
-            reader = PrometheusMetricReader(disable_target_info=False, scope_info_enabled=False, registry=registry)
+            readers.append(PrometheusMetricReader(disable_target_info=False, scope_info_enabled=False,
+                                                  registry=registry))
             self._scrape_registry = registry
-            self._meter_provider = MeterProvider(resource=self.resource, metric_readers=[reader],
+        if config.otlp is not None:
+            readers.append(otlp.metric_reader(config.otlp, self._store.collect, self.resource,
+                                              on_error=lambda reason: self._count_error("otlp", reason)))
+            if config.otlp.traces:
+                self._tracer_provider.add_span_processor(otlp.span_processor(config.otlp))
+        if readers:
+            self._meter_provider = MeterProvider(resource=self.resource, metric_readers=readers,
                                                  exemplar_filter=AlwaysOffExemplarFilter())
-            # An SDK instrument of our own keeps every collection flowing through the reader (the SDK skips
+            # An SDK instrument of our own keeps every collection flowing through the readers (the SDK skips
             # readers when it has no data of its own), and is the conventional build-info series.
             info_attrs = {"run": config.run, "rank": str(config.rank), "version": __version__}
             self._meter_provider.get_meter("rl_otel", __version__).create_observable_gauge(
                 meta.BUILD_INFO.name, callbacks=[lambda _options: [Observation(1, info_attrs)]],
                 unit=meta.BUILD_INFO.unit, description=meta.BUILD_INFO.description)
-            try:
-                self._endpoint = ScrapeEndpoint(registry, config.prometheus.host, config.prometheus.port)
-            except Exception:
-                self._meter_provider.shutdown()
-                self._tracer_provider.shutdown()
-                raise
             self._live = LiveGauges(self._store.add_collector, cpu, lambda reason: self._count_error("live", reason))
-        self._bridge: Bridge | NullBridge = NullBridge()
+        if registry is not None and config.prometheus is not None:
+            try:
+                self._serve(registry, config.prometheus)
+            except BaseException:
+                self.close()
+                raise
         try:
             self._bridge = self._start_bridge()
         except BaseException:
@@ -184,6 +196,8 @@ class Telemetry:
         if self._live is not None:
             self._live.close()
         self._bridge.close()
+        if self._targets is not None:
+            self._targets.close()
         if self._endpoint is not None:
             self._endpoint.close()
         if self._meter_provider is not None:
@@ -197,6 +211,16 @@ class Telemetry:
         self.close()
 
     # -- internals ------------------------------------------------------------------------------------------
+
+    def _serve(self, registry: ScrapeRegistry, prom: PrometheusConfig) -> None:
+        """Start the scrape endpoint and, when asked, publish it in a file_sd targets file."""
+        self._endpoint = ScrapeEndpoint(registry, prom.host, prom.port, web=prom.web, port_search=prom.port_search)
+        if prom.file_sd is not None:
+            host = prom.advertise_host or (self.config.host_name if prom.host in ("", "0.0.0.0", "::") else prom.host)
+            host = f"[{host}]" if ":" in host else host
+            self._targets = TargetsFile(targets_path(prom.file_sd, self.config.run, self.config.rank),
+                                        f"{host}:{self._endpoint.port}",
+                                        {"run": self.config.run, "rank": str(self.config.rank)})
 
     def _log(self, metrics: Mapping[str, object], step: int | None) -> None:
         if not isinstance(metrics, Mapping):

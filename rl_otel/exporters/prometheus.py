@@ -6,7 +6,8 @@
   see half of the data;
 - a family name is written once per scrape: a second family with the same name (which would make Prometheus
   reject the whole scrape) is dropped and counted;
-- the server binds 0.0.0.0 by default (a pod is scraped from outside); port 0 picks a free port.
+- the server binds 0.0.0.0 by default (a pod is scraped from outside); port 0 picks a free port; TLS, mTLS and
+  basic auth come from a web-config file (``server.py``, ``webconfig.py``).
 
 Cost: the store's families (thousands of series on a node with 8 GPUs) are rendered straight to text
 (:mod:`rl_otel.exporters.exposition`) once per store version - once per training step, at the first scrape after
@@ -18,7 +19,6 @@ instruments (``rl_otel_build_info``, ``target_info``). A ``log()`` finished befo
 from __future__ import annotations
 
 import copy
-import errno
 import gzip
 import logging
 import threading
@@ -29,12 +29,13 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder, gzip_accepted, start_http_server
+from prometheus_client.exposition import choose_encoder, gzip_accepted, make_wsgi_app
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from rl_otel.core.store import SeriesStore
-from rl_otel.errors import PortInUseError
 from rl_otel.exporters.exposition import EOF, OPENMETRICS, TEXT, Renderer, encode, families
+from rl_otel.exporters.server import serve
+from rl_otel.exporters.webconfig import WebConfig
 
 _log = logging.getLogger("rl_otel")
 
@@ -160,21 +161,21 @@ def restricted(metrics: Iterable, names: set[str]) -> Iterator:
 
 
 class ScrapeEndpoint:
-    """An HTTP server serving ``registry`` on ``host:port/metrics``; ``close()`` is idempotent."""
+    """An HTTP(S) server serving ``registry`` on ``host:port/metrics``; ``close()`` is idempotent.
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
-        try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=registry)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise PortInUseError(
-                    f"prometheus port {port} on {host!r} is already in use; pass prometheus={{'port': 0}} for a "
-                    "free port, or another port") from exc
-            raise PortInUseError(f"cannot serve metrics on {host!r}:{port}: {exc}") from exc
+    ``web`` adds TLS, mTLS and basic auth (:mod:`rl_otel.exporters.webconfig`); ``port_search`` tries the next
+    ports when ``port`` is taken (:func:`rl_otel.exporters.server.serve`). A :class:`ScrapeRegistry` is served
+    by :func:`scrape_app` (cached rendering), any other registry by prometheus_client's app."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, *, web: WebConfig | None = None,
+                 port_search: int = 0) -> None:
+        app = make_wsgi_app(registry)
         if isinstance(registry, ScrapeRegistry):
-            self._server.set_app(scrape_app(registry, self._server.get_app()))
+            app = scrape_app(registry, app)
+        self._server, self._thread = serve(app, host, port, web=web, port_search=port_search)
         self.host = host
         self.port: int = self._server.server_port
+        self.scheme = web.scheme if web is not None else "http"
         self._closed = False
 
     @property
@@ -182,7 +183,7 @@ class ScrapeEndpoint:
         host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(self.host, self.host)
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
-        return f"http://{host}:{self.port}/metrics"
+        return f"{self.scheme}://{host}:{self.port}/metrics"
 
     def close(self, timeout_s: float = 5.0) -> None:
         if self._closed:

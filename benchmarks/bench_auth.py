@@ -1,0 +1,74 @@
+"""Cost of basic auth on a scrape: one bcrypt check (cost 10, htpasswd's default) without and with the verdict
+cache, and whole scrapes of a plain, a TLS + basic-auth and an mTLS + basic-auth endpoint, measured in one run.
+
+    python benchmarks/bench_auth.py [--n 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import ssl
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the checkout's rl_otel, not an install
+
+import bcrypt  # noqa: E402
+import yaml  # noqa: E402
+
+import rl_otel  # noqa: E402
+from rl_otel.exporters.webconfig import BasicAuth  # noqa: E402
+from tests.certs import make_pki  # noqa: E402
+
+
+def best_ms(fn, n: int) -> float:
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / n * 1e3)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=200, help="scrapes / cached checks per timing round (best of 3)")
+    args = parser.parse_args()
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=10))
+    uncached = best_ms(lambda: bcrypt.checkpw(b"pw", hashed), 3)
+    auth = BasicAuth({"prometheus": hashed})
+    cached = best_ms(lambda: auth.check("prometheus", "pw"), args.n * 10)
+    print(f"bcrypt check (cost 10): {uncached:.1f} ms uncached, {cached * 1e3:.1f} us cached "
+          f"({uncached / cached:,.0f}x)")
+
+    tmp = pathlib.Path(tempfile.mkdtemp())
+    pki = make_pki(tmp)
+    tls = {"cert_file": str(pki.server_cert), "key_file": str(pki.server_key)}
+    users = {"prometheus": hashed.decode()}
+    configs = {
+        "plain http": None,
+        "tls + basic auth": {"tls_server_config": tls, "basic_auth_users": users},
+        "mtls + basic auth": {"tls_server_config": {**tls, "client_auth_type": "RequireAndVerifyClientCert",
+                                                    "client_ca_file": str(pki.ca)}, "basic_auth_users": users},
+    }
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    context.load_cert_chain(str(pki.client_cert), str(pki.client_key))
+    header = {"Authorization": "Basic cHJvbWV0aGV1czpwdw=="}  # prometheus:pw
+    for name, doc in configs.items():
+        prometheus = {"host": "127.0.0.1", "port": 0}
+        if doc is not None:
+            (tmp / "web.yml").write_text(yaml.safe_dump(doc))
+            prometheus["web_config_file"] = str(tmp / "web.yml")
+        with rl_otel.init(run="bench", prometheus=prometheus) as tel:
+            tel.log({"critic/score/mean": 0.5}, step=1)
+            request = urllib.request.Request(tel.metrics_url, headers=header)
+            ms = best_ms(lambda: urllib.request.urlopen(request, context=context if doc else None).read(), args.n)
+            print(f"scrape, {name} (new connection each): {ms:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

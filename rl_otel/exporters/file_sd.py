@@ -1,0 +1,71 @@
+"""Publish the endpoint in a Prometheus ``file_sd_configs`` targets file, so ranks on ephemeral ports are found.
+
+Each process writes its own file (``<dir>/rl_otel-<run>-rank<rank>.json``), so N ranks never write one file
+together; Prometheus reads them all with ``files: [<dir>/*.json]``. A file is replaced atomically (written to a
+temporary file in the same directory, then ``os.replace``): Prometheus watches the directory and must never
+read half a file. ``close()`` removes it, so a finished run's targets disappear instead of turning ``up == 0``.
+The target group's labels ``run`` and ``rank`` make ``up`` (which the endpoint cannot label itself) per rank;
+scrape with ``honor_labels: true`` so the series' own run/rank (the same values) are kept as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+
+_log = logging.getLogger("rl_otel")
+_SUFFIXES = (".json", ".yml", ".yaml")
+
+
+def targets_path(where: str, run: str, rank: int) -> Path:
+    """The file this process writes: ``where`` itself when it names a ``.json``/``.yml`` file, else a file of
+    this run and rank in the directory ``where``."""
+    path = Path(where).expanduser()
+    if path.suffix in _SUFFIXES and not path.is_dir():
+        return path
+    safe_run = re.sub(r"[^A-Za-z0-9_.-]", "_", run)
+    return path / f"rl_otel-{safe_run}-rank{rank}.json"
+
+
+class TargetsFile:
+    """The targets file of one endpoint; written at construction, removed by the idempotent ``close()``."""
+
+    def __init__(self, path: Path, target: str, labels: dict[str, str]) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        groups = [{"targets": [target], "labels": labels}]
+        text = json.dumps(groups, indent=2) + "\n" if path.suffix == ".json" else _yaml(groups)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self._written = path.read_bytes()
+        self._closed = False
+
+    def close(self) -> None:
+        """Remove the file, unless another process has replaced it since (a restarted rank owns it now)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.path.read_bytes() == self._written:
+                self.path.unlink()
+        except OSError as exc:
+            _log.debug("rl_otel: targets file %s not removed: %s", self.path, exc)
+
+
+def _yaml(groups: list[dict]) -> str:
+    import yaml
+
+    return yaml.safe_dump(groups, sort_keys=False)

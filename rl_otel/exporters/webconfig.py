@@ -1,0 +1,265 @@
+"""The Prometheus exporter-toolkit web-config file (TLS, mTLS, basic auth), read once at init.
+
+The same YAML file node_exporter takes with ``--web.config.file`` serves rl_otel's endpoint::
+
+    tls_server_config:
+      cert_file: server.crt            # relative paths are relative to this file's directory, as in the toolkit
+      key_file: server.key
+      client_auth_type: RequireAndVerifyClientCert
+      client_ca_file: ca.crt
+      min_version: TLS12
+    http_server_config:
+      headers: {Strict-Transport-Security: max-age=31536000}
+    basic_auth_users:
+      prometheus: $2y$10$...           # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\\n')
+
+Python's ``ssl`` cannot request a client certificate without verifying it, so ``RequestClientCert`` and
+``RequireAnyClientCert`` are refused with a ConfigurationError (a security setting is never silently weakened);
+``cipher_suites`` takes the Go/IANA names of the TLS 1.2 suites and maps them to OpenSSL's. ``http2`` is accepted
+and has no effect (the endpoint speaks HTTP/1.1, which every scraper supports).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import ssl
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rl_otel.errors import ConfigurationError
+
+_TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
+                 "TLS13": ssl.TLSVersion.TLSv1_3}
+_CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+                "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
+_UNSUPPORTED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert")
+# Go's crypto/tls names (the toolkit's) -> OpenSSL's, for the TLS 1.2 suites Go offers; TLS 1.3 suites are fixed.
+_CIPHERS = {
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+}
+# The toolkit allows only these response headers in http_server_config.headers.
+_HEADERS = ("Strict-Transport-Security", "X-Content-Type-Options", "X-Frame-Options", "X-XSS-Protection",
+            "Content-Security-Policy")
+_TLS_KEYS = {"cert_file", "key_file", "cert", "key", "client_auth_type", "client_ca_file", "client_ca",
+             "client_allowed_sans", "min_version", "max_version", "cipher_suites", "curve_preferences",
+             "prefer_server_cipher_suites"}
+# Compared against when the user is unknown, so an unknown user costs one bcrypt check like a known one
+# (the toolkit does the same): the response time does not tell which user names exist.
+_DUMMY_HASH = b"$2b$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi"
+
+
+class BasicAuth:
+    """Checks ``Authorization: Basic`` credentials against bcrypt hashes, with a bounded cache of results.
+
+    bcrypt costs ~100-250 ms a check by design; Prometheus sends the same credentials every scrape, so the
+    verdict for ``sha256(user, password, hash)`` is remembered (as node_exporter does): a scrape pays the hash
+    once. Only digests are kept, never a password. Thread-safe.
+    """
+
+    def __init__(self, users: Mapping[str, bytes], cache_size: int = 256) -> None:
+        self._users = dict(users)
+        self._cache: OrderedDict[bytes, bool] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def check(self, user: str, password: str) -> bool:
+        import bcrypt
+
+        hashed = self._users.get(user)
+        known = hashed is not None
+        hashed = hashed if known else _DUMMY_HASH
+        key = hashlib.sha256(b"\0".join((user.encode(), password.encode(), hashed))).digest()
+        with self._lock:
+            verdict = self._cache.get(key)
+            if verdict is not None:
+                self._cache.move_to_end(key)
+                return verdict
+        try:
+            verdict = bcrypt.checkpw(password.encode(), hashed) and known
+        except ValueError:  # a password longer than bcrypt's 72 bytes
+            verdict = False
+        with self._lock:
+            self._cache[key] = verdict
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return verdict
+
+    def authorized(self, header: str | None) -> bool:
+        """True if ``header`` (the ``Authorization`` request header) carries valid credentials."""
+        import base64
+        import binascii
+
+        if not header or not header[:6].lower() == "basic ":
+            return False
+        try:
+            user, sep, password = base64.b64decode(header[6:].strip(), validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        return bool(sep) and self.check(user, password)
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """A checked web-config file: the TLS context to serve with (None: plain HTTP), the credentials check
+    (None: no auth), the response headers, and the client SANs allowed (empty: any verified client)."""
+
+    path: str
+    tls: ssl.SSLContext | None = None
+    auth: BasicAuth | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    allowed_sans: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
+
+    def san_allowed(self, peer_cert: dict[str, Any] | None) -> bool:
+        """The toolkit's ``client_allowed_sans``: a verified client must present one of these SANs."""
+        if not self.allowed_sans:
+            return True
+        sans = {value for _kind, value in (peer_cert or {}).get("subjectAltName", ())}
+        return any(hmac.compare_digest(a, b) for a in sans for b in self.allowed_sans)
+
+
+def _mapping(where: str, value: object) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"web config: {where} must be a mapping, got {value!r}")
+    return value
+
+
+def _file(base: Path, where: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"web config: {where} must be a file name, got {value!r}")
+    path = base / os.path.expanduser(value)
+    if not path.is_file():
+        raise ConfigurationError(f"web config: {where} {str(path)!r} does not exist")
+    return str(path)
+
+
+def _tls_context(tls: Mapping[str, Any], base: Path) -> tuple[ssl.SSLContext, frozenset[str]]:
+    unknown = set(tls) - _TLS_KEYS
+    if unknown:
+        raise ConfigurationError(f"web config: unknown tls_server_config option(s) {sorted(unknown)}")
+    for inline in ("cert", "key", "client_ca"):
+        if tls.get(inline):
+            raise ConfigurationError(f"web config: inline tls_server_config.{inline} is not supported by rl_otel; "
+                                     f"use {inline}_file")
+    if tls.get("curve_preferences"):
+        raise ConfigurationError("web config: tls_server_config.curve_preferences is not supported by rl_otel "
+                                 "(Python's ssl picks the curves)")
+    cert = _file(base, "tls_server_config.cert_file", tls.get("cert_file"))
+    key = _file(base, "tls_server_config.key_file", tls.get("key_file"))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_cert_chain(cert, key)
+    except ssl.SSLError as exc:
+        raise ConfigurationError(f"web config: cannot load cert_file {cert!r} / key_file {key!r}: {exc}") from exc
+    for bound, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
+        name = tls.get(bound) or default
+        if name not in _TLS_VERSIONS:
+            raise ConfigurationError(f"web config: tls_server_config.{bound} must be one of {list(_TLS_VERSIONS)}, "
+                                     f"got {name!r}")
+        setattr(ctx, "minimum_version" if bound == "min_version" else "maximum_version", _TLS_VERSIONS[name])
+    auth_type = tls.get("client_auth_type") or "NoClientCert"
+    if auth_type in _UNSUPPORTED_CLIENT_AUTH:
+        raise ConfigurationError(f"web config: client_auth_type {auth_type!r} (a client certificate taken without "
+                                 "verification) is not supported by Python's ssl; use VerifyClientCertIfGiven or "
+                                 "RequireAndVerifyClientCert")
+    if auth_type not in _CLIENT_AUTH:
+        raise ConfigurationError(f"web config: client_auth_type must be one of "
+                                 f"{list(_CLIENT_AUTH) + list(_UNSUPPORTED_CLIENT_AUTH)}, got {auth_type!r}")
+    ca = tls.get("client_ca_file")
+    if ca and auth_type == "NoClientCert":
+        raise ConfigurationError("web config: client_ca_file is set but client_auth_type is NoClientCert; set "
+                                 "client_auth_type (e.g. RequireAndVerifyClientCert)")
+    if auth_type != "NoClientCert":
+        if not ca:
+            raise ConfigurationError(f"web config: client_auth_type {auth_type!r} needs client_ca_file")
+        ca_path = _file(base, "tls_server_config.client_ca_file", ca)
+        try:
+            ctx.load_verify_locations(cafile=ca_path)
+        except ssl.SSLError as exc:
+            raise ConfigurationError(f"web config: cannot load client_ca_file {ca_path!r}: {exc}") from exc
+    ctx.verify_mode = _CLIENT_AUTH[auth_type]
+    suites = tls.get("cipher_suites")
+    if suites:
+        if not isinstance(suites, list) or any(s not in _CIPHERS for s in suites):
+            raise ConfigurationError(f"web config: cipher_suites must be a list of {sorted(_CIPHERS)}, got {suites!r}")
+        ctx.set_ciphers(":".join(_CIPHERS[s] for s in suites))
+    if tls.get("prefer_server_cipher_suites", True):
+        ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    sans = tls.get("client_allowed_sans") or []
+    if not isinstance(sans, list) or not all(isinstance(s, str) for s in sans):
+        raise ConfigurationError(f"web config: client_allowed_sans must be a list of names, got {sans!r}")
+    if sans and auth_type == "NoClientCert":
+        raise ConfigurationError("web config: client_allowed_sans needs a client_auth_type that verifies clients")
+    return ctx, frozenset(sans)
+
+
+def _users(users: Mapping[str, Any]) -> dict[str, bytes]:
+    checked = {}
+    for user, hashed in users.items():
+        if not isinstance(user, str) or not user or ":" in user:
+            raise ConfigurationError(f"web config: basic_auth_users names must be non-empty str without ':', "
+                                     f"got {user!r}")
+        if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")) or len(hashed) != 60:
+            raise ConfigurationError(f"web config: basic_auth_users[{user!r}] must be a bcrypt hash ($2y$...); "
+                                     "plain-text passwords are refused")
+        checked[user] = hashed.encode()
+    return checked
+
+
+def load_web_config(path: str | os.PathLike) -> WebConfig:
+    """Read and check an exporter-toolkit web-config file; raise ConfigurationError naming what is wrong."""
+    import yaml
+
+    file = Path(os.fspath(path)).expanduser()
+    try:
+        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigurationError(f"prometheus web_config_file {str(file)!r} cannot be read: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"prometheus web_config_file {str(file)!r} is not valid YAML: {exc}") from exc
+    doc = _mapping("the file", raw)
+    unknown = set(doc) - {"tls_server_config", "http_server_config", "basic_auth_users"}
+    if unknown:
+        raise ConfigurationError(f"web config {str(file)!r}: unknown section(s) {sorted(unknown)}")
+    base = file.parent
+    tls_section = _mapping("tls_server_config", doc.get("tls_server_config"))
+    tls, sans = _tls_context(tls_section, base) if tls_section else (None, frozenset())
+    http = _mapping("http_server_config", doc.get("http_server_config"))
+    unknown_http = set(http) - {"http2", "headers"}
+    if unknown_http:
+        raise ConfigurationError(f"web config: unknown http_server_config option(s) {sorted(unknown_http)}")
+    headers = _mapping("http_server_config.headers", http.get("headers"))
+    bad = [h for h in headers if h not in _HEADERS]
+    if bad:
+        raise ConfigurationError(f"web config: http_server_config.headers may set only {list(_HEADERS)}, got {bad}")
+    users = _users(_mapping("basic_auth_users", doc.get("basic_auth_users")))
+    if users:
+        try:
+            import bcrypt  # noqa: F401
+        except ImportError as exc:
+            raise ConfigurationError("web config basic_auth_users needs bcrypt: pip install 'rl-otel[security]'") \
+                from exc
+    return WebConfig(path=str(file), tls=tls, auth=BasicAuth(users) if users else None,
+                     headers=tuple((k, str(v)) for k, v in headers.items()), allowed_sans=sans)

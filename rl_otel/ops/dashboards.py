@@ -1,0 +1,380 @@
+"""Grafana dashboards as plain data, generated from the catalog (units, descriptions) and the thresholds.
+
+Five dashboards: training overview, phases, memory, rollout/eval (Trinity-RFT), fleet. All share the chained
+template variables datasource -> job -> run -> cluster -> phase -> device_id; every query filters on the variables
+it depends on. ``python3 -m rl_otel.ops`` writes them to ``grafana/dashboards/*.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from rl_otel.catalog import Catalog, default_catalog
+from rl_otel.catalog.spec import MetricSpec
+from rl_otel.ops.promql import metric_names
+from rl_otel.ops.thresholds import DEFAULT, Thresholds
+
+DS = {"type": "prometheus", "uid": "${datasource}"}
+RUN = 'job=~"$job", run=~"$run"'
+PHASE = RUN + ', cluster=~"$cluster", phase=~"$phase"'
+DEVICE = PHASE + ', device_id=~"$device_id"'
+RATE = "$__rate_interval"
+
+# (name, label_values query): each query filters on the variables before it, so choosing a run narrows clusters.
+VARIABLES = (
+    ("job", "label_values(rl_step, job)"),
+    ("run", 'label_values(rl_step{job=~"$job"}, run)'),
+    ("cluster", f"label_values(rl_phase_duration_seconds_count{{{RUN}}}, cluster)"),
+    ("phase", f'label_values(rl_phase_duration_seconds_count{{{RUN}, cluster=~"$cluster"}}, phase)'),
+    ("device_id", f"label_values(rl_gpu_memory_bytes{{{PHASE}}}, device_id)"),
+)
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str = ""
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel. ``unit``/``description`` default to the catalog's for the first query's metric.
+    ``needs_gpu``: its series exist only where torch sees a CUDA device or NVML a GPU."""
+
+    title: str
+    queries: tuple[Query, ...]
+    kind: str = "timeseries"
+    unit: str = ""
+    description: str = ""
+    threshold: float | None = None
+    needs_gpu: bool = False
+    stack: bool = False
+    width: int = 12
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    uid: str
+    title: str
+    description: str
+    panels: tuple[Panel, ...] = field(default_factory=tuple)
+
+
+def _q(expr: str, legend: str = "") -> Query:
+    return Query(expr, legend)
+
+
+def _heat(metric: str, title: str, sel: str = RUN) -> Panel:
+    return Panel(title, (_q(f"sum by (le) (increase({metric}_bucket{{{sel}}}[{RATE}]))", "{{le}}"),), kind="heatmap")
+
+
+def training(t: Thresholds) -> Dashboard:
+    return Dashboard("rl-otel-training", "RL training overview",
+                     "Score, KL, entropy, clipping, losses, learning rate and speed of the selected runs.", (
+        Panel("Score (mean over the batch)", (
+            _q(f'avg by (run) (rl_critic_score{{{RUN}, stat="mean"}})', "{{run}} critic/score"),
+            _q(f'avg by (run) (rl_env_reward{{{RUN}, stat="mean"}})', "{{run}} env/reward"))),
+        Panel("Score min / max", (_q(f'avg by (run, stat) (rl_critic_score{{{RUN}, stat=~"min|max"}})',
+                                      "{{run}} {{stat}}"),)),
+        Panel("Approx. KL old -> new policy", (
+            _q(f"max by (run) (rl_actor_approx_kl{{{RUN}}})", "{{run}} actor/approxkl"),
+            _q(f"max by (run) (rl_ppo_policy_approx_kl{{{RUN}}})", "{{run}} ppo/policy/approxkl")),
+            threshold=t.approx_kl_max),
+        Panel("KL to the reference policy", (
+            _q(f"avg by (run) (rl_actor_kl_loss{{{RUN}}})", "{{run}} actor/kl_loss"),
+            _q(f"avg by (run) (rl_objective_kl{{{RUN}}})", "{{run}} objective/kl"))),
+        Panel("Entropy (per token)", (
+            _q(f'avg by (run) (rl_critic_entropy{{{RUN}, stat="mean"}})', "{{run}} critic/entropy"),
+            _q(f"avg by (run) (rl_ppo_policy_entropy{{{RUN}}})", "{{run}} ppo/policy/entropy")),
+            threshold=t.entropy_min),
+        Panel("Clip fraction", (
+            _q(f"max by (run) (rl_actor_clip_ratio{{{RUN}}})", "{{run}} actor/clipfrac"),
+            _q(f"max by (run) (rl_actor_ppo_ratio_high_clip_ratio{{{RUN}}})", "{{run}} high"),
+            _q(f"max by (run) (rl_actor_ppo_ratio_low_clip_ratio{{{RUN}}})", "{{run}} low"),
+            _q(f"max by (run) (rl_ppo_policy_clip_ratio{{{RUN}}})", "{{run}} ppo/policy/clipfrac")),
+            threshold=t.clip_ratio_max),
+        Panel("Importance ratio (mean, min, max)", (
+            _q(f"max by (run, stat) (rl_actor_importance_ratio{{{RUN}}})", "{{run}} {{stat}}"),),
+            threshold=t.ratio_max),
+        _heat("rl_actor_importance_ratio_dist", "Importance ratio distribution"),
+        Panel("Losses", (
+            _q(f"avg by (run) (rl_actor_pg_loss{{{RUN}}})", "{{run}} actor/pg_loss"),
+            _q(f"avg by (run) (rl_critic_loss{{{RUN}}})", "{{run}} critic/loss"),
+            _q(f"avg by (run, kind) (rl_ppo_loss{{{RUN}}})", "{{run}} ppo/loss/{{kind}}"))),
+        Panel("Learning rate", (
+            _q(f"max by (run) (rl_actor_learning_rate{{{RUN}}})", "{{run}} actor"),
+            _q(f"max by (run) (rl_critic_learning_rate{{{RUN}}})", "{{run}} critic"),
+            _q(f"max by (run) (rl_ppo_learning_rate{{{RUN}}})", "{{run}} ppo"))),
+        Panel("Value function explained variance", (
+            _q(f"min by (run) (rl_ppo_val_explained_variance{{{RUN}}})", "{{run}}"),),
+            threshold=t.explained_variance_min),
+        Panel("Response length (tokens)", (
+            _q(f'avg by (run, stat) (rl_tokens_response_length{{{RUN}}})', "{{run}} {{stat}}"),)),
+        Panel("Step", (_q(f"max by (run) (rl_step{{{RUN}}})", "{{run}}"),), kind="stat"),
+        Panel("Steps per second", (_q(f"max by (run) (deriv(rl_step{{{RUN}}}[{RATE}]))", "{{run}}"),),
+              unit="short"),
+        Panel("Tokens per second", (
+            _q(f"sum by (run) (rl_system_tokens_per_second{{{RUN}}})", "{{run}} system/tps"),
+            _q(f"sum by (run) (rl_perf_throughput_tokens_per_second{{{RUN}}})", "{{run}} perf/throughput"))),
+        Panel("Seconds since the last step", (
+            _q(f"time() - max by (run) (rl_last_step_timestamp_seconds{{{RUN}}})", "{{run}}"),),
+            unit="s", description="Liveness: grows without bound when a trainer hangs.",
+            threshold=t.stall_seconds),
+    ))
+
+
+def phases(t: Thresholds) -> Dashboard:
+    sel = PHASE
+    return Dashboard("rl-otel-phases", "RL phases", "Where a step's time goes: every cluster's phases and their "
+                     "onload / execute / offload split (ROLL's state_offload_manager).", (
+        Panel("Phase duration p95 (total)", (
+            _q("histogram_quantile(0.95, sum by (le, cluster, phase) "
+               f'(rate(rl_phase_duration_seconds_bucket{{{sel}, part="total"}}[{RATE}])))', "{{cluster}}/{{phase}}"),)),
+        Panel("Phase duration mean (total)", (
+            _q(f'sum by (cluster, phase) (rate(rl_phase_duration_seconds_sum{{{sel}, part="total"}}[{RATE}])) / '
+               f'sum by (cluster, phase) (rate(rl_phase_duration_seconds_count{{{sel}, part="total"}}[{RATE}]))',
+               "{{cluster}}/{{phase}}"),), unit="s"),
+        Panel("Last duration: onload / execute / offload", (
+            _q(f'max by (cluster, phase, part) (rl_phase_last_duration_seconds{{{sel}, '
+               'part=~"onload|execute|offload"})', "{{cluster}}/{{phase}} {{part}}"),), kind="bargauge",
+            stack=True),
+        Panel("Share of time per part", (
+            _q(f'sum by (part) (increase(rl_phase_duration_seconds_sum{{{sel}, part!="total"}}[{RATE}]))',
+               "{{part}}"),), kind="piechart", unit="s"),
+        Panel("Last total duration per rank (stragglers)", (
+            _q(f'max by (rank, cluster, phase) (rl_phase_last_duration_seconds{{{sel}, part="total"}})',
+               "rank {{rank}} {{cluster}}/{{phase}}"),)),
+        Panel("Phase runs per second", (
+            _q(f'sum by (cluster, phase) (rate(rl_phase_duration_seconds_count{{{sel}, part="total"}}[{RATE}]))',
+               "{{cluster}}/{{phase}}"),), unit="short"),
+        Panel("Pipeline operations (time/rollout, time/adv, ...)", (
+            _q(f"max by (operation) (rl_operation_duration_seconds{{{RUN}}})", "{{operation}}"),)),
+        Panel("Time per token (Trinity timing_per_token_ms)", (
+            _q(f"max by (operation) (rl_timing_per_token_seconds{{{RUN}}})", "{{operation}}"),)),
+    ))
+
+
+def memory(t: Thresholds) -> Dashboard:
+    return Dashboard("rl-otel-memory", "RL memory", "GPU memory per device and phase stage, peak fraction of the "
+                     "device, CPU memory per phase, and live gauges read at scrape time.", (
+        Panel("GPU memory at end of onload (allocated, reserved)", (
+            _q(f'max by (cluster, phase, kind, device_id) (rl_gpu_memory_bytes{{{DEVICE}, stage="end_onload", '
+               'kind=~"allocated|reserved"})', "{{cluster}}/{{phase}} {{kind}} gpu{{device_id}}"),)),
+        Panel("GPU memory per stage (allocated)", (
+            _q(f'max by (cluster, phase, stage, device_id) (rl_gpu_memory_bytes{{{DEVICE}, kind="allocated"}})',
+               "{{cluster}}/{{phase}} {{stage}} gpu{{device_id}}"),), kind="bargauge"),
+        Panel("Peak GPU memory during a phase", (
+            _q(f'max by (cluster, phase, kind, device_id) (rl_gpu_memory_bytes{{{DEVICE}, stage="end_onload", '
+               'kind=~"max_allocated|max_reserved"})', "{{cluster}}/{{phase}} {{kind}} gpu{{device_id}}"),)),
+        Panel("Peak fraction of device memory", (
+            _q(f"max by (cluster, phase, kind) (rl_gpu_memory_peak_ratio{{{DEVICE}}})",
+               "{{cluster}}/{{phase}} {{kind}}"),), threshold=t.gpu_peak_ratio_max),
+        Panel("CPU memory per phase (rss)", (
+            _q(f'max by (cluster, phase, stage) (rl_cpu_memory_bytes{{{PHASE}, kind="rss"}})',
+               "{{cluster}}/{{phase}} {{stage}}"),)),
+        Panel("Process resident memory (live)", (
+            _q(f"max by (rank) (rl_process_resident_memory_bytes{{{RUN}}})", "rank {{rank}}"),)),
+        Panel("GPU memory of the process (live, torch)", (
+            _q(f'sum by (rank, device_id) (rl_gpu_process_memory_allocated_bytes{{{RUN}, device_id=~"$device_id"}})',
+               "rank {{rank}} gpu{{device_id}} allocated"),
+            _q(f'sum by (rank, device_id) (rl_gpu_process_memory_reserved_bytes{{{RUN}, device_id=~"$device_id"}})',
+               "rank {{rank}} gpu{{device_id}} reserved")), needs_gpu=True),
+        Panel("GPU device memory used / total (live, NVML)", (
+            _q(f"max by (gpu_uuid) (rl_gpu_device_memory_used_bytes{{{RUN}}}) / "
+               f"max by (gpu_uuid) (rl_gpu_device_memory_total_bytes{{{RUN}}})", "{{gpu_uuid}}"),),
+            unit="percentunit", threshold=t.gpu_peak_ratio_max, needs_gpu=True),
+        Panel("Peak GPU memory per step (veRL perf/)", (
+            _q(f"max by (run) (rl_perf_max_memory_allocated_bytes{{{RUN}}})", "{{run}} allocated"),
+            _q(f"max by (run) (rl_perf_max_memory_reserved_bytes{{{RUN}}})", "{{run}} reserved"))),
+    ))
+
+
+def rollout_eval(t: Thresholds) -> Dashboard:
+    return Dashboard("rl-otel-rollout-eval", "RL rollout and eval (Trinity-RFT)",
+                     "Trinity-RFT's rollout/, eval/, bench/ and experience-pipeline families.", (
+        Panel("Rollout metrics (mean over tasks)", (
+            _q(f'avg by (metric) (rl_rollout_metric{{{RUN}, stat="mean"}})', "{{metric}}"),)),
+        Panel("Rollout metrics spread (max, min)", (
+            _q(f'avg by (metric, stat) (rl_rollout_metric{{{RUN}, stat=~"max|min"}})', "{{metric}} {{stat}}"),)),
+        Panel("Eval mean@k", (
+            _q(f'avg by (taskset, metric, k) (rl_eval_metric{{{RUN}, stat="mean"}})',
+               "{{taskset}} {{metric}} mean@{{k}}"),)),
+        Panel("Eval best@k / worst@k", (
+            _q(f'avg by (taskset, metric, stat, k) (rl_eval_metric{{{RUN}, stat=~"best|worst"}})',
+               "{{taskset}} {{metric}} {{stat}}@{{k}}"),)),
+        Panel("Eval across tasks (detailed_stats)", (
+            _q(f'avg by (taskset, metric, k, across) (rl_eval_metric_across_tasks{{{RUN}, stat="mean"}})',
+               "{{taskset}} {{metric}} mean@{{k}} {{across}}"),)),
+        Panel("Bench mean@k", (
+            _q(f'avg by (taskset, metric, k) (rl_bench_metric{{{RUN}, stat="mean"}})',
+               "{{taskset}} {{metric}} mean@{{k}}"),)),
+        Panel("Eval regression vs best", (
+            _q(f"run_taskset:rl_eval_metric:avg{{{RUN}}} - max_over_time(run_taskset:rl_eval_metric:avg{{{RUN}}}"
+               f"[{t.eval_window}])", "{{run}} {{taskset}} {{metric}}@{{k}}"),),
+            threshold=-t.eval_drop, description="Recording rule: 0 at the best eval so far; the alert fires "
+                                                 f"below -{t.eval_drop:g}."),
+        Panel("Experience pipeline", (
+            _q(f"max by (operator, metric, stat) (rl_experience_pipeline_metric{{{RUN}}})",
+               "{{operator}} {{metric}} {{stat}}"),
+            _q(f"max by (run) (rl_experience_pipeline_experiences{{{RUN}}})", "{{run}} experiences"))),
+        Panel("Experience pipeline operator time", (
+            _q(f"max by (operator) (rl_experience_pipeline_duration_seconds{{{RUN}}})", "{{operator}}"),)),
+        Panel("Sampled model version", (
+            _q(f"max by (stat) (rl_sample_model_version{{{RUN}}})", "{{stat}}"),)),
+    ))
+
+
+def fleet(t: Thresholds) -> Dashboard:
+    sel = RUN
+    return Dashboard("rl-otel-fleet", "RL fleet", "Every run and rank at once, mostly from the recording rules "
+                     "(one series per run however many ranks).", (
+        Panel("Ranks reporting", (_q(f"run:rl_step:count{{{sel}}}", "{{run}}"),), kind="stat"),
+        Panel("Step per run", (_q(f"run:rl_step:max{{{sel}}}", "{{run}}"),)),
+        Panel("Steps per second per run", (_q(f"run:rl_step:deriv5m{{{sel}}}", "{{run}}"),), unit="short"),
+        Panel("Seconds since the last step", (
+            _q(f"time() - run:rl_last_step_timestamp_seconds:max{{{sel}}}", "{{run}}"),), unit="s",
+            threshold=t.stall_seconds),
+        Panel("Step lag between ranks", (
+            _q(f"run:rl_step:max{{{sel}}} - on (job, run) min by (job, run) (rl_step{{{sel}}})", "{{run}}"),),
+            unit="short", description="Largest minus smallest step of a run's ranks: a straggler or a dead rank."),
+        Panel("Step per rank", (_q(f"max by (run, rank) (rl_step{{{sel}}})", "{{run}} rank {{rank}}"),)),
+        Panel("Max approx. KL per run", (_q(f"run:rl_actor_approx_kl:max{{{sel}}}", "{{run}}"),),
+              threshold=t.approx_kl_max),
+        Panel("Max clip fraction per run", (_q(f"run:rl_actor_clip_ratio:max{{{sel}}}", "{{run}}"),),
+              threshold=t.clip_ratio_max),
+        Panel("Max importance ratio per run", (_q(f"run:rl_actor_importance_ratio:max{{{sel}}}", "{{run}}"),),
+              threshold=t.ratio_max),
+        Panel("Entropy per run", (_q(f"run:rl_critic_entropy:avg{{{sel}}}", "{{run}}"),), threshold=t.entropy_min),
+        Panel("Score per run", (_q(f"run:rl_critic_score:avg{{{sel}}}", "{{run}}"),)),
+        Panel("Explained variance per run", (_q(f"run:rl_ppo_val_explained_variance:min{{{sel}}}", "{{run}}"),),
+              threshold=t.explained_variance_min),
+        Panel("Tokens per second per run (vs its average)", (
+            _q(f"run:rl_system_tokens_per_second:sum{{{sel}}}", "{{run}}"),
+            _q(f"run:rl_system_tokens_per_second:sum_avg{t.throughput_window}{{{sel}}}",
+               f"{{{{run}}}} avg {t.throughput_window}"))),
+        Panel("Peak GPU memory fraction per run and phase", (
+            _q(f"run_phase:rl_gpu_memory_peak_ratio:max{{{sel}}}", "{{run}} {{cluster}}/{{phase}}"),),
+            threshold=t.gpu_peak_ratio_max),
+        Panel("Non-finite losses", (_q(f"run:rl_loss_non_finite:count{{{sel}}}", "{{run}}"),), kind="stat",
+              description="Loss and gradient-norm series of the run that are NaN or ±Inf (0 when healthy)."),
+        Panel("Telemetry errors absorbed", (
+            _q(f"sum by (run, sink, reason) (rl_telemetry_errors_total{{{sel}}})", "{{run}} {{sink}} {{reason}}"),),
+            unit="short"),
+        Panel("Scrape targets up", (_q('up{job=~"$job"}', "{{instance}}"),), kind="stat", unit="short",
+              description="1 when Prometheus scraped the endpoint, 0 when the scrape failed."),
+    ))
+
+
+BUILDERS = (training, phases, memory, rollout_eval, fleet)
+
+
+def dashboards(t: Thresholds = DEFAULT) -> tuple[Dashboard, ...]:
+    return tuple(build(t) for build in BUILDERS)
+
+
+# -- catalog lookups -------------------------------------------------------------------------------------------
+
+def spec_for(metric: str, catalog: Catalog | None = None) -> MetricSpec | None:
+    """The catalog entry writing samples named ``metric`` (``_bucket``/``_sum``/``_count``/``_total`` stripped)."""
+    catalog = catalog or default_catalog()
+    for suffix in ("", "_bucket", "_sum", "_count", "_total"):
+        if suffix and not metric.endswith(suffix):
+            continue
+        base = metric[: len(metric) - len(suffix)] if suffix else metric
+        try:
+            spec = catalog.by_name(base)
+        except KeyError:
+            continue
+        if metric in spec.exposed_names:
+            return spec
+    return None
+
+
+def grafana_unit(spec: MetricSpec) -> str:
+    if spec.unit == "s":
+        return "s"
+    if spec.unit == "By":
+        return "bytes"
+    if spec.name.endswith("_ratio"):
+        return "percentunit"
+    return "short"
+
+
+def _first_spec(panel: Panel) -> MetricSpec | None:
+    for query in panel.queries:
+        for name in sorted(metric_names(query.expr)):
+            spec = spec_for(name.split(":")[1] if name.count(":") == 2 else name)
+            if spec is not None:
+                return spec
+    return None
+
+
+# -- JSON --------------------------------------------------------------------------------------------------------
+
+def _variables() -> list[dict[str, object]]:
+    out: list[dict[str, object]] = [{"name": "datasource", "label": "Data source", "type": "datasource",
+                                     "query": "prometheus", "refresh": 1, "hide": 0, "current": {}}]
+    for name, query in VARIABLES:
+        out.append({"name": name, "label": name, "type": "query", "datasource": DS, "query": query,
+                    "definition": query, "refresh": 2, "includeAll": True, "multi": True, "allValue": ".*",
+                    "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "sort": 1, "hide": 0})
+    return out
+
+
+def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, object]:
+    spec = _first_spec(panel)
+    unit = panel.unit or (grafana_unit(spec) if spec else "short")
+    description = panel.description or (spec.description if spec else "")
+    defaults: dict[str, object] = {"unit": unit}
+    steps: list[dict[str, object]] = [{"color": "green", "value": None}]
+    if panel.threshold is not None:
+        steps.append({"color": "red", "value": panel.threshold})
+    defaults["thresholds"] = {"mode": "absolute", "steps": steps}
+    if panel.kind == "timeseries":
+        defaults["custom"] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10 if panel.stack else 0,
+                              "spanNulls": True, "stacking": {"mode": "normal" if panel.stack else "none"},
+                              "thresholdsStyle": {"mode": "line" if panel.threshold is not None else "off"}}
+    targets = []
+    for i, query in enumerate(panel.queries):
+        target: dict[str, object] = {"refId": chr(ord("A") + i), "datasource": DS, "expr": query.expr,
+                                     "legendFormat": query.legend or "__auto", "range": True}
+        if panel.kind == "heatmap":
+            target["format"] = "heatmap"
+        elif panel.kind in ("stat", "bargauge", "piechart"):
+            target.update(range=False, instant=True)
+        targets.append(target)
+    options: dict[str, object] = {"tooltip": {"mode": "multi", "sort": "desc"},
+                                  "legend": {"showLegend": True, "displayMode": "list", "placement": "bottom"}}
+    if panel.kind == "heatmap":
+        options = {"calculate": False, "yAxis": {"unit": unit}, "cellGap": 1,
+                   "color": {"mode": "scheme", "scheme": "Spectral"}}
+    elif panel.kind in ("stat", "bargauge"):
+        options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                   "orientation": "horizontal"}
+    elif panel.kind == "piechart":
+        options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                   "legend": {"showLegend": True, "displayMode": "table", "placement": "right"}}
+    return {"id": panel_id, "type": panel.kind, "title": panel.title, "description": description,
+            "datasource": DS, "gridPos": {"h": 8, "w": panel.width, "x": x, "y": y},
+            "fieldConfig": {"defaults": defaults, "overrides": []}, "options": options, "targets": targets}
+
+
+def to_json(dashboard: Dashboard) -> dict[str, object]:
+    panels, x, y = [], 0, 0
+    for i, panel in enumerate(dashboard.panels, start=1):
+        if x + panel.width > 24:
+            x, y = 0, y + 8
+        panels.append(_panel_json(panel, i, x, y))
+        x += panel.width
+    links = [{"title": "RL dashboards", "type": "dashboards", "tags": ["rl_otel"], "asDropdown": True,
+              "includeVars": True, "keepTime": True}]
+    return {"uid": dashboard.uid, "title": dashboard.title, "description": dashboard.description,
+            "tags": ["rl_otel"], "timezone": "browser", "editable": True, "graphTooltip": 1,
+            "schemaVersion": 39, "version": 1, "refresh": "10s", "time": {"from": "now-1h", "to": "now"},
+            "links": links, "annotations": {"list": []}, "templating": {"list": _variables()}, "panels": panels}
+
+
+def render(dashboard: Dashboard) -> str:
+    """The committed bytes of a dashboard file (stable key order, trailing newline)."""
+    return json.dumps(to_json(dashboard), indent=2, ensure_ascii=False) + "\n"

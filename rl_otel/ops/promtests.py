@@ -1,0 +1,186 @@
+"""``promtool test rules`` cases for every alert: a bad run that fires and a healthy run that does not.
+
+Each scenario feeds series over time (promtool's ``'a+bxN'`` notation, one sample a minute) for two ranks of a
+``bad`` run and a ``good`` run, and checks at two times: before the alert's ``for`` has elapsed (nothing fires) and
+after (exactly the bad run fires, with the value written here by hand). The input values are placed relative to
+the thresholds, so the cases stay meaningful when a threshold changes; the expected values are not computed by
+the rules' code, so a wrong expression fails the test.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from rl_otel.ops.rules import RUNBOOK_BASE, Alert, alerts
+from rl_otel.ops.thresholds import DEFAULT, Thresholds
+
+JOB = "rl_otel"
+
+
+@dataclass(frozen=True)
+class Firing:
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class Case:
+    """One test group: input series, then ``{eval minute: alerts expected}``."""
+
+    series: dict[str, str]
+    checks: dict[int, list[Firing]] = field(default_factory=dict)
+
+
+def _s(name: str, run: str, rank: int = 0, **labels: str) -> str:
+    """A series of one rank of a run (``metric`` may be a label, as in ``rl_eval_metric{metric=...}``)."""
+    inner = {"job": JOB, "instance": f"{run}-{rank}:9464", "run": run, "rank": str(rank), **labels}
+    return name + "{" + ", ".join(f'{k}="{v}"' for k, v in inner.items()) + "}"
+
+
+def _run(**labels: str) -> dict[str, str]:
+    return {"job": JOB, **labels}
+
+
+def _const_fire(metric: str, healthy: float, bad: float, minutes: int, extra: dict[str, str] | None = None
+                ) -> dict[str, str]:
+    """bad run: rank 0 turns ``bad`` at minute 6, rank 1 stays healthy; good run: both ranks healthy."""
+    extra = extra or {}
+    return {
+        _s(metric, "bad", 0, **extra): f"{healthy:g}x5 {bad:g}x{minutes}",
+        _s(metric, "bad", 1, **extra): f"{healthy:g}x{minutes + 5}",
+        _s(metric, "good", 0, **extra): f"{healthy:g}x{minutes + 5}",
+        _s(metric, "good", 1, **extra): f"{healthy:g}x{minutes + 5}",
+    }
+
+
+def _minutes(duration: str) -> int:
+    """``"5m"`` -> 5, ``"1h"`` -> 60 (the ``for`` durations of the thresholds)."""
+    number, unit = int(duration[:-1]), duration[-1]
+    return int(number * {"s": 1 / 60, "m": 1, "h": 60}[unit])
+
+
+def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
+    """``{alert name: test groups}``; every alert has at least one firing and one not-firing check."""
+    nan = " ".join(["NaN"] * 20)
+    inf = " ".join(["Inf"] * 15)
+    stall_at = 600  # the bad run's last log() was at t=600s
+    stall_start = stall_at // 60 + int(t.stall_seconds // 60) + 1
+    stall_fire = stall_start + _minutes(t.stall_for) + 5
+    return {
+        "RLTrainerStalled": [Case(
+            {_s("rl_last_step_timestamp_seconds", "bad", r): f"0+60x10 {stall_at}x{stall_fire + 5}" for r in (0, 1)}
+            | {_s("rl_last_step_timestamp_seconds", "good", r): f"0+60x{stall_fire + 15}" for r in (0, 1)},
+            # stale for more than stall_seconds from minute stall_start on; firing once `for` has passed too
+            {stall_start + 1: [], stall_fire: [Firing(_run(run="bad"), stall_fire * 60 - stall_at)]})],
+        "RLScrapeTargetDown": [Case(
+            {'up{job="rl_otel_pods", instance="a:9464"}': "1x10 0x30",
+             'up{job="rl_otel_pods", instance="b:9464"}': "1x40",
+             'up{job="node", instance="c:9100"}': "0x40"},
+            {12: [], 20: [Firing({"job": "rl_otel_pods", "instance": "a:9464"}, 0)]})],
+        "RLScrapeTargetAbsent": [
+            Case({'up{job="node", instance="c:9100"}': "1x30"}, {5: [], 15: [Firing({}, 1)]}),
+            Case({'up{job="rl_otel", instance="a:9464"}': "1x30"}, {15: []}),
+        ],
+        "RLLossNotFinite": [Case(
+            {_s("rl_actor_pg_loss", "bad", 0): "0.1x5 " + nan,
+             _s("rl_actor_pg_loss", "bad", 1): "0.1x25",
+             _s("rl_critic_loss", "bad", 0): "0.2x10 " + inf,
+             _s("rl_critic_loss", "bad", 1): "0.2x10 " + inf,
+             _s("rl_actor_pg_loss", "good", 0): "0.1x25",
+             _s("rl_critic_loss", "good", 0): "0.2x25",
+             _s("rl_step", "bad", 0): "0+1x25",
+             _s("rl_step", "good", 0): "0+1x25"},
+            # three series of the bad run are non-finite: rank 0's pg_loss and critic loss, rank 1's critic loss
+            {5: [], 20: [Firing(_run(run="bad"), 3)]})],
+        "RLKLRunaway": [Case(
+            _const_fire("rl_actor_approx_kl", t.approx_kl_max / 5, t.approx_kl_max * 4, 30)
+            | {_s("rl_ppo_policy_approx_kl", "trl", 0): f"{t.approx_kl_max / 5:g}x5 {t.approx_kl_max * 6:g}x30"},
+            {10: [], 30: [Firing(_run(run="bad"), t.approx_kl_max * 4),
+                          Firing(_run(run="trl"), t.approx_kl_max * 6)]})],
+        "RLImportanceRatioExploding": [Case(
+            _const_fire("rl_actor_importance_ratio", 1.5, t.ratio_max * 5, 30, {"stat": "max"})
+            | {_s("rl_actor_importance_ratio", "good", 0, stat="mean"): f"{t.ratio_max * 5:g}x35"},
+            {10: [], 30: [Firing(_run(run="bad"), t.ratio_max * 5)]})],
+        "RLClipFractionHigh": [Case(
+            _const_fire("rl_actor_clip_ratio", t.clip_ratio_max / 3, min(1.0, t.clip_ratio_max * 2), 40),
+            {15: [], 40: [Firing(_run(run="bad"), min(1.0, t.clip_ratio_max * 2))]})],
+        "RLEntropyCollapse": [Case(
+            # both ranks of the bad run collapse (the rule averages ranks); stat="max" must be ignored
+            {_s("rl_critic_entropy", "bad", r, stat="mean"): f"1x5 {t.entropy_min / 5:g}x40" for r in (0, 1)}
+            | {_s("rl_critic_entropy", "bad", 0, stat="max"): "2x45"}
+            | {_s("rl_critic_entropy", "good", r, stat="mean"): "1x45" for r in (0, 1)},
+            {15: [], 40: [Firing(_run(run="bad"), t.entropy_min / 5)]})],
+        "RLRewardCollapse": [Case(
+            {_s("rl_critic_score", "bad", r, stat="mean"): f"0.8x30 {0.8 - 1.5 * t.reward_drop:g}x40"
+             for r in (0, 1)}
+            | {_s("rl_critic_score", "good", r, stat="mean"): "0.5+0.005x70" for r in (0, 1)},
+            {40: [], 55: [Firing(_run(run="bad"), 0.8 - 1.5 * t.reward_drop)]})],
+        "RLValueExplainedVarianceCollapse": [Case(
+            _const_fire("rl_ppo_val_explained_variance", 0.6, t.explained_variance_min - 0.5, 60),
+            {20: [], 50: [Firing(_run(run="bad"), t.explained_variance_min - 0.5)]})],
+        "RLGPUMemoryHeadroomLow": [Case(
+            _const_fire("rl_gpu_memory_peak_ratio", 0.6, (1 + t.gpu_peak_ratio_max) / 2, 30,
+                        {"cluster": "actor_train", "phase": "train_step", "kind": "max_reserved",
+                         "device_id": "0"}),
+            {10: [], 30: [Firing(_run(run="bad", cluster="actor_train", phase="train_step"),
+                                 (1 + t.gpu_peak_ratio_max) / 2)]})],
+        "RLThroughputDrop": [Case(
+            # both ranks drop to 0.3 of their rate at minute 61: the run sums 2000 -> 600 tokens/s
+            {_s("rl_system_tokens_per_second", "bad", r): f"1000x60 {1000 * t.throughput_ratio_min * 0.6:g}x30"
+             for r in (0, 1)}
+            | {_s("rl_system_tokens_per_second", "good", r): "1000x90" for r in (0, 1)},
+            {70: [], 85: [Firing(_run(run="bad"), 2000 * t.throughput_ratio_min * 0.6)]})],
+        "RLEvalRegression": [Case(
+            {_s("rl_eval_metric", "bad", 0, taskset="gsm8k", metric="accuracy", stat="mean", k="4"):
+                f"0.5x10 0.7x10 {0.7 - 2 * t.eval_drop:g}x20",
+             _s("rl_eval_metric", "bad", 0, taskset="gsm8k", metric="accuracy", stat="std", k="4"): "0.3x40",
+             _s("rl_eval_metric", "good", 0, taskset="gsm8k", metric="accuracy", stat="mean", k="4"):
+                "0.5x10 0.7x30"},
+            {23: [], 30: [Firing(_run(run="bad", taskset="gsm8k", metric="accuracy", k="4"),
+                                 0.7 - 2 * t.eval_drop)]})],
+        "RLTelemetryErrors": [Case(
+            {_s("rl_telemetry_errors_total", "bad", 0, sink="input", reason="bad_value"): "0x5 1+1x30",
+             _s("rl_telemetry_errors_total", "good", 0, sink="input", reason="bad_value"): "0x35",
+             _s("rl_telemetry_errors_total", "new", 0, sink="input", reason="bad_value"): "_x20 3x20"},
+            # bad: one error a minute, 15 in the last 15 minutes; new: appears at minute 21 already at 3
+            {6: [], 30: [Firing(_run(run="bad", sink="input", reason="bad_value"), 15),
+                         Firing(_run(run="new", sink="input", reason="bad_value"), 3)]})],
+    }
+
+
+_TEMPLATE = re.compile(r"\{\{\s*(\$labels\.(\w+)|\$value \| printf \"(%[^\"]+)\")\s*\}\}")
+
+
+def render(template: str, labels: dict[str, str], value: float) -> str:
+    """The two template forms the rules use: ``{{ $labels.x }}`` and ``{{ $value | printf "%.3g" }}``."""
+    def sub(m: re.Match[str]) -> str:
+        return labels.get(m.group(2), "") if m.group(2) else m.group(3) % value
+    return _TEMPLATE.sub(sub, template)
+
+
+def _expected(alert: Alert, firing: Firing, runbook_base: str) -> dict[str, object]:
+    labels = {**firing.labels, "severity": alert.severity}
+    annotations = {"summary": render(alert.summary, labels, firing.value),
+                   "description": render(alert.description, labels, firing.value),
+                   "runbook_url": f"{runbook_base}#{alert.anchor}"}
+    return {"exp_labels": labels, "exp_annotations": annotations}
+
+
+def test_file(t: Thresholds = DEFAULT, runbook_base: str = RUNBOOK_BASE) -> dict[str, object]:
+    """The ``promtool test rules`` document (rule files relative to ``prometheus/tests/``)."""
+    by_name = {a.name: a for a in alerts(t)}
+    tests = []
+    for name, groups in cases(t).items():
+        alert = by_name[name]
+        for case in groups:
+            tests.append({
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in case.series.items()],
+                "alert_rule_test": [
+                    {"eval_time": f"{minute}m", "alertname": name,
+                     "exp_alerts": [_expected(alert, f, runbook_base) for f in firings]}
+                    for minute, firings in case.checks.items()],
+            })
+    return {"rule_files": ["../rules/rl_otel_recording.yml", "../rules/rl_otel_alerts.yml"],
+            "evaluation_interval": "1m", "tests": tests}

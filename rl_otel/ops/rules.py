@@ -1,0 +1,184 @@
+"""Prometheus recording and alerting rules for RL training, generated from :mod:`rl_otel.ops.thresholds`.
+
+Recording rules follow ``level:metric:operations``: ``run:rl_actor_approx_kl:max`` is the largest KL any rank of
+a run reported. They aggregate ``by (job, run)`` and never keep ``rank`` or ``instance``, so 1 or 1,000 ranks give
+one series per run. Where TRL or veRL report the same quantity under another name, the rule takes the ROLL name
+first and falls back to the others (``max by (job, run) (a) or max by (job, run) (b)``); the recorded name is the
+ROLL one. Alerts read the recorded series, so a threshold is checked once per run, not once per rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rl_otel.ops.thresholds import DEFAULT, Thresholds
+
+RUN = "job, run"
+RUNBOOK_BASE = "https://example.invalid/rl_otel/blob/main/docs/runbook.md"
+# Scrape jobs of rl_otel endpoints all start with this (prometheus/prometheus.yml names them so).
+JOB_REGEX = "rl_otel.*"
+
+# Losses (and gradient norms) whose NaN or ±Inf means the update is garbage.
+LOSS_METRICS = ("rl_actor_pg_loss", "rl_actor_total_loss", "rl_actor_kl_loss", "rl_critic_loss",
+                "rl_critic_vf_loss", "rl_ppo_loss", "rl_actor_grad_norm", "rl_critic_grad_norm")
+
+
+@dataclass(frozen=True)
+class Recording:
+    record: str
+    expr: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"record": self.record, "expr": self.expr}
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert. ``summary``/``description`` are Go templates (``{{ $labels.run }}``, ``{{ $value }}``)."""
+
+    name: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    description: str
+
+    @property
+    def anchor(self) -> str:
+        """The runbook section: a ``## RLTrainerStalled`` heading has the anchor ``rltrainerstalled``."""
+        return self.name.lower()
+
+    def to_dict(self, runbook_base: str = RUNBOOK_BASE) -> dict[str, object]:
+        return {
+            "alert": self.name,
+            "expr": self.expr,
+            "for": self.for_,
+            "labels": {"severity": self.severity},
+            "annotations": {"summary": self.summary, "description": self.description,
+                            "runbook_url": f"{runbook_base}#{self.anchor}"},
+        }
+
+
+def _agg(op: str, selectors: tuple[str, ...], by: str = RUN) -> str:
+    """``op by (by) (s1) or op by (by) (s2) ...``: the first source a run reports wins."""
+    return " or ".join(f"{op} by ({by}) ({s})" for s in selectors)
+
+
+def _non_finite(metric: str) -> str:
+    # NaN fails every comparison and ±Inf fails one of these two, so "unless finite" keeps exactly the bad samples;
+    # the `loss` label keeps two bad losses of one rank apart (`or` matches series without their metric name).
+    return f'label_replace({metric} unless ({metric} > -Inf < +Inf), "loss", "$1", "__name__", "(.+)")'
+
+
+def recording_rules(t: Thresholds = DEFAULT) -> tuple[Recording, ...]:
+    """The recorded series dashboards and alerts share."""
+    return (
+        Recording("run:rl_step:max", _agg("max", ("rl_step",))),
+        Recording("run:rl_step:count", _agg("count", ("rl_step",))),
+        Recording("run:rl_step:deriv5m", f"max by ({RUN}) (deriv(rl_step[5m]))"),
+        Recording("run:rl_last_step_timestamp_seconds:max", _agg("max", ("rl_last_step_timestamp_seconds",))),
+        Recording("run:rl_loss_non_finite:count",
+                  f"count by ({RUN}) ({' or '.join(_non_finite(m) for m in LOSS_METRICS)})"
+                  f" or (count by ({RUN}) (rl_step) * 0)"),
+        Recording("run:rl_actor_approx_kl:max", _agg("max", ("rl_actor_approx_kl", "rl_ppo_policy_approx_kl"))),
+        Recording("run:rl_actor_importance_ratio:max", _agg("max", ('rl_actor_importance_ratio{stat="max"}',))),
+        Recording("run:rl_actor_clip_ratio:max",
+                  _agg("max", ("rl_actor_clip_ratio", "rl_ppo_policy_clip_ratio", "rl_actor_pg_clip_ratio"))),
+        Recording("run:rl_critic_entropy:avg",
+                  _agg("avg", ('rl_critic_entropy{stat="mean"}', "rl_ppo_policy_entropy", "rl_actor_entropy"))),
+        Recording("run:rl_critic_score:avg", _agg("avg", ('rl_critic_score{stat="mean"}', 'rl_env_reward{stat="mean"}'))),
+        Recording("run:rl_ppo_val_explained_variance:min",
+                  _agg("min", ("rl_ppo_val_explained_variance", "rl_critic_vf_explained_variance"))),
+        Recording("run_phase:rl_gpu_memory_peak_ratio:max",
+                  _agg("max", ("rl_gpu_memory_peak_ratio",), by=f"{RUN}, cluster, phase")),
+        Recording("run:rl_system_tokens_per_second:sum",
+                  _agg("sum", ("rl_system_tokens_per_second", "rl_perf_throughput_tokens_per_second"))),
+        Recording(f"run:rl_system_tokens_per_second:sum_avg{t.throughput_window}",
+                  f"avg_over_time(run:rl_system_tokens_per_second:sum[{t.throughput_window}])"),
+        Recording("run_taskset:rl_eval_metric:avg",
+                  _agg("avg", ('rl_eval_metric{stat="mean"}',), by=f"{RUN}, taskset, metric, k")),
+    )
+
+
+def alerts(t: Thresholds = DEFAULT) -> tuple[Alert, ...]:
+    value = '{{ $value | printf "%.3g" }}'
+    run = "{{ $labels.run }}"
+    return (
+        Alert("RLTrainerStalled", f"time() - run:rl_last_step_timestamp_seconds:max > {t.stall_seconds:g}",
+              t.stall_for, "critical", f"Run {run} made no training step for {t.stall_seconds:g}s",
+              f"No rank of run {run} (job {{{{ $labels.job }}}}) called log() for {value}s: the trainer is hung, "
+              "deadlocked in a collective, or finished without exiting."),
+        Alert("RLScrapeTargetDown", f'up{{job=~"{JOB_REGEX}"}} == 0', t.target_down_for, "critical",
+              "rl_otel endpoint {{ $labels.instance }} is down",
+              "Prometheus cannot scrape {{ $labels.instance }} (job {{ $labels.job }}): the process died, the pod "
+              "moved, or the port is not reachable."),
+        Alert("RLScrapeTargetAbsent", f'absent(up{{job=~"{JOB_REGEX}"}})', t.target_absent_for, "warning",
+              "No rl_otel scrape target is known to Prometheus",
+              f"No target of a job matching {JOB_REGEX} exists: service discovery finds no training pod (wrong "
+              "annotations, labels or namespace), or no training runs."),
+        Alert("RLLossNotFinite", "run:rl_loss_non_finite:count > 0", t.nan_loss_for, "critical",
+              f"Run {run} reports a NaN or infinite loss",
+              f"{value} loss or gradient-norm series of run {run} are NaN or ±Inf: the update is garbage and the "
+              "weights are probably corrupted from here on."),
+        Alert("RLKLRunaway", f"run:rl_actor_approx_kl:max > {t.approx_kl_max:g}", t.approx_kl_for, "warning",
+              f"Run {run}: KL between old and new policy is {value}",
+              f"The approximate KL of one PPO update is {value}, above {t.approx_kl_max:g}: the policy moves too "
+              "far per step (learning rate, too many PPO epochs, stale rollouts)."),
+        Alert("RLImportanceRatioExploding", f"run:rl_actor_importance_ratio:max > {t.ratio_max:g}",
+              t.ratio_max_for, "warning", f"Run {run}: importance ratio max is {value}",
+              f"The largest importance ratio exp(logp - logp_old) in a batch is {value}, above {t.ratio_max:g}: "
+              "rollout and training policies disagree (off-policy drift, a mismatched inference engine, or "
+              "numerics)."),
+        Alert("RLClipFractionHigh", f"run:rl_actor_clip_ratio:max > {t.clip_ratio_max:g}", t.clip_ratio_for,
+              "warning", f"Run {run}: clip fraction {value}",
+              f"{value} of the tokens hit the PPO ratio clip (threshold {t.clip_ratio_max:g}): most of the "
+              "batch gives no gradient."),
+        Alert("RLEntropyCollapse", f"run:rl_critic_entropy:avg < {t.entropy_min:g}", t.entropy_for, "warning",
+              f"Run {run}: policy entropy collapsed to {value}",
+              f"Mean per-token entropy is {value} nats, below {t.entropy_min:g}: the policy became deterministic "
+              "and stops exploring."),
+        Alert("RLRewardCollapse",
+              f"run:rl_critic_score:avg < max_over_time(run:rl_critic_score:avg[{t.reward_window}]) - "
+              f"{t.reward_drop:g}", t.reward_for, "warning", f"Run {run}: mean score fell to {value}",
+              f"Mean score {value} is more than {t.reward_drop:g} below its best of the last {t.reward_window}: "
+              "the policy is collapsing (or reward hacking broke the reward model)."),
+        Alert("RLValueExplainedVarianceCollapse",
+              f"run:rl_ppo_val_explained_variance:min < {t.explained_variance_min:g}", t.explained_variance_for,
+              "warning", f"Run {run}: value function explains no variance ({value})",
+              f"Explained variance of the returns by the value function is {value}, below "
+              f"{t.explained_variance_min:g}: the critic predicts worse than a constant, advantages are noise."),
+        Alert("RLGPUMemoryHeadroomLow", f"run_phase:rl_gpu_memory_peak_ratio:max > {t.gpu_peak_ratio_max:g}",
+              t.gpu_peak_for, "warning",
+              f"Run {run}: {{{{ $labels.cluster }}}}/{{{{ $labels.phase }}}} peaks at {value} of GPU memory",
+              f"Peak allocated or reserved GPU memory during phase {{{{ $labels.cluster }}}}/{{{{ $labels.phase }}}} "
+              f"reaches {value} of the device, above {t.gpu_peak_ratio_max:g}: the next longer batch may OOM."),
+        Alert("RLThroughputDrop",
+              f"run:rl_system_tokens_per_second:sum < {t.throughput_ratio_min:g} * "
+              f"run:rl_system_tokens_per_second:sum_avg{t.throughput_window}", t.throughput_for, "warning",
+              f"Run {run}: throughput fell to {value} tokens/s",
+              f"Tokens per second ({value}) are below {t.throughput_ratio_min:g} times their own average over "
+              f"{t.throughput_window}: a slow node, thermal throttling, a longer-response regime, or contention."),
+        Alert("RLEvalRegression",
+              f"run_taskset:rl_eval_metric:avg < max_over_time(run_taskset:rl_eval_metric:avg[{t.eval_window}]) "
+              f"- {t.eval_drop:g}", t.eval_for, "warning",
+              f"Run {run}: eval {{{{ $labels.taskset }}}}/{{{{ $labels.metric }}}} regressed to {value}",
+              f"mean@{{{{ $labels.k }}}} of {{{{ $labels.metric }}}} on {{{{ $labels.taskset }}}} is {value}, more "
+              f"than {t.eval_drop:g} below its best of the last {t.eval_window}."),
+        Alert("RLTelemetryErrors",
+              # a counter's first sample has no increase: a series new in the window counts with its value
+              f"sum by ({RUN}, sink, reason) ((rl_telemetry_errors_total unless rl_telemetry_errors_total offset "
+              f"{t.telemetry_errors_window}) or increase(rl_telemetry_errors_total[{t.telemetry_errors_window}]))"
+              " > 0", t.telemetry_errors_for, "info", f"Run {run}: rl_otel absorbs errors ({{{{ $labels.sink }}}})",
+              f"rl_otel counted {value} errors of sink {{{{ $labels.sink }}}} ({{{{ $labels.reason }}}}) in "
+              f"{t.telemetry_errors_window}; training goes on, but some values do not reach their destination."),
+    )
+
+
+def rule_files(t: Thresholds = DEFAULT, runbook_base: str = RUNBOOK_BASE) -> dict[str, dict[str, object]]:
+    """``{file name under prometheus/rules/: rule-file document}``."""
+    return {
+        "rl_otel_recording.yml": {"groups": [{"name": "rl_otel_recording",
+                                              "rules": [r.to_dict() for r in recording_rules(t)]}]},
+        "rl_otel_alerts.yml": {"groups": [{"name": "rl_otel_alerts",
+                                           "rules": [a.to_dict(runbook_base) for a in alerts(t)]}]},
+    }

@@ -1,0 +1,170 @@
+"""Generated rules: up to date, promtool-clean, unit-tested per alert (tests that fail when an alert is broken),
+names in the catalog, aggregated without rank, and one runbook section per alert."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rl_otel.ops import generate, promtests, rules
+from rl_otel.ops.dashboards import spec_for
+from rl_otel.ops.promql import metric_names
+from rl_otel.ops.thresholds import Thresholds
+from tests.promtools import require_binary
+
+ROOT = Path(__file__).resolve().parent.parent
+RULE_FILES = ["prometheus/rules/rl_otel_recording.yml", "prometheus/rules/rl_otel_alerts.yml"]
+TEST_FILE = "prometheus/tests/rl_otel_alerts_test.yml"
+
+
+def _promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([require_binary("promtool"), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def _tree(tmp: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_text(text)
+    return tmp
+
+
+def test_committed_files_are_what_the_generator_writes():
+    files = generate.render_all()
+    assert generate.render_all() == files  # deterministic
+    assert generate.stale(ROOT, files) == []
+    proc = subprocess.run([sys.executable, "-m", "rl_otel.ops", "--check", "--root", str(ROOT)], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_check_mode_reports_a_stale_file(tmp_path):
+    _tree(tmp_path, generate.render_all())
+    (tmp_path / RULE_FILES[1]).write_text("groups: []\n")
+    proc = subprocess.run([sys.executable, "-m", "rl_otel.ops", "--check", "--root", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and f"stale: {RULE_FILES[1]}" in proc.stderr
+
+
+def test_promtool_check_rules_is_clean():
+    proc = _promtool("check", "rules", *RULE_FILES)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS: 15 rules found" in proc.stdout and "SUCCESS: 14 rules found" in proc.stdout
+    assert "WARNING" not in proc.stdout + proc.stderr
+
+
+def test_promtool_unit_tests_pass():
+    proc = _promtool("test", "rules", TEST_FILE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
+def test_every_alert_has_a_firing_and_a_quiet_check():
+    doc = yaml.safe_load((ROOT / TEST_FILE).read_text())
+    firing, quiet = set(), set()
+    for group in doc["tests"]:
+        for check in group["alert_rule_test"]:
+            (firing if check["exp_alerts"] else quiet).add(check["alertname"])
+    names = {a.name for a in rules.alerts()}
+    assert firing == names and quiet == names
+    # every firing check also holds a healthy run (or target) that must stay quiet
+    assert sum(len(g["alert_rule_test"]) for g in doc["tests"]) >= 2 * len(names)
+
+
+@pytest.mark.parametrize("alert", [a.name for a in rules.alerts()])
+def test_unit_tests_fail_when_the_alert_never_fires(alert, tmp_path):
+    """The cases are not vacuous: an alert whose expression can never be true fails its test."""
+    files = generate.render_all()
+    doc = yaml.safe_load(files[RULE_FILES[1]])
+    for rule in doc["groups"][0]["rules"]:
+        if rule["alert"] == alert:
+            rule["expr"] = "vector(1) == 0"
+    files[RULE_FILES[1]] = generate.dump_yaml(doc)
+    root = _tree(tmp_path, files)
+    proc = _promtool("test", "rules", TEST_FILE, cwd=root)
+    assert proc.returncode != 0
+    assert f"alertname: {alert}," in proc.stdout + proc.stderr
+
+
+def test_other_thresholds_flow_into_rules_and_tests(tmp_path):
+    """Thresholds live in one place: different ones give different rules whose unit tests still pass."""
+    t = Thresholds(approx_kl_max=0.2, ratio_max=3.0, clip_ratio_max=0.4, entropy_min=0.2, reward_drop=0.2,
+                   explained_variance_min=0.1, gpu_peak_ratio_max=0.9, throughput_ratio_min=0.7, eval_drop=0.1,
+                   stall_seconds=600)
+    files = generate.render_all(t)
+    assert "run:rl_actor_approx_kl:max > 0.2" in files[RULE_FILES[1]]
+    assert files[RULE_FILES[1]] != generate.render_all()[RULE_FILES[1]]
+    root = _tree(tmp_path, files)
+    proc = _promtool("test", "rules", TEST_FILE, cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_alerts_carry_for_severity_and_annotations():
+    runbook = (ROOT / "docs/runbook.md").read_text()
+    headings = {h.lower() for h in re.findall(r"^## (\S+)$", runbook, re.M)}
+    doc = yaml.safe_load((ROOT / RULE_FILES[1]).read_text())
+    alerts = doc["groups"][0]["rules"]
+    assert len(alerts) == 14
+    for rule in alerts:
+        assert re.fullmatch(r"\d+[smh]", rule["for"]) and rule["for"] != "0m", rule
+        assert rule["labels"]["severity"] in ("critical", "warning", "info")
+        ann = rule["annotations"]
+        assert set(ann) == {"summary", "description", "runbook_url"} and all(ann.values())
+        base, _, anchor = ann["runbook_url"].partition("#")
+        assert base.endswith("/docs/runbook.md") and anchor == rule["alert"].lower()
+        assert anchor in headings, f"docs/runbook.md has no section ## {rule['alert']}"
+    assert headings == {a["alert"].lower() for a in alerts}
+
+
+def test_the_required_alerts_exist():
+    names = {a.name for a in rules.alerts()}
+    assert {"RLTrainerStalled", "RLScrapeTargetAbsent", "RLLossNotFinite", "RLKLRunaway",
+            "RLImportanceRatioExploding", "RLClipFractionHigh", "RLEntropyCollapse", "RLRewardCollapse",
+            "RLValueExplainedVarianceCollapse", "RLGPUMemoryHeadroomLow", "RLThroughputDrop",
+            "RLEvalRegression"} <= names
+
+
+def test_recording_rules_are_named_level_metric_operations_and_drop_rank():
+    recorded = {r.record for r in rules.recording_rules()}
+    for rule in rules.recording_rules():
+        level, metric, operations = rule.record.split(":")
+        assert level in ("run", "run_phase", "run_taskset") and re.fullmatch(r"[a-z0-9_]+", operations)
+        # one derived name: the count of non-finite loss series across several loss metrics
+        assert spec_for(metric) is not None or rule.record == "run:rl_loss_non_finite:count", rule.record
+        # every aggregation keeps job and run and never rank or instance
+        by_lists = re.findall(r"\bby \(([^)]*)\)", rule.expr)
+        assert by_lists or "_over_time(" in rule.expr, rule
+        for labels in by_lists:
+            names = [x.strip() for x in labels.split(",")]
+            assert names[:2] == ["job", "run"] and "rank" not in names and "instance" not in names, rule
+        for name in metric_names(rule.expr):
+            assert name in recorded or spec_for(name) is not None, (rule.record, name)
+
+
+def test_alert_expressions_read_catalog_metrics_or_recorded_series():
+    recorded = {r.record for r in rules.recording_rules()}
+    for alert in rules.alerts():
+        for name in metric_names(alert.expr):
+            assert name == "up" or name in recorded or spec_for(name) is not None, (alert.name, name)
+
+
+def test_annotation_renderer_matches_prometheus_templates():
+    assert promtests.render('{{ $value | printf "%.3g" }} in {{ $labels.run }}', {"run": "r"}, 0.123456) \
+        == "0.123 in r"
+
+
+def test_prometheus_rule_for_kubernetes_holds_the_same_groups(tmp_path):
+    doc = yaml.safe_load((ROOT / "deploy/kubernetes/prometheusrule.yaml").read_text())
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["kind"] == "PrometheusRule"
+    groups = doc["spec"]["groups"]
+    expected = [g for f in RULE_FILES for g in yaml.safe_load((ROOT / f).read_text())["groups"]]
+    assert groups == expected
+    path = tmp_path / "extracted.yml"
+    path.write_text(yaml.safe_dump({"groups": groups}))
+    proc = _promtool("check", "rules", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
