@@ -58,6 +58,7 @@ BENCHMARKS: dict[str, Callable[[bool], list[Row]]] = {
     "stats": stats_rows,
     "histogram": _module_rows("bench_histogram"),
     "scrape": _module_rows("bench_scrape"),
+    "auth": _module_rows("bench_auth"),
 }
 
 
