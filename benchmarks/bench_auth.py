@@ -15,11 +15,13 @@ import time
 import urllib.request
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the checkout's rl_otel, not an install
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import bcrypt  # noqa: E402
 import yaml  # noqa: E402
 
 import rl_otel  # noqa: E402
+from common import Row  # noqa: E402
 from rl_otel.exporters.webconfig import BasicAuth  # noqa: E402
 from tests.certs import make_pki  # noqa: E402
 
@@ -34,16 +36,12 @@ def best_ms(fn, n: int) -> float:
     return best
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=200, help="scrapes / cached checks per timing round (best of 3)")
-    args = parser.parse_args()
+def measure(n: int) -> dict[str, float]:
+    """ms: one bcrypt check uncached and cached; one scrape (new connection) of each endpoint kind."""
     hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=10))
-    uncached = best_ms(lambda: bcrypt.checkpw(b"pw", hashed), 3)
+    out = {"uncached": best_ms(lambda: bcrypt.checkpw(b"pw", hashed), 3)}
     auth = BasicAuth({"prometheus": hashed})
-    cached = best_ms(lambda: auth.check("prometheus", "pw"), args.n * 10)
-    print(f"bcrypt check (cost 10): {uncached:.1f} ms uncached, {cached * 1e3:.1f} us cached "
-          f"({uncached / cached:,.0f}x)")
+    out["cached"] = best_ms(lambda: auth.check("prometheus", "pw"), n * 10)
 
     tmp = pathlib.Path(tempfile.mkdtemp())
     pki = make_pki(tmp)
@@ -66,8 +64,30 @@ def main() -> None:
         with rl_otel.init(run="bench", prometheus=prometheus) as tel:
             tel.log({"critic/score/mean": 0.5}, step=1)
             request = urllib.request.Request(tel.metrics_url, headers=header)
-            ms = best_ms(lambda: urllib.request.urlopen(request, context=context if doc else None).read(), args.n)
-            print(f"scrape, {name} (new connection each): {ms:.2f} ms")
+            out[name] = best_ms(lambda: urllib.request.urlopen(request, context=context if doc else None).read(), n)
+    return out
+
+
+def rows(quick: bool = False) -> list[Row]:
+    m = measure(40 if quick else 200)
+    plain = "plain http scrape, new connection"
+    return [
+        Row("basic auth check, cached verdict", m["cached"], m["uncached"], "ms", "ratio <= 0.01",
+            m["cached"] <= 0.01 * m["uncached"], "bcrypt check, cost 10"),
+        *(Row(f"scrape, {name}, new connection", m[name], m["plain http"], "ms", "-", None, plain)
+          for name in ("tls + basic auth", "mtls + basic auth")),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=200, help="scrapes / cached checks per timing round (best of 3)")
+    args = parser.parse_args()
+    m = measure(args.n)
+    print(f"bcrypt check (cost 10): {m['uncached']:.1f} ms uncached, {m['cached'] * 1e3:.1f} us cached "
+          f"({m['uncached'] / m['cached']:,.0f}x)")
+    for name in ("plain http", "tls + basic auth", "mtls + basic auth"):
+        print(f"scrape, {name} (new connection each): {m[name]:.2f} ms")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ import urllib.request
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import Row  # noqa: E402
 
 MMM = ("mean", "max", "min")
 PHASES = ("actor_train/train_step", "actor_infer/generate", "reference/compute_log_probs",
@@ -84,26 +87,43 @@ def rl_otel_side(steps: list[dict[str, float]], log_dir: str, scrape_every: int)
     return (time.perf_counter() - t0) / len(steps), in_log / len(steps)
 
 
+def measure(steps: int, devices: int, scrape_every: int) -> dict[str, float]:
+    """Seconds per step: the add_scalar loop, rl_otel end to end, and rl_otel's time inside log()."""
+    keys = roll_step_keys(devices)
+    rng = np.random.default_rng(0)
+    data = [dict(zip(keys, rng.random(len(keys)).tolist())) for _ in range(steps)]
+    with tempfile.TemporaryDirectory() as tmp:
+        rl_otel_side(data[:20], os.path.join(tmp, "warm"), 0)  # imports, first-route caches of a fresh process
+        roll_style(keys, data[:20], os.path.join(tmp, "warm_roll"))
+        base = roll_style(keys, data, os.path.join(tmp, "roll"))
+        ours, ours_log = rl_otel_side(data, os.path.join(tmp, "rl_otel"), scrape_every)
+    return {"keys": len(keys), "roll": base, "ours": ours, "in_log": ours_log}
+
+
+def rows(quick: bool = False) -> list[Row]:
+    m = measure(60 if quick else 300, 8, 0)
+    base = "ROLL-style add_scalar loop"
+    return [
+        Row(f"log() of a ROLL step ({m['keys']} keys, 8 devices), time in log()", m["in_log"] * 1e3, m["roll"] * 1e3,
+            "ms", "ratio <= 0.25", m["in_log"] <= 0.25 * m["roll"], base),
+        Row("log() of a ROLL step, end to end (Prometheus + TensorBoard flushed)", m["ours"] * 1e3,
+            m["roll"] * 1e3, "ms", "ratio <= 1", m["ours"] <= m["roll"], base),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--scrape-every", type=int, default=0, help="scrape /metrics every N steps (0: never)")
     args = parser.parse_args()
-    keys = roll_step_keys(args.devices)
-    rng = np.random.default_rng(0)
-    steps = [dict(zip(keys, rng.random(len(keys)).tolist())) for _ in range(args.steps)]
-    with tempfile.TemporaryDirectory() as tmp:
-        rl_otel_side(steps[:20], os.path.join(tmp, "warm"), 0)  # imports, first-route caches of a fresh process
-        roll_style(keys, steps[:20], os.path.join(tmp, "warm_roll"))
-        base = roll_style(keys, steps, os.path.join(tmp, "roll"))
-        ours, ours_log = rl_otel_side(steps, os.path.join(tmp, "rl_otel"), args.scrape_every)
-    print(f"keys per step: {len(keys)} ({args.devices} devices), steps: {args.steps}, "
+    m = measure(args.steps, args.devices, args.scrape_every)
+    print(f"keys per step: {m['keys']} ({args.devices} devices), steps: {args.steps}, "
           f"scrape every: {args.scrape_every or 'never'}")
-    print(f"ROLL-style add_scalar loop (TensorBoard only): {base * 1e3:8.3f} ms/step")
-    print(f"rl_otel Prometheus + TensorBoard, end to end:  {ours * 1e3:8.3f} ms/step "
-          f"(in log() on the training thread: {ours_log * 1e3:.3f} ms)")
-    print(f"ratio rl_otel / add_scalar loop: {ours / base:.3f}")
+    print(f"ROLL-style add_scalar loop (TensorBoard only): {m['roll'] * 1e3:8.3f} ms/step")
+    print(f"rl_otel Prometheus + TensorBoard, end to end:  {m['ours'] * 1e3:8.3f} ms/step "
+          f"(in log() on the training thread: {m['in_log'] * 1e3:.3f} ms)")
+    print(f"ratio rl_otel / add_scalar loop: {m['ours'] / m['roll']:.3f}")
 
 
 if __name__ == "__main__":

@@ -20,8 +20,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's rl_otel, not an installed one
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import rl_otel  # noqa: E402
+from common import Row, best_seconds  # noqa: E402
 from rl_otel.catalog.define import IMPORTANCE_RATIO_BUCKETS  # noqa: E402
 from rl_otel.stats import bucket  # noqa: E402
 
@@ -46,26 +48,9 @@ def sdk_loop(values: list[float]) -> tuple[float, list[int]]:
     return seconds, list(point.bucket_counts)
 
 
-def best_seconds(fns, repeat: int) -> list[float]:
-    """The fastest of ``repeat`` interleaved runs of each function (robust to a busy, shared machine)."""
-    for fn in fns:
-        fn()  # warm-up
-    best = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
-            start = time.perf_counter()
-            fn()
-            best[i] = min(best[i], time.perf_counter() - start)
-    return best
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--values", type=int, default=262_144)
-    parser.add_argument("--repeat", type=int, default=30)
-    args = parser.parse_args()
+def measure(n_values: int, repeat: int) -> dict[str, float]:
     g = torch.Generator().manual_seed(0)
-    x = torch.exp(0.2 * torch.randn(args.values, generator=g))  # float32 importance ratios
+    x = torch.exp(0.2 * torch.randn(n_values, generator=g))  # float32 importance ratios
     bounds = torch.tensor(IMPORTANCE_RATIO_BUCKETS, dtype=x.dtype)
 
     t_sdk, sdk_counts = sdk_loop(x.tolist())
@@ -76,10 +61,31 @@ def main() -> None:
     try:
         t_bucket, t_bare, t_log = best_seconds([lambda: bucket(x, IMPORTANCE_RATIO_BUCKETS),
                                                 lambda: torch.bucketize(x, bounds),
-                                                lambda: tel.log({"actor/ratio_dist": x})], args.repeat)
+                                                lambda: tel.log({"actor/ratio_dist": x})], repeat)
     finally:
         tel.close()
+    return {"sdk": t_sdk, "bucket": t_bucket, "bare": t_bare, "log": t_log}
 
+
+def rows(quick: bool = False) -> list[Row]:
+    n = 65_536 if quick else 262_144
+    m = measure(n, 10 if quick else 30)
+    sdk = "OTel SDK Histogram.record() loop"
+    return [
+        Row(f"bulk histogram bucket() of {n:,} values", m["bucket"] * 1e3, m["sdk"] * 1e3, "ms", "ratio <= 0.01",
+            m["bucket"] <= 0.01 * m["sdk"], sdk),
+        Row(f"log() of a {n:,}-value histogram key", m["log"] * 1e3, m["sdk"] * 1e3, "ms", "ratio <= 0.01",
+            m["log"] <= 0.01 * m["sdk"], sdk),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--values", type=int, default=262_144)
+    parser.add_argument("--repeat", type=int, default=30)
+    args = parser.parse_args()
+    m = measure(args.values, args.repeat)
+    t_sdk, t_bucket, t_log, t_bare = m["sdk"], m["bucket"], m["log"], m["bare"]
     n = args.values
     print(f"{n:,} float32 values, {len(IMPORTANCE_RATIO_BUCKETS)} bounds, CPU ({torch.get_num_threads()} threads), "
           f"torch {torch.__version__}")

@@ -1,5 +1,6 @@
-"""Cost of one ``Telemetry.phase()`` (4 spans, CPU snapshots, ROLL keys through the catalog, histogram) against an
-empty ``with`` block, on CPU, measured in one run.
+"""Cost of one ``Telemetry.phase()`` (4 spans, CPU snapshots, ROLL keys through the catalog, histogram) against
+what ROLL's ``state_offload_manager`` already pays for the same keys (perf_counter timings and psutil snapshots
+into a dict, no spans, no Prometheus), and against an empty ``with`` block; on CPU, measured in one run.
 
     python benchmarks/bench_phase.py [--n 20000]
 """
@@ -13,8 +14,12 @@ import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the checkout's rl_otel, not an install
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import rl_otel  # noqa: E402
+from common import Row  # noqa: E402
+
+TARGET_US = 1000.0  # 0.1% of a one-second phase
 
 
 def per_call_us(make, n: int) -> float:
@@ -31,21 +36,65 @@ def per_call_us(make, n: int) -> float:
     return best
 
 
+def roll_style(metrics: dict[str, float]):
+    """ROLL's state_offload_manager on a CPU: the timings and CPU memory keys of one phase, into a dict."""
+    import psutil
+
+    process = psutil.Process()
+    infix = "actor_train/train_step"
+
+    @contextlib.contextmanager
+    def phase(onload, offload):
+        t0 = time.perf_counter()
+        mem = process.memory_info()
+        metrics[f"memory/cpu/{infix}/start/rss"], metrics[f"memory/cpu/{infix}/start/vms"] = mem.rss / 2**30, \
+            mem.vms / 2**30
+        onload()
+        t1 = time.perf_counter()
+        yield
+        t2 = time.perf_counter()
+        offload()
+        mem = process.memory_info()
+        metrics[f"memory/cpu/{infix}/end/rss"], metrics[f"memory/cpu/{infix}/end/vms"] = mem.rss / 2**30, \
+            mem.vms / 2**30
+        t3 = time.perf_counter()
+        metrics.update({f"time/{infix}/total": t3 - t0, f"time/{infix}/onload": t1 - t0,
+                        f"time/{infix}/execute": t2 - t1, f"time/{infix}/offload": t3 - t2})
+
+    return phase
+
+
+def measure(n: int) -> dict[str, float]:
+    tel = rl_otel.init(run="bench", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False)
+    try:
+        empty = per_call_us(contextlib.nullcontext, n)
+        roll = roll_style({})
+        base = per_call_us(lambda: roll(lambda: None, lambda: None), n)
+        phase = per_call_us(lambda: tel.phase("actor_train", "train_step", onload=lambda: None,
+                                              offload=lambda: None), n)
+        tel.take_phase_metrics()
+    finally:
+        tel.close()
+    return {"empty": empty, "roll": base, "phase": phase}
+
+
+def rows(quick: bool = False) -> list[Row]:
+    m = measure(2_000 if quick else 20_000)
+    return [Row("phase(): 4 spans, timings, CPU memory, ROLL keys + histogram", m["phase"], m["roll"], "us",
+                f"<= {TARGET_US:g} us (0.1% of a 1 s phase)", m["phase"] <= TARGET_US,
+                "ROLL-style timings + psutil")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20_000, help="phases per timing round (best of 5)")
     args = parser.parse_args()
-    tel = rl_otel.init(run="bench", prometheus={"host": "127.0.0.1", "port": 0})
-    try:
-        empty = per_call_us(contextlib.nullcontext, args.n)
-        phase = per_call_us(lambda: tel.phase("actor_train", "train_step", onload=lambda: None,
-                                              offload=lambda: None), args.n)
-        tel.take_phase_metrics()
-    finally:
-        tel.close()
-    print(f"empty with block : {empty:8.3f} us")
-    print(f"tel.phase()      : {phase:8.3f} us per phase (spans + snapshots + metrics, CPU, no span exporter)")
-    print(f"ratio            : {phase / empty:8.0f}x   (+{phase - empty:.1f} us per phase)")
+    m = measure(args.n)
+    print(f"empty with block           : {m['empty']:8.3f} us")
+    print(f"ROLL-style timings + psutil: {m['roll']:8.3f} us")
+    print(f"tel.phase()                : {m['phase']:8.3f} us per phase (spans + snapshots + metrics, CPU, no span "
+          "exporter)")
+    print(f"ratio to ROLL-style        : {m['phase'] / m['roll']:8.2f}x   (+{m['phase'] - m['roll']:.1f} us per phase)")
 
 
 if __name__ == "__main__":

@@ -86,6 +86,18 @@ def test_merge_equals_observe_and_rejects_other_bounds():
         merged.merge(bucket(torch.from_numpy(x), SIGNED_BUCKETS))
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(), st.sampled_from([float(b) for b in SIGNED_BUCKETS])), max_size=40))
+def test_observe_one_equals_observe(values):
+    one_by_one, bulk = BulkHistogram(SIGNED_BUCKETS), BulkHistogram(SIGNED_BUCKETS)
+    left_out = sum(one_by_one.add(v) for v in values)
+    assert left_out == bulk.add(np.array(values, dtype=np.float64))
+    assert one_by_one.counts.tolist() == bulk.counts.tolist() and one_by_one.count == bulk.count
+    assert (one_by_one.min, one_by_one.max) == (bulk.min, bulk.max)
+    scale = sum(abs(v) for v in values if np.isfinite(v))  # summation order differs: cancellation
+    assert one_by_one.sum == pytest.approx(bulk.sum, rel=1e-12, abs=1e-12 * scale)
+
+
 def test_bucket_vector_layout_is_checked():
     with pytest.raises(ValueError, match="entries"):
         BucketCounts.from_vector((1.0, 2.0), [0.0] * 5)

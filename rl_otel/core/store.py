@@ -7,6 +7,9 @@ OTel ``Metric`` objects at collection time. Thread-safe: one lock guards all fam
 
 Collectors (``add_collector``) add live series computed at collection time (process and GPU memory); they run
 before the lock is taken and must be fast: anything slow (NVML) belongs in a poller thread with a cached value.
+
+Every change bumps :attr:`SeriesStore.version`: the scrape endpoint renders the stored families once per version
+(and TTL deadline) and serves those bytes until the next change; only the live collectors run at every scrape.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric,
                                               NumberDataPoint, Sum)
@@ -22,22 +26,44 @@ from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, His
 from rl_otel.catalog import Kind, MetricSpec
 from rl_otel.core.histogram import BulkHistogram
 
-LabelValues = tuple[str, ...]
-Item = tuple[MetricSpec, tuple[tuple[str, str], ...], float]
+Labels = tuple[tuple[str, str], ...]  # (name, value) pairs in the catalog entry's order, without run/rank
+Item = tuple[MetricSpec, Labels, float]
 Collector = Callable[[], Iterable[Item]]
+
+
+class HistogramValue(NamedTuple):
+    """A histogram series frozen at collection time (what a scrape renders)."""
+
+    counts: list[int]
+    sum: float
+    count: int
+    min: float
+    max: float
+
+
+@dataclass(frozen=True)
+class FamilyView:
+    """One family at collection time: ``points`` pairs a series' labels (besides the ``base`` ones, run and
+    rank) with a float or a :class:`HistogramValue`."""
+
+    spec: MetricSpec
+    base: Labels
+    start_ns: int
+    points: list[tuple[Labels, float | HistogramValue]]
 
 
 @dataclass
 class _Family:
     spec: MetricSpec
-    label_names: tuple[str, ...]
     expires: bool
-    points: dict[LabelValues, list] = field(default_factory=dict)  # labels -> [value or BulkHistogram, time_ns]
+    # labels -> [value or BulkHistogram, time_ns]; keyed by the router's label pairs as they are, so that a
+    # write builds no tuple (the per-step path)
+    points: dict[Labels, list] = field(default_factory=dict)
     start_ns: int = field(default_factory=time.time_ns)
 
 
 class SeriesStore:
-    """All of rl_otel's series, keyed by metric name and label values.
+    """All of rl_otel's series, keyed by metric name and label pairs.
 
     ``max_series_per_metric`` bounds each family; a new label set past the cap is dropped and reported through
     ``on_drop(metric_name)`` (the caller counts and warns once). ``ttl_s`` expires series not written for that
@@ -46,8 +72,7 @@ class SeriesStore:
 
     def __init__(self, base_labels: dict[str, str], *, max_series_per_metric: int, ttl_s: float | None,
                  dropped_spec: MetricSpec, on_drop: Callable[[str], None]) -> None:
-        self._base_names = tuple(base_labels)
-        self._base_values = tuple(base_labels.values())
+        self._base: Labels = tuple(base_labels.items())
         self._max_series = max_series_per_metric
         self._ttl_ns = None if ttl_s is None else int(ttl_s * 1e9)
         self._dropped_spec = dropped_spec
@@ -57,6 +82,13 @@ class SeriesStore:
         self._start_ns = time.time_ns()
         self._lock = threading.Lock()
         self._collectors: tuple[Collector, ...] = ()  # copy-on-write: collect() iterates without the lock
+        self._version = 0  # bumped under the lock by every change of the stored series
+
+    @property
+    def version(self) -> int:
+        """A counter bumped by every write, increment and drop: equal versions mean equal stored series (until
+        a TTL deadline, which :meth:`snapshot` reports)."""
+        return self._version
 
     def add_collector(self, collector: Collector) -> None:
         """Call ``collector()`` at every collection for live ``(spec, labels, value)`` gauge items.
@@ -67,21 +99,17 @@ class SeriesStore:
         with self._lock:
             self._collectors = (*self._collectors, collector)
 
-    def _family(self, spec: MetricSpec, label_names: tuple[str, ...], expires: bool) -> _Family:
+    def _point(self, spec: MetricSpec, labels: Labels, expires: bool) -> list | None:
         fam = self._families.get(spec.name)
         if fam is None:
-            fam = _Family(spec, self._base_names + label_names, expires)
-            self._families[spec.name] = fam
-        return fam
-
-    def _point(self, fam: _Family, label_values: LabelValues) -> list | None:
-        point = fam.points.get(label_values)
+            fam = self._families[spec.name] = _Family(spec, expires)
+        point = fam.points.get(labels)
         if point is None:
             if len(fam.points) >= self._max_series:
-                self._count_dropped(fam.spec.name)
-                self._on_drop(fam.spec.name)  # must not touch the store: we hold its lock
+                self._count_dropped(spec.name)
+                self._on_drop(spec.name)  # must not touch the store: we hold its lock
                 return None
-            point = fam.points[label_values] = [None, 0]
+            point = fam.points[labels] = [None, 0]
         return point
 
     def _count_dropped(self, metric_name: str) -> None:
@@ -91,18 +119,19 @@ class SeriesStore:
         """Count a value refused before the store (``rl_telemetry_dropped_series_total{metric=...}``)."""
         with self._lock:
             self._count_dropped(metric_name)
+            self._version += 1
 
     def write(self, items: Iterable[tuple[MetricSpec, tuple[tuple[str, str], ...], object]], *,
               expires: bool = True) -> list[tuple[MetricSpec, int]]:
-        """Store ``(spec, labels, value)`` items: a float for gauges and counters, a 1-d float array (or
-        ``BucketCounts`` bucketed against the entry's bounds) for histograms. Returns ``(spec, n)`` for each
+        """Store ``(spec, labels, value)`` items: a float for gauges and counters, a float, a 1-d float array or
+        ``BucketCounts`` (bucketed against the entry's bounds) for histograms. Returns ``(spec, n)`` for each
         histogram item that had ``n`` non-finite values left out."""
         now = time.time_ns()
         dropped_non_finite = []
         with self._lock:
+            self._version += 1
             for spec, labels, value in items:
-                fam = self._family(spec, tuple(name for name, _ in labels), expires)
-                point = self._point(fam, self._base_values + tuple(v for _, v in labels))
+                point = self._point(spec, labels, expires)
                 if point is None:
                     continue
                 if spec.kind is Kind.HISTOGRAM:
@@ -119,8 +148,8 @@ class SeriesStore:
     def increment(self, spec: MetricSpec, labels: tuple[tuple[str, str], ...], amount: float = 1.0) -> None:
         """Add to a counter series (rl_otel's own counters, which never expire)."""
         with self._lock:
-            fam = self._family(spec, tuple(name for name, _ in labels), False)
-            point = self._point(fam, self._base_values + tuple(v for _, v in labels))
+            self._version += 1
+            point = self._point(spec, labels, False)
             if point is not None:
                 point[0] = (point[0] or 0.0) + amount
                 point[1] = time.time_ns()
@@ -131,61 +160,83 @@ class SeriesStore:
             fam = self._families.get(name)
             if fam is None:
                 return None
-            want = dict(zip(self._base_names, self._base_values), **(labels or {}))
-            point = fam.points.get(tuple(want.get(n, "") for n in fam.label_names))
-            return None if point is None else point[0]
+            want = labels or {}
+            for key, point in fam.points.items():
+                if dict(key) == want:
+                    return point[0]
+            return None
 
     def series_count(self, name: str | None = None) -> int:
         with self._lock:
             fams = self._families.values() if name is None else [self._families.get(name)]
             return sum(len(f.points) for f in fams if f is not None)
 
-    def collect(self) -> list[Metric]:
-        """Every family as an OTel ``Metric`` (cumulative), expiring stale series first."""
-        live: dict[str, _Family] = {}
+    def live(self) -> list[FamilyView]:
+        """The collectors' series, computed now (outside the lock: collectors never touch the store)."""
+        live: dict[str, FamilyView] = {}
         for collector in self._collectors:
             for spec, labels, value in collector():
                 fam = live.get(spec.name)
                 if fam is None:
-                    fam = live[spec.name] = _Family(spec, self._base_names + tuple(n for n, _ in labels), False,
-                                                    start_ns=self._start_ns)
-                fam.points[self._base_values + tuple(v for _, v in labels)] = [value, 0]
+                    fam = live[spec.name] = FamilyView(spec, self._base, self._start_ns, [])
+                fam.points.append((labels, value))
+        return list(live.values())
+
+    def snapshot(self) -> tuple[int, list[FamilyView], int | None]:
+        """``(version, families, valid_until_ns)``: the stored families frozen at one version, stale series
+        expired first; ``valid_until_ns`` is when the next series expires (``None``: never, without a write)."""
         now = time.time_ns()
-        metrics = [_to_metric(fam, now) for fam in live.values()]
+        families, next_expiry = [], None
         with self._lock:
             for fam in self._families.values():
-                if self._ttl_ns is not None and fam.expires:
+                if self._ttl_ns is not None and fam.expires and fam.points:
                     stale = [k for k, p in fam.points.items() if now - p[1] > self._ttl_ns]
                     for k in stale:
                         del fam.points[k]
+                    if stale:
+                        self._version += 1
+                    if fam.points:
+                        oldest = min(p[1] for p in fam.points.values()) + self._ttl_ns + 1
+                        next_expiry = oldest if next_expiry is None else min(next_expiry, oldest)
                 if fam.points:
-                    metrics.append(_to_metric(fam, now))
+                    families.append(FamilyView(fam.spec, self._base, fam.start_ns, _frozen(fam)))
             if self._dropped:
-                dropped = _Family(self._dropped_spec, self._base_names + ("metric",), False,
-                                  {self._base_values + (name,): [n, now] for name, n in self._dropped.items()},
-                                  start_ns=self._start_ns)
-                metrics.append(_to_metric(dropped, now))
-        return metrics
+                families.append(FamilyView(self._dropped_spec, self._base, self._start_ns,
+                                           [((("metric", name),), float(n)) for name, n in self._dropped.items()]))
+            return self._version, families, next_expiry
+
+    def collect(self) -> list[Metric]:
+        """Every family as an OTel ``Metric`` (cumulative), expiring stale series first: the live ones, then
+        the stored ones."""
+        now = time.time_ns()
+        return [_to_metric(fam, now) for fam in (*self.live(), *self.snapshot()[1])]
 
 
-def _to_metric(fam: _Family, now: int) -> Metric:
+def _frozen(fam: _Family) -> list[tuple[Labels, float | HistogramValue]]:
+    if fam.spec.kind is Kind.HISTOGRAM:
+        return [(labels, HistogramValue(h.counts.tolist(), h.sum, h.count, h.min, h.max))
+                for labels, (h, _) in fam.points.items()]
+    return [(labels, point[0]) for labels, point in fam.points.items()]  # floats: write() and increment() store floats
+
+
+def _to_metric(fam: FamilyView, now: int) -> Metric:
     spec = fam.spec
-    attrs = [(dict(zip(fam.label_names, labels)), point) for labels, point in fam.points.items()]
+    attrs = [(dict(fam.base + labels), value) for labels, value in fam.points]
     if spec.kind is Kind.HISTOGRAM:
+        bounds = [float(b) for b in spec.buckets]
         points = [
             HistogramDataPoint(attributes=a, start_time_unix_nano=fam.start_ns, time_unix_nano=now, count=h.count,
-                               sum=h.sum, bucket_counts=h.counts.tolist(), explicit_bounds=h.bounds.tolist(),
+                               sum=h.sum, bucket_counts=h.counts, explicit_bounds=bounds,
                                min=h.min if h.count else 0.0, max=h.max if h.count else 0.0)
-            for a, (h, _) in attrs
+            for a, h in attrs
         ]
         data = Histogram(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE)
     else:
         points = [NumberDataPoint(attributes=a, start_time_unix_nano=fam.start_ns, time_unix_nano=now,
-                                  value=float(v)) for a, (v, _) in attrs]
+                                  value=float(v)) for a, v in attrs]
         if spec.kind is Kind.COUNTER:
             data = Sum(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE,
                        is_monotonic=True)
         else:
             data = Gauge(data_points=points)
     return Metric(name=spec.name, description=spec.description, unit=spec.unit, data=data)
-

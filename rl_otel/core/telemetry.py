@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics._internal.exemplar import AlwaysOffExemplarFilter
@@ -23,7 +24,7 @@ from rl_otel.core.store import SeriesStore
 from rl_otel.core.values import BadValue, as_histogram, coerce, flatten, to_tracker_array
 from rl_otel.exporters import otlp
 from rl_otel.exporters.file_sd import TargetsFile, targets_path
-from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry, StoreMetricReader
+from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel.phases.live import LiveGauges
 from rl_otel.phases.memory import CpuProbe, GpuProbe
 from rl_otel.phases.phase import Phase, PhaseRuntime
@@ -78,10 +79,14 @@ class Telemetry:
         self._signals: SignalFlush | None = None
         readers = []
         registry = None
+        self._scrape_registry: ScrapeRegistry | None = None  # what /metrics renders (benchmarks render it directly)
         if config.prometheus is not None:
-            registry = ScrapeRegistry(on_duplicate=lambda name: self._count_error("prometheus", "duplicate_family"))
-            readers.append(StoreMetricReader(self._store.collect, self.resource, registry,
-                                             on_error=lambda reason: self._count_error("prometheus", reason)))
+            registry = ScrapeRegistry(on_duplicate=lambda name: self._count_error("prometheus", "duplicate_family"),
+                                      store=self._store,
+                                      on_error=lambda reason: self._count_error("prometheus", reason))
+            readers.append(PrometheusMetricReader(disable_target_info=False, scope_info_enabled=False,
+                                                  registry=registry))
+            self._scrape_registry = registry
         if config.otlp is not None:
             readers.append(otlp.metric_reader(config.otlp, self._store.collect, self.resource,
                                               on_error=lambda reason: self._count_error("otlp", reason)))
@@ -251,24 +256,25 @@ class Telemetry:
         of user metrics and phase metrics. With ``mirror``, return what the trackers get: every accepted value,
         in the user's keys and units."""
         items = []
+        append, route_of = items.append, self._router.route  # locals: this loop runs once per key and step
         mirrored: dict[str, float | np.ndarray] | None = {} if mirror else None
         for key, raw in pairs:
             try:
-                value = coerce(raw, keep_tensors=True)
+                value = raw if type(raw) is float else coerce(raw, keep_tensors=True)
             except BadValue as exc:
                 self._bad(key, str(exc))
                 continue
             if value is None:
                 continue
-            route = self._router.route(key)
-            if isinstance(route, Refusal):
+            route = route_of(key)
+            if route.__class__ is Refusal:
                 self._store.note_dropped(route.metric)
                 self._warn_once(route.reason, key, f"rl_otel: {route.detail}; it is not exported to Prometheus")
                 continue
             spec = route.spec
             if spec.kind is Kind.HISTOGRAM:
                 try:
-                    items.append((spec, route.labels, as_histogram(value, spec.buckets, spec.scale)))
+                    append((spec, route.labels, as_histogram(value, spec.buckets, spec.scale)))
                 except BadValue as exc:
                     self._bad(key, str(exc))
                     continue
@@ -279,13 +285,13 @@ class Telemetry:
                     if tracked is not None:
                         mirrored[key] = tracked
                 continue
-            if not isinstance(value, float):
+            if value.__class__ is not float and not isinstance(value, float):
                 self._bad(key, f"a distribution, but {spec.prometheus_name} is a {spec.kind.value}: log its "
                                "mean/max/min, or a *_dist key")
                 continue
-            items.append((spec, route.labels, value * spec.scale if spec.scale != 1.0 else value))
+            append((spec, route.labels, value * spec.scale if spec.scale != 1.0 else value))
             if mirrored is not None:  # trackers get what Prometheus gets, in the user's units and keys
-                mirrored[key] = value.copy() if isinstance(value, np.ndarray) else value
+                mirrored[key] = value
         for spec, n in self._store.write(items):
             self._count_error("input", "non_finite_in_distribution", n)
             self._warn_once("non_finite", spec.name, f"rl_otel: {n} NaN/Inf values left out of the histogram "
@@ -295,7 +301,7 @@ class Telemetry:
     def _record_phase(self, cluster: str, phase: str, metrics: dict[str, float], durations: dict[str, float]) -> None:
         self._write_metrics(metrics.items())
         self._store.write([(live.PHASE_DURATION, (("cluster", cluster), ("phase", phase), ("part", part)),
-                            np.array((seconds,))) for part, seconds in durations.items()])
+                            seconds) for part, seconds in durations.items()])
         with self._phase_lock:
             self._phase_metrics.update(metrics)
 

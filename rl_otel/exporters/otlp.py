@@ -13,17 +13,30 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from opentelemetry.sdk.metrics.export import Metric, MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.metrics.export import (Metric, MetricExporter, MetricExportResult, MetricsData,
+                                              ResourceMetrics, ScopeMetrics)
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from rl_otel.errors import ConfigurationError
-from rl_otel.exporters.prometheus import merge
 
 _log = logging.getLogger("rl_otel")
 _KEYS = ("endpoint", "interval_s", "timeout_s", "headers", "traces")
+SCOPE = InstrumentationScope("rl_otel")
+
+
+def merge(data: MetricsData | None, resource: Resource, extra: list[Metric]) -> MetricsData:
+    """``data`` with ``extra`` as the first scope of the first resource: rl_otel's catalog-defined families
+    come before any stray SDK instrument of the same name."""
+    scope = ScopeMetrics(scope=SCOPE, metrics=extra, schema_url="")
+    if data is None or not data.resource_metrics:
+        return MetricsData(resource_metrics=[ResourceMetrics(resource=resource, scope_metrics=[scope],
+                                                             schema_url="")])
+    first, *rest = data.resource_metrics
+    return MetricsData(resource_metrics=[replace(first, scope_metrics=[scope, *first.scope_metrics]), *rest])
 
 
 @dataclass(frozen=True)

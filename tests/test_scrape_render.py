@@ -1,0 +1,150 @@
+"""The cached, direct rendering of the scrape: byte for byte the stock exporter's text, never stale, gzip right."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import re
+import time
+import urllib.request
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.exporter.prometheus import _CustomCollector
+from opentelemetry.sdk.metrics.export import MetricsData, ResourceMetrics, ScopeMetrics
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.utils import floatToGoString
+
+import rl_otel
+from rl_otel.catalog import Kind, default_catalog, live
+from rl_otel.core.store import _to_metric
+from rl_otel.exporters.exposition import EOF, OPENMETRICS, TEXT, Renderer, families, go_float
+from tests.promtools import OPENMETRICS as OPENMETRICS_ACCEPT
+from tests.promtools import promtool_check, scrape
+
+
+def stock_text(views, fmt: str) -> str:
+    """What the stock path writes for the store's families: OTel Metrics (``SeriesStore.collect()``) -> the
+    exporter's translation -> prometheus_client's encoder (rl_otel's scrape path before it rendered directly)."""
+    collector = _CustomCollector(disable_target_info=True, scope_info_enabled=False)
+    metrics = [_to_metric(view, time.time_ns()) for view in views]
+    scope = ScopeMetrics(scope=InstrumentationScope("rl_otel"), metrics=metrics, schema_url="")
+    collector.add_metrics_data(MetricsData([ResourceMetrics(Resource.create({}), [scope], schema_url="")]))
+    fams = families(*collector.collect())
+    return (generate_openmetrics(fams) if fmt == OPENMETRICS else generate_latest(fams)).decode()
+
+
+@pytest.fixture
+def fed(seed_keys):
+    """Every seed key (every family of the references, histograms with negative and positive bounds), NaN and
+    ±Inf, a label value that needs escaping, a counter, a refused key, phases, and the live gauges."""
+    catalog = default_catalog()
+    tel = rl_otel.init(run="re\"nder\\", rank=1, prometheus={"host": "127.0.0.1", "port": 0})
+    metrics = {}
+    for i, key in enumerate(seed_keys):
+        hist = catalog.resolve(key).spec.kind is Kind.HISTOGRAM
+        metrics[key] = [-3.5, 0.5, 1.0, float(i), 1e9, float("nan")] if hist else i * 1.37e-3 + 0.25
+    metrics.update({"actor/pg_loss": float("nan"), "actor/lr": float("inf"), "critic/loss": -float("inf"),
+                    "eval/we\"ird\\set\nx/accuracy/mean@4": 0.5, "system/samples": 12345678.0,
+                    "custom/a-x": 1.0, "custom/a_x": 2.0, "tokens/responses_dist": [3, 100, 5000]})
+    tel.log(metrics, step=3)
+    with tel.phase("actor_train", "train_step"):
+        pass
+    yield tel
+    tel.close()
+
+
+@pytest.mark.parametrize("fmt", [TEXT, OPENMETRICS])
+def test_direct_render_is_byte_for_byte_the_stock_exporters(fed, seed_keys, fmt):
+    renderer = Renderer()  # one renderer across steps: its per-series caches must follow every change
+    for step in range(3):
+        views = [*fed._store.live(), *fed._store.snapshot()[1]]  # one collection for both (live values move)
+        assert {view.spec.kind for view in views} == {Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM}
+        assert any(view.spec is live.PROCESS_RSS for view in views)
+        ours = "".join(renderer.render(views, fmt, set())) + (EOF if fmt == OPENMETRICS else "")
+        assert ours.count("\n") > 500
+        assert ours == stock_text(views, fmt)
+        # half the keys change (histograms get more values), NaN stays NaN, the rest keep their values
+        fed.log({key: [float(step)] if "dist" in key else float(step) for key in seed_keys[::2]}, step=4 + step)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.one_of(st.floats(), st.integers(min_value=0, max_value=2**62),
+                 st.sampled_from([0.0, -0.0, 1e6, 1234567.0, 12345678.0, 1e16, 1.5e-7, 2**53 + 0.0])))
+def test_go_float_is_floattogostring(value):
+    assert go_float(value) == floatToGoString(value)
+
+
+def test_a_scrape_after_log_sees_the_new_values(tel):
+    for step, accept, encoding in itertools.product(range(3), (None, OPENMETRICS_ACCEPT), (None, "gzip")):
+        lr = step + (0.5 if accept else 0.0) + (0.25 if encoding else 0.0)
+        tel.log({"actor/lr": lr}, step=step)
+        text = fetch(tel.metrics_url, accept, encoding)
+        assert re.search(rf'^rl_actor_learning_rate\{{rank="0",run="test"\}} {lr}$', text, flags=re.M), text
+        assert re.search(rf'^rl_step\{{rank="0",run="test"\}} {float(step)}$', text, flags=re.M)
+
+
+def test_a_scrape_after_a_phase_sees_it_without_a_log(tel):
+    tel.log({"actor/lr": 1.0}, step=0)
+    for n in range(1, 4):
+        with tel.phase("actor_train", "train_step"):
+            pass
+        text = fetch(tel.metrics_url, OPENMETRICS_ACCEPT, "gzip")
+        assert re.search(rf'^rl_phase_duration_seconds_count\{{cluster="actor_train",part="total",phase="train_step",'
+                         rf'rank="0",run="test"\}} {float(n)}$', text, flags=re.M), text
+
+
+def test_live_gauges_are_fresh_at_every_scrape_between_steps(tel):
+    calls = itertools.count(1)
+    tel._store.add_collector(lambda: [(live.GPU_PROCESS_ALLOCATED, (("device_id", "9"),), float(next(calls)))])
+    tel.log({"actor/lr": 1.0}, step=0)
+    seen = []
+    for encoding in (None, "gzip", None, "gzip"):
+        text = fetch(tel.metrics_url, None, encoding)
+        seen.append(float(re.search(r'^rl_gpu_process_memory_allocated_bytes\{device_id="9",rank="0",run="test"\} '
+                                    r'(\S+)$', text, flags=re.M).group(1)))
+        assert "rl_actor_learning_rate{" in text
+    assert seen == sorted(set(seen)) and len(seen) == 4  # a new value at each scrape, no log() in between
+
+
+def test_gzip_bodies_decompress_to_the_plain_scrape(tel):
+    tel.log({"actor/lr": 1.0, "critic/loss": 2.0, "env/reward_dist": [0.5, 2.0]}, step=0)
+    for accept in (None, OPENMETRICS_ACCEPT):
+        plain = strip_live(fetch(tel.metrics_url, accept, None))
+        for _ in range(3):  # the first compresses the cached render, the next ones reuse it
+            assert strip_live(fetch(tel.metrics_url, accept, "gzip")) == plain
+    assert promtool_check(fetch(tel.metrics_url, None, "gzip")) == ""
+
+
+def test_series_past_their_ttl_leave_a_cached_scrape(tmp_path):
+    with rl_otel.init(run="ttl", prometheus={"host": "127.0.0.1", "port": 0}, series_ttl_s=0.3) as tel:
+        tel.log({"actor/lr": 1.0}, step=0)
+        assert "rl_actor_learning_rate{" in scrape(tel.metrics_url)
+        time.sleep(0.5)
+        text = scrape(tel.metrics_url)  # no log() in between: the cache must not outlive the series
+        assert "rl_actor_learning_rate{" not in text and "rl_step{" in text
+
+
+def test_name_filters_are_served(tel):
+    tel.log({"actor/lr": 1.0, "critic/loss": 2.0}, step=0)
+    text = scrape(tel.metrics_url + "?name[]=rl_actor_learning_rate&name[]=rl_step")
+    assert sorted(re.findall(r"^# TYPE (\S+)", text, flags=re.M)) == ["rl_actor_learning_rate", "rl_step"]
+    assert 'rl_actor_learning_rate{rank="0",run="test"} 1.0' in text
+
+
+def fetch(url: str, accept: str | None, encoding: str | None) -> str:
+    headers = {k: v for k, v in (("Accept", accept), ("Accept-Encoding", encoding)) if v}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as response:
+        body = response.read()
+        assert response.headers.get("Content-Encoding") == encoding
+        assert response.headers.get("Content-Type").startswith("application/openmetrics-text" if accept else
+                                                               "text/plain")
+    return (gzip.decompress(body) if encoding else body).decode()
+
+
+def strip_live(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.startswith("rl_process_"))
