@@ -72,9 +72,14 @@ class StepReport:
 
 @dataclass
 class DemoResult:
-    """Per-step wall times (seconds) and mean rollout scores; evaluation ``(step, mean@k)`` pairs."""
+    """Per-step wall times (seconds) and mean rollout scores; evaluation ``(step, mean@k)`` pairs.
+
+    ``step_seconds`` is the training work of a step (what ``time/step`` and ``system/tps`` report);
+    ``iteration_seconds`` the whole loop iteration, including the step's statistics and ``log()`` - what a
+    benchmark of telemetry's cost compares."""
 
     step_seconds: list[float] = field(default_factory=list)
+    iteration_seconds: list[float] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
     evals: list[tuple[int, float]] = field(default_factory=list)
 
@@ -215,7 +220,9 @@ def run(config: DemoConfig | None = None, telemetry: Telemetry | bool = True,
         result = DemoResult()
         samples = 0
         for step in range(cfg.steps):
+            start = time.perf_counter()
             report = _step(trainer, tel, step, samples)
+            result.iteration_seconds.append(time.perf_counter() - start)
             samples += cfg.batch_size
             result.step_seconds.append(report.seconds)
             result.scores.append(report.score)
