@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_otel.core.values import BadValue, coerce, flatten
+from rl_otel.core.values import SMALL_CPU_TENSOR, BadValue, as_histogram, coerce, flatten
 
 
 def test_flatten_joins_nested_dicts_with_slashes():
@@ -44,3 +44,26 @@ def test_one_dimensional_values_become_float64_arrays(value):
 def test_other_values_are_bad(value):
     with pytest.raises(BadValue):
         coerce(value)
+
+
+@pytest.mark.parametrize("n", [5, 693, SMALL_CPU_TENSOR, SMALL_CPU_TENSOR + 1])
+def test_small_and_large_cpu_tensors_bucket_alike(n):
+    """A small CPU tensor goes through numpy, a large one through torch: the same counts either way, with
+    float32 values on a bound and NaN/Inf left out and counted."""
+    import torch
+
+    from rl_otel.core.histogram import BulkHistogram
+    from rl_otel.stats.histogram import bucket
+
+    bounds = (-1.0, 0.0, 0.1, 0.5, 2.0)
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=g)
+    x[: min(n, 4)] = torch.tensor([0.1, float("nan"), float("inf"), -1.0])[: min(n, 4)]
+    via_log = BulkHistogram(bounds)
+    non_finite = via_log.add(as_histogram(x, bounds))
+    via_torch = bucket(x, bounds)
+    assert via_log.counts.tolist() == list(via_torch.counts)
+    assert non_finite == via_torch.non_finite
+    assert via_log.count == via_torch.count
+    assert via_log.sum == pytest.approx(via_torch.sum, rel=1e-9, abs=1e-9)
+    assert (via_log.min, via_log.max) == (via_torch.min, via_torch.max)

@@ -94,6 +94,11 @@ def _coerce_tensor(tensor) -> float | np.ndarray:
 
 
 
+# Up to this many values a CPU tensor is bucketed with numpy (BulkHistogram), above it with torch
+# (rl_otel.stats.histogram.bucket): numpy wins on small tensors (per-op overhead), torch on large ones (threads).
+SMALL_CPU_TENSOR = 8192
+
+
 def is_tensor(value: object) -> bool:
     """True for a torch tensor (recognised without importing torch)."""
     return _is_torch_tensor(value)
@@ -109,9 +114,13 @@ def as_histogram(value: object, bounds: tuple[float, ...], scale: float = 1.0) -
                            + (f" (scale {scale})" if scale != 1.0 else ""))
         return value
     if _is_torch_tensor(value):
-        from rl_otel.stats.histogram import bucket  # torch is already imported: the value is a tensor
+        if value.device.type != "cpu" or value.numel() > SMALL_CPU_TENSOR:
+            from rl_otel.stats.histogram import bucket  # torch is already imported: the value is a tensor
 
-        return bucket(value * scale if scale != 1.0 else value, bounds)
+            return bucket(value * scale if scale != 1.0 else value, bounds)
+        # A small CPU tensor: numpy buckets it in one pass at a fraction of a dozen torch ops' dispatch cost.
+        arr = _coerce_tensor(value.reshape(-1))
+        return arr * scale if scale != 1.0 else arr
     arr = np.atleast_1d(np.asarray(value, dtype=np.float64))
     return arr * scale if scale != 1.0 else arr
 
