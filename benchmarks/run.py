@@ -40,9 +40,12 @@ def stats_rows(quick: bool = False) -> list[Row]:
     fused, frameworks, lean = best_seconds([lambda: bench_stats.fused(d), lambda: bench_stats.frameworks_style(d),
                                             lambda: bench_stats.per_metric(d)], 10 if quick else 30)
     name = f"fused ppo_stats, B={batch} T={tokens}, CPU"
-    return [Row(name, fused * 1e3, frameworks * 1e3, "ms", "ratio <= 1", fused <= frameworks,
+    # The issue's target: >= 3x faster than a per-metric .item() implementation as the frameworks write it. The
+    # lean per-metric version (shared elementwise work, torch.where masks) is reported for information: on a CPU
+    # a host sync costs ~1 us, so fusing the syncs cannot buy 3x there; the saving is on a GPU.
+    return [Row(name, fused * 1e3, frameworks * 1e3, "ms", "ratio <= 1/3", fused * 3 <= frameworks,
                 "per-metric .item(), frameworks' expressions"),
-            Row(name, fused * 1e3, lean * 1e3, "ms", "ratio <= 1", fused <= lean, "per-metric .item(), lean")]
+            Row(name, fused * 1e3, lean * 1e3, "ms", "-", None, "per-metric .item(), lean")]
 
 
 def _module_rows(module: str) -> Callable[[bool], list[Row]]:
@@ -59,6 +62,7 @@ BENCHMARKS: dict[str, Callable[[bool], list[Row]]] = {
     "histogram": _module_rows("bench_histogram"),
     "scrape": _module_rows("bench_scrape"),
     "auth": _module_rows("bench_auth"),
+    "demo": _module_rows("bench_demo"),
 }
 
 
