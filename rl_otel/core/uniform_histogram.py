@@ -68,6 +68,7 @@ def uniform_histogram(values: np.ndarray, bins: int) -> UniformHistogram | None:
 def _bin(a: np.ndarray, first, last, bins: int) -> tuple[np.ndarray, np.ndarray]:
     """numpy's uniform-bin fast path (``numpy/lib/_histograms_impl.py``), for values all within [first, last]."""
     edges = np.linspace(first, last, bins + 1, endpoint=True, dtype=a.dtype)
+    np.minimum(edges, last, out=edges)  # subnormal ranges round an inner edge past the last: keep them sorted
     if not last > first:  # a constant too large for +-0.5 to move it: every edge is that value; last bin holds it
         counts = np.zeros(bins, dtype=np.intp)
         counts[-1] = a.size
