@@ -60,6 +60,7 @@ BENCHMARKS: dict[str, Callable[[bool], list[Row]]] = {
     "phase": _module_rows("bench_phase"),
     "stats": stats_rows,
     "histogram": _module_rows("bench_histogram"),
+    "tensorboard": _module_rows("bench_tensorboard"),
     "scrape": _module_rows("bench_scrape"),
     "auth": _module_rows("bench_auth"),
     "demo": _module_rows("bench_demo"),

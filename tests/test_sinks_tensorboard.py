@@ -74,3 +74,49 @@ def test_bad_kwargs_fail_with_the_name():
         TensorBoardSink(run="r", log_dir="x", histogram_bins=0)
     with pytest.raises(TypeError):
         TensorBoardSink(run="r", log_dir="x", nonsense=1)
+
+
+def test_histogram_buckets_are_np_histograms(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    values = np.random.default_rng(1).standard_normal(693)
+    sink = TensorBoardSink(run="r", log_dir=tmp_path, histogram_bins=64)
+    sink.log({"actor/ratio_dist": values}, 3)
+    sink.close()
+    acc = EventAccumulator(str(tmp_path), size_guidance={"histograms": 0})
+    acc.Reload()
+    (event,) = acc.Histograms("actor/ratio_dist")
+    counts, edges = np.histogram(values, bins=64)
+    assert list(event.histogram_value.bucket) == counts.tolist()
+    assert list(event.histogram_value.bucket_limit) == edges[1:].tolist()
+
+
+def test_a_failed_write_then_a_failed_reopen_then_recovery(tmp_path, monkeypatch):
+    import errno
+    import shutil
+
+    from rl_otel.sinks.bridge import error_reason
+    from rl_otel.sinks.tfevents import EventFileWriter
+
+    log_dir = tmp_path / "tb"
+    sink = TensorBoardSink(run="r", log_dir=log_dir, flush_secs=0, reopen_secs=0)
+    sink.log({"x": 0.0}, 0)
+    real_write = EventFileWriter._write
+
+    def full(writer, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(EventFileWriter, "_write", full)
+    with pytest.raises(OSError) as failed:
+        sink.log({"x": 1.0}, 1)
+    assert error_reason(failed.value) == "disk_full"
+    monkeypatch.setattr(EventFileWriter, "_write", real_write)
+    shutil.move(str(log_dir), str(tmp_path / "kept"))
+    log_dir.write_text("not a directory")  # the new event file cannot be opened
+    with pytest.raises(OSError):
+        sink.log({"x": 2.0}, 2)
+    log_dir.unlink()
+    sink.log({"x": 3.0}, 3)  # reopened: a new file in a new directory
+    sink.close()
+    assert [s for s, _ in tensorboard_scalars(str(tmp_path / "kept"))["x"]] == [0]
+    assert [s for s, _ in tensorboard_scalars(str(log_dir))["x"]] == [3]

@@ -1,13 +1,20 @@
 """TensorBoard: one event per step holding every scalar (and a histogram per distribution).
 
 A ROLL-style tracker calls ``SummaryWriter.add_scalar`` once per key: one proto, one event and one queue hop per
-value. Here a step is one ``Summary`` with a value per key, written by TensorBoard's own ``EventFileWriter``.
-Scalars are stored as ``simple_value`` (float32), as ``add_scalar`` stores them.
+value. Here a step is one ``Summary`` with a value per key. Scalars are stored as ``simple_value`` (float32), as
+``add_scalar`` stores them; a distribution as a ``HistogramProto`` of ``histogram_bins`` equal bins, counted as
+``np.histogram`` counts them (:mod:`rl_otel.core.uniform_histogram`, at about half its cost).
 
-A full disk kills the writer's thread, and TensorBoard's writer then raises the same error on every later call,
-for good. The sink instead drops a failed writer and opens a new event file (TensorBoard reads every file of a
-directory) on the first step ``reopen_secs`` later, so mirroring resumes once space is freed; the steps in between
-are lost, each counted by the bridge (``reason="disk_full"``).
+Events go to an event file through :class:`rl_otel.sinks.tfevents.EventFileWriter`, on the bridge's worker thread
+that calls the sink (TensorBoard's own writer adds a thread and a pure-Python CRC that held the GIL for ~3 ms per
+step). Records are buffered and written out every ``flush_secs`` (checked at each step) and on ``flush()``.
+``max_queue`` (TensorBoard's pending-event queue size) is still accepted, so configurations written for earlier
+versions keep working, and unused: pending records are bounded by ``flush_secs`` and 1 MiB instead.
+
+A failed write (a full disk) leaves the event file possibly ending in a partial record. The sink drops that writer
+and opens a new event file (TensorBoard reads every file of a directory) on the first step ``reopen_secs`` later,
+so mirroring resumes once space is freed; the steps in between are lost, each counted by the bridge
+(``reason="disk_full"``).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import time
 
 import numpy as np
 
+from rl_otel.core.uniform_histogram import uniform_histogram
 from rl_otel.sinks.base import Metrics, SinkError, missing_dependency
 from rl_otel.sinks.bridge import error_reason
 
@@ -30,7 +38,6 @@ class TensorBoardSink:
         try:
             from tensorboard.compat.proto.event_pb2 import Event
             from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
-            from tensorboard.summary.writer.event_file_writer import EventFileWriter
         except ImportError as e:
             raise missing_dependency("tensorboard", "tensorboard") from e
         if log_dir is not None and logdir is not None:
@@ -42,8 +49,9 @@ class TensorBoardSink:
         self.log_dir = os.fspath(log_dir or logdir or os.path.join("runs", run))
         self._Event, self._Summary, self._Histogram = Event, Summary, HistogramProto
         self._bins = histogram_bins
-        self._open = lambda: EventFileWriter(self.log_dir, max_queue_size=max_queue, flush_secs=flush_secs,
-                                             filename_suffix=filename_suffix)
+        from rl_otel.sinks.tfevents import EventFileWriter
+
+        self._open = lambda: EventFileWriter(self.log_dir, flush_secs=flush_secs, filename_suffix=filename_suffix)
         self._reopen_secs = float(reopen_secs)
         self._failed: tuple[float, BaseException] | None = None  # when the writer broke, and why
         self._writer = self._open()
@@ -64,9 +72,13 @@ class TensorBoardSink:
             if time.monotonic() - broke_at < self._reopen_secs:  # counted under the first error's reason
                 raise SinkError(error_reason(error), f"the event file writer failed ({error}); a new one is "
                                 f"tried {self._reopen_secs:g} s after")
-            self._writer = self._open()
+            try:
+                self._writer = self._open()
+            except Exception as exc:  # the disk is still full: wait reopen_secs again
+                self._failed = (time.monotonic(), exc)
+                raise
         try:
-            self._writer.add_event(event)
+            self._writer.add_event(event.SerializeToString())
         except Exception as exc:
             self._drop_writer(exc)
             raise
@@ -75,21 +87,19 @@ class TensorBoardSink:
         writer, self._writer = self._writer, None
         self._failed = (time.monotonic(), exc)
         try:
-            writer.close()  # its thread is dead; this flushes what it can and releases the file
+            writer.close()  # releases the file; the failed write's records are lost
         except Exception:
             pass
 
     def _histogram(self, arr: np.ndarray):
-        arr = arr[np.isfinite(arr)]
-        if arr.size == 0:
+        h = uniform_histogram(arr, self._bins)
+        if h is None:
             return None
-        counts, edges = np.histogram(arr, bins=self._bins)
-        return self._Histogram(min=float(arr.min()), max=float(arr.max()), num=float(arr.size),
-                               sum=float(arr.sum()), sum_squares=float(np.dot(arr, arr)),
-                               bucket_limit=edges[1:].tolist(), bucket=counts.astype(np.float64).tolist())
+        return self._Histogram(min=h.min, max=h.max, num=float(h.num), sum=h.sum, sum_squares=h.sum_squares,
+                               bucket_limit=h.edges[1:].tolist(), bucket=h.counts.tolist())
 
     def flush(self) -> None:
-        """Block until every event is on disk (``Telemetry.flush()`` calls it on the sink's worker thread)."""
+        """Write every pending event to the file (``Telemetry.flush()`` calls it on the sink's worker thread)."""
         if self._writer is not None:
             try:
                 self._writer.flush()
