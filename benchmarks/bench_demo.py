@@ -1,6 +1,6 @@
 """End to end: the demo's PPO training step with rl_otel fully on, against the same loop with telemetry off.
 
-    python benchmarks/bench_demo.py [--steps 30] [--rounds 3] [--big]
+    python benchmarks/bench_demo.py [--steps 12] [--rounds 8] [--big]
 
 "Fully on" is what the README's main job runs: a Prometheus endpoint scraped once a second over HTTP, five
 phases a step with real onload/offload and memory snapshots, ``ppo_stats`` with 15 distributions, Trinity-style
@@ -37,8 +37,9 @@ def _scraper(url: str, stop: threading.Event, period: float = 1.0) -> None:
             pass
 
 
-def iteration_seconds(config, telemetry: bool) -> list[float]:
-    """One demo run's whole-iteration times, telemetry fully on (endpoint + scraper + TensorBoard) or off."""
+def iteration_seconds(config, telemetry: bool, logging: list[float] | None = None) -> list[float]:
+    """One demo run's whole-iteration times, telemetry fully on (endpoint + scraper + TensorBoard) or off;
+    ``logging`` collects, for the "on" run, each step's statistics + ``log()`` time (iteration minus training)."""
     import rl_otel
     from rl_otel.demo.ppo import run
 
@@ -51,29 +52,35 @@ def iteration_seconds(config, telemetry: bool) -> list[float]:
         scraper = threading.Thread(target=_scraper, args=(tel.metrics_url, stop), daemon=True)
         scraper.start()
         try:
-            return run(config, telemetry=tel).iteration_seconds[2:]
+            result = run(config, telemetry=tel)
+            if logging is not None:
+                logging.extend(i - s for i, s in zip(result.iteration_seconds[2:], result.step_seconds[2:]))
+            return result.iteration_seconds[2:]
         finally:
             stop.set()
             scraper.join()
             tel.close()
 
 
-def measure(config, rounds: int) -> tuple[float, float]:
-    """Median iteration seconds (on, off) over ``rounds`` alternating pairs of runs."""
+def measure(config, rounds: int) -> tuple[float, float, float]:
+    """Median iteration seconds (on, off) over ``rounds`` alternating pairs of short runs (a shared machine's
+    speed drifts: short alternating runs expose both sides to it alike), and the median statistics + log() time
+    of an "on" step."""
     on: list[float] = []
     off: list[float] = []
+    logging: list[float] = []
     for r in range(rounds):
         order = (True, False) if r % 2 == 0 else (False, True)
         for telemetry in order:
-            (on if telemetry else off).extend(iteration_seconds(config, telemetry))
-    return statistics.median(on), statistics.median(off)
+            (on if telemetry else off).extend(iteration_seconds(config, telemetry, logging))
+    return statistics.median(on), statistics.median(off), statistics.median(logging)
 
 
 def rows(quick: bool = False, big: bool = False, steps: int | None = None, rounds: int | None = None) -> list[Row]:
     from rl_otel.demo.ppo import DemoConfig
 
-    steps = steps or (8 if quick else 30)
-    rounds = rounds or (2 if quick else 3)
+    steps = steps or (8 if quick else 12)
+    rounds = rounds or (2 if quick else 8)
     configs = [("demo step (B=128, hidden 256)", DemoConfig(steps=steps, eval_every=5))]
     if big:
         configs.append(("demo step (B=512, hidden 1024)",
@@ -81,9 +88,11 @@ def rows(quick: bool = False, big: bool = False, steps: int | None = None, round
                                    hidden=1024)))
     out = []
     for name, config in configs:
-        on, off = measure(config, rounds)
+        on, off, logging = measure(config, rounds)
         out.append(Row(f"{name}, rl_otel fully on", on * 1e3, off * 1e3, "ms", f"overhead < {TARGET:.0%}",
                        on / off - 1 < TARGET, "the same loop, telemetry off"))
+        out.append(Row(f"{name}: ppo_stats + rollout/eval aggregation + log() in it", logging * 1e3, off * 1e3,
+                       "ms", "-", None, "the step, telemetry off"))
     return out
 
 
@@ -91,13 +100,13 @@ def main() -> None:
     from common import table
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--big", action="store_true", help="also a heavier configuration (batch 512, hidden 1024)")
     args = parser.parse_args()
     result = rows(big=args.big, steps=args.steps, rounds=args.rounds)
     print(table(result))
-    for r in result:
+    for r in result[::2]:
         print(f"{r.name}: {r.measured:.1f} ms on vs {r.baseline:.1f} ms off -> overhead {r.ratio - 1:+.2%}")
 
 
