@@ -79,7 +79,7 @@ def test_yaml_rl_otel_section_is_strict(tmp_path):
     path.write_text("rl_otel:\n  trackers: {stdout: {}}\n  trak_with: wandb\n")
     with pytest.raises(ConfigurationError, match="trak_with"):
         load_config_file(path)
-    with pytest.raises(ConfigurationError, match="cannot read"):
+    with pytest.raises(ConfigurationError, match="cannot be read"):
         load_config_file(tmp_path / "missing.yaml")
 
 

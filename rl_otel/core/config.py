@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rl_otel.core.options import check_known
 from rl_otel.errors import ConfigurationError
 from rl_otel.exporters.otlp import OtlpConfig, otlp_config
 from rl_otel.exporters.webconfig import WebConfig, load_web_config
@@ -83,9 +84,7 @@ def _prometheus(value: object, local_rank: int) -> PrometheusConfig | None:
     if not isinstance(value, Mapping):
         raise ConfigurationError(f"prometheus must be a dict like {{'host': ..., 'port': ...}}, True or False; "
                                  f"got {value!r}")
-    unknown = set(value) - set(_PROMETHEUS_KEYS)
-    if unknown:
-        raise ConfigurationError(f"unknown prometheus option(s) {sorted(unknown)}; known: {sorted(_PROMETHEUS_KEYS)}")
+    check_known("prometheus", value, _PROMETHEUS_KEYS)
     host = value.get("host", DEFAULT_HOST)
     port = value.get("port", DEFAULT_PORT)
     if not isinstance(host, str):

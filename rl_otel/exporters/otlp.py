@@ -21,6 +21,7 @@ from opentelemetry.sdk.metrics.export import (Metric, MetricExporter, MetricExpo
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from rl_otel.core.options import check_known
 from rl_otel.errors import ConfigurationError
 
 _log = logging.getLogger("rl_otel")
@@ -66,9 +67,7 @@ def otlp_config(value: object) -> OtlpConfig | None:
     if not isinstance(value, Mapping):
         raise ConfigurationError(f"otlp must be None, an endpoint like 'http://collector:4318' or a dict like "
                                  f"{{'endpoint': ..., 'interval_s': 10}}; got {value!r}")
-    unknown = set(value) - set(_KEYS)
-    if unknown:
-        raise ConfigurationError(f"unknown otlp option(s) {sorted(unknown)}; known: {sorted(_KEYS)}")
+    check_known("otlp", value, _KEYS)
     endpoint = value.get("endpoint")
     if not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://")):
         raise ConfigurationError(f"otlp endpoint must be the collector's OTLP/HTTP base URL like "

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl_otel.core.options import read_yaml
 from rl_otel.errors import ConfigurationError
 
 _TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
@@ -230,15 +231,8 @@ def _users(users: Mapping[str, Any]) -> dict[str, bytes]:
 
 def load_web_config(path: str | os.PathLike) -> WebConfig:
     """Read and check an exporter-toolkit web-config file; raise ConfigurationError naming what is wrong."""
-    import yaml
-
     file = Path(os.fspath(path)).expanduser()
-    try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigurationError(f"prometheus web_config_file {str(file)!r} cannot be read: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigurationError(f"prometheus web_config_file {str(file)!r} is not valid YAML: {exc}") from exc
+    raw = read_yaml("prometheus web_config_file", file)
     doc = _mapping("the file", raw)
     unknown = set(doc) - {"tls_server_config", "http_server_config", "basic_auth_users"}
     if unknown:

@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import INVALID_SPAN_ID, INVALID_TRACE_ID
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from rl_otel.core.options import check_known
 from rl_otel.errors import ConfigurationError
 
 _EXPORTERS = ("console", "jsonl", "otlp")
@@ -49,10 +50,7 @@ def tracing_config(value: object) -> TracingConfig | None:
     if not isinstance(value, Mapping):
         raise ConfigurationError(f"tracing must be None, 'console', a dict like {{'exporter': 'jsonl', 'path': ...}}"
                                  f" or a SpanExporter; got {value!r}")
-    unknown = set(value) - {"exporter", "path", "endpoint", "protocol"}
-    if unknown:
-        raise ConfigurationError(f"unknown tracing option(s) {sorted(unknown)}; known: "
-                                 "['endpoint', 'exporter', 'path', 'protocol']")
+    check_known("tracing", value, ("endpoint", "exporter", "path", "protocol"))
     exporter = value.get("exporter")
     if isinstance(exporter, SpanExporter):
         return TracingConfig(exporter=exporter)

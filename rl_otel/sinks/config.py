@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl_otel.core.options import read_yaml
 from rl_otel.errors import ConfigurationError
 from rl_otel.sinks.base import registered_sinks
 
@@ -164,15 +165,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     the known keys are picked from the top level and the rest is ignored, so a ROLL pipeline YAML works as it is
     (its ``exp_name`` names the run when ``run`` is absent).
     """
-    import yaml
-
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigurationError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+    data = read_yaml("config file", path)
     if data is None:
         return {}
     if not isinstance(data, Mapping):

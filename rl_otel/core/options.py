@@ -1,0 +1,30 @@
+"""Checks shared by every option dict and configuration file rl_otel reads: one wording for one kind of mistake."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from rl_otel.errors import ConfigurationError
+
+
+def check_known(what: str, options: Mapping[str, Any], known: Collection[str]) -> None:
+    """Raise ConfigurationError naming the keys of ``options`` that are not ``known`` (a typo must not pass)."""
+    unknown = set(options) - set(known)
+    if unknown:
+        raise ConfigurationError(f"unknown {what} option(s) {sorted(unknown)}; known: {sorted(known)}")
+
+
+def read_yaml(what: str, path: str | os.PathLike) -> Any:
+    """The YAML document at ``path``; ConfigurationError saying which file ``what`` could not be read or parsed."""
+    import yaml
+
+    file = Path(os.fspath(path)).expanduser()
+    try:
+        return yaml.safe_load(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigurationError(f"{what} {str(file)!r} cannot be read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"{what} {str(file)!r} is not valid YAML: {exc}") from None
