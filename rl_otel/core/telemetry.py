@@ -34,6 +34,10 @@ from rl_otel.sinks.bridge import Bridge, NullBridge
 _log = logging.getLogger("rl_otel")
 _WARN_LIMIT = 10_000  # distinct (what, key) pairs remembered for warn-once
 _WARN_CHARS = 500
+# close() in this order: (step, attribute, method); the step names the reason label of a failed step
+_CLOSE_STEPS = (("signals", "_signals", "uninstall"), ("live", "_live", "close"), ("trackers", "_bridge", "close"),
+                ("targets_file", "_targets", "close"), ("endpoint", "_endpoint", "close"),
+                ("meter_provider", "_meter_provider", "shutdown"), ("tracer_provider", "_tracer_provider", "shutdown"))
 
 
 class Telemetry:
@@ -200,23 +204,26 @@ class Telemetry:
         return self._bridge.flush(timeout_s)
 
     def close(self) -> None:
-        """Flush and close the trackers (bounded by ``close_timeout_s``), stop serving. Idempotent."""
+        """Flush and close the trackers (bounded by ``close_timeout_s``), stop serving. Idempotent; never raises.
+
+        Each step runs on its own (the OTel SDK's ``shutdown`` can raise): a step that fails is counted in
+        ``rl_telemetry_errors_total{sink="close",reason=<step>}`` and logged once, and the later steps still run,
+        so one failure leaves no port, file or thread behind. Tolerates a partially built object (``__init__``
+        calls it when a later step fails)."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
-        if self._signals is not None:
-            self._signals.uninstall()
-        if self._live is not None:
-            self._live.close()
-        self._bridge.close()
-        if self._targets is not None:
-            self._targets.close()
-        if self._endpoint is not None:
-            self._endpoint.close()
-        if self._meter_provider is not None:
-            self._meter_provider.shutdown()
-        self._tracer_provider.shutdown()
+        for step, attr, method in _CLOSE_STEPS:
+            resource = getattr(self, attr, None)
+            if resource is None:
+                continue
+            try:
+                getattr(resource, method)()
+            except Exception as exc:
+                self._count_error("close", step)
+                self._warn_once("close", step, f"rl_otel: closing {step} failed ({type(exc).__name__}: {exc}); "
+                                               "the other parts are closed")
 
     def __enter__(self) -> Telemetry:
         return self
