@@ -267,3 +267,19 @@ def test_a_failing_close_step_is_counted_and_the_later_steps_still_run(caplog):
     errors = tel_errors(t)
     assert errors[("close", "live")] == 1 and errors[("close", "meter_provider")] == 1
     assert "closing meter_provider failed (RuntimeError: shutdown exploded)" in caplog.text
+
+
+def test_a_failing_init_step_closes_what_was_already_built(tmp_path, monkeypatch):
+    import rl_otel.core.telemetry as telemetry_module
+
+    def broken_live_gauges(*args, **kwargs):
+        raise RuntimeError("live gauges exploded")
+
+    # a step after the tracer provider (jsonl file + span thread) and the metric readers, before the endpoint
+    monkeypatch.setattr(telemetry_module, "LiveGauges", broken_live_gauges)
+    threads_before = set(threading.enumerate())
+    with pytest.raises(RuntimeError, match="live gauges exploded"):
+        rl_otel.init(run="test", prometheus={"host": "127.0.0.1", "port": 0},
+                     tracing={"exporter": "jsonl", "path": str(tmp_path / "spans.jsonl")}, handle_sigterm=False)
+    left = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+    assert left == []  # the tracer provider's span thread was shut down, not leaked
