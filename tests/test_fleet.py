@@ -126,6 +126,18 @@ def test_file_sd_close_leaves_a_successor_file_alone(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_file_sd_close_leaves_a_successor_file_with_the_same_bytes_alone(tmp_path):
+    from rl_otel.exporters.file_sd import TargetsFile
+
+    path = tmp_path / "rl_otel-r-rank1.json"
+    old = TargetsFile(path, "node-1:9464", {"run": "r", "rank": "1"})
+    restarted = TargetsFile(path, "node-1:9464", {"run": "r", "rank": "1"})  # same host, port, run, rank
+    old.close()  # the old process's late close: the file is the restarted rank's now
+    assert json.loads(path.read_text()) == [{"targets": ["node-1:9464"], "labels": {"run": "r", "rank": "1"}}]
+    restarted.close()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_unwritable_file_sd_is_a_configuration_error_and_the_endpoint_is_closed(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory\n")

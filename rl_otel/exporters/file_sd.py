@@ -48,7 +48,9 @@ class TargetsFile:
         except OSError as exc:
             raise ConfigurationError(f"prometheus.file_sd targets file {path} cannot be written: "
                                      f"{exc.strerror or exc}") from exc
-        self._written = path.read_bytes()
+        # the file this process wrote, by identity: a restarted rank writing the very same bytes still makes a
+        # new file (os.replace), which close() must leave alone
+        self._identity = _identity(path)
         self._closed = False
 
     def _write(self, text: str) -> None:
@@ -73,10 +75,15 @@ class TargetsFile:
             return
         self._closed = True
         try:
-            if self.path.read_bytes() == self._written:
+            if _identity(self.path) == self._identity:
                 self.path.unlink()
         except OSError as exc:
             _log.debug("rl_otel: targets file %s not removed: %s", self.path, exc)
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
 
 
 def _yaml(groups: list[dict]) -> str:
