@@ -140,6 +140,17 @@ def test_close_is_idempotent_and_log_after_close_is_ignored(tmp_path):
     assert [s for s, _ in rec.steps] == [0] and rec.closed
 
 
+def test_flush_after_close_reports_done_instead_of_waiting_for_the_timeout():
+    Recorder.instances.clear()
+    tel = rl_otel.init(prometheus=False, trackers=["recorder"], handle_sigterm=False, close_timeout_s=600)
+    tel.log({"a": 1.0}, step=0)
+    tel.close()
+    (rec,) = Recorder.instances
+    # the worker has ended; nothing is left queued, so the flush is done (it used to wait 600 s, then say False)
+    assert tel.flush(timeout_s=0.5) is True
+    assert [s for s, _ in rec.steps] == [0] and rec.closed
+
+
 def test_sigterm_flushes_every_finished_step(tmp_path):
     code = """
         import os, signal, time, rl_otel

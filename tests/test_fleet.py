@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -123,6 +124,31 @@ def test_file_sd_close_leaves_a_successor_file_alone(tmp_path):
     assert json.loads(path.read_text())[0]["targets"] == [f"127.0.0.1:{port_of(second)}"]
     second.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_file_sd_close_leaves_a_successor_file_with_the_same_bytes_alone(tmp_path):
+    from rl_otel.exporters.file_sd import TargetsFile
+
+    path = tmp_path / "rl_otel-r-rank1.json"
+    old = TargetsFile(path, "node-1:9464", {"run": "r", "rank": "1"})
+    restarted = TargetsFile(path, "node-1:9464", {"run": "r", "rank": "1"})  # same host, port, run, rank
+    old.close()  # the old process's late close: the file is the restarted rank's now
+    assert json.loads(path.read_text()) == [{"targets": ["node-1:9464"], "labels": {"run": "r", "rank": "1"}}]
+    restarted.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unwritable_file_sd_is_a_configuration_error_and_the_endpoint_is_closed(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory\n")
+    sd = blocker / "targets"  # cannot be created, even by root
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConfigurationError, match=f"file_sd targets file {re.escape(str(sd))}.*cannot be written.*Not a directory"):
+        rl_otel.init(run="r", prometheus={"host": "127.0.0.1", "port": port, "file_sd": str(sd)})
+    with rl_otel.init(run="r", prometheus={"host": "127.0.0.1", "port": port}) as tel:  # the port was released
+        assert port_of(tel) == port
 
 
 def start_ranks(run: str, sd: Path) -> list[subprocess.Popen]:

@@ -242,3 +242,44 @@ def test_histogram_values_ignore_nan_and_count_it(tel):
     tel.log({"env/reward_dist": np.array([0.5, np.nan, 1.5])}, step=0)
     assert value(tel, "rl_env_reward_dist_bucket", le="+Inf") == 2
     assert value(tel, "rl_telemetry_errors_total", sink="input", reason="non_finite_in_distribution") == 1
+
+
+def test_a_failing_close_step_is_counted_and_the_later_steps_still_run(caplog):
+    from tests._sinks import Recorder, tel_errors
+
+    Recorder.instances.clear()
+    t = rl_otel.init(run="test", prometheus={"host": "127.0.0.1", "port": 0}, trackers=["recorder"],
+                     tracing={"exporter": "console"}, handle_sigterm=False)
+    url = t.metrics_url
+
+    def fail():
+        raise RuntimeError("shutdown exploded")
+
+    t._live.close = fail  # the first resource closed, and the SDK's MeterProvider.shutdown, raise
+    t._meter_provider.shutdown = fail
+    with caplog.at_level(logging.WARNING, logger="rl_otel"):
+        t.close()  # never raises
+    (rec,) = Recorder.instances
+    assert rec.closed  # the steps after the failing ones ran: trackers closed, endpoint stopped
+    with pytest.raises(OSError):
+        scrape(url)
+    assert t.tracer_provider._atexit_handler is None  # the tracer provider was shut down, after the meter provider
+    errors = tel_errors(t)
+    assert errors[("close", "live")] == 1 and errors[("close", "meter_provider")] == 1
+    assert "closing meter_provider failed (RuntimeError: shutdown exploded)" in caplog.text
+
+
+def test_a_failing_init_step_closes_what_was_already_built(tmp_path, monkeypatch):
+    import rl_otel.core.telemetry as telemetry_module
+
+    def broken_live_gauges(*args, **kwargs):
+        raise RuntimeError("live gauges exploded")
+
+    # a step after the tracer provider (jsonl file + span thread) and the metric readers, before the endpoint
+    monkeypatch.setattr(telemetry_module, "LiveGauges", broken_live_gauges)
+    threads_before = set(threading.enumerate())
+    with pytest.raises(RuntimeError, match="live gauges exploded"):
+        rl_otel.init(run="test", prometheus={"host": "127.0.0.1", "port": 0},
+                     tracing={"exporter": "jsonl", "path": str(tmp_path / "spans.jsonl")}, handle_sigterm=False)
+    left = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+    assert left == []  # the tracer provider's span thread was shut down, not leaked

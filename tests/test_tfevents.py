@@ -113,3 +113,26 @@ def test_a_failed_write_breaks_the_writer_for_good(tmp_path, monkeypatch):
         writer.add_event(Event(step=2).SerializeToString())
     writer.close()  # releases the file without writing
     assert writer._file.closed
+
+
+def test_a_failed_header_write_leaves_no_file_and_no_open_handle(tmp_path, monkeypatch):
+    def write(self, data):
+        raise OSError(28, "No space left on device")
+
+    def open_here() -> list[str]:
+        fds = "/proc/self/fd"
+        found = []
+        for fd in os.listdir(fds):
+            try:
+                target = os.readlink(os.path.join(fds, fd))
+            except OSError:  # the listing's own descriptor, already closed
+                continue
+            if target.startswith(str(tmp_path)):
+                found.append(target)
+        return found
+
+    monkeypatch.setattr(EventFileWriter, "_write", write)
+    for _ in range(3):  # each reopen attempt of the sink
+        with pytest.raises(OSError, match="No space left"):
+            EventFileWriter(str(tmp_path))
+    assert os.listdir(tmp_path) == [] and open_here() == []

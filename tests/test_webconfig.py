@@ -99,6 +99,17 @@ def test_client_allowed_sans(tmp_path, pki):
         assert ok.status_code == 200
 
 
+def test_client_allowed_sans_with_non_ascii_names_compare_without_raising():
+    from rl_otel.exporters.webconfig import WebConfig
+
+    config = WebConfig(path="web.yml", allowed_sans=frozenset({"nœud-7.cluster", "prometheus.test"}))
+    assert config.san_allowed({"subjectAltName": (("DNS", "nœud-7.cluster"),)}) is True
+    assert config.san_allowed({"subjectAltName": (("DNS", "prometheus.test"),)}) is True
+    assert config.san_allowed({"subjectAltName": (("DNS", "nœud-8.cluster"), ("URI", "spiffe://ü"),
+                                                  ("DirName", ((("commonName", "nœud-7.cluster"),),)))}) is False
+    assert config.san_allowed(None) is False
+
+
 def test_basic_auth_over_tls(tmp_path, pki, hashed):
     path = web_config(tmp_path, {"tls_server_config": {"cert_file": str(pki.server_cert),
                                                        "key_file": str(pki.server_key)},

@@ -14,6 +14,7 @@ from opentelemetry.metrics import Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics._internal.exemplar import AlwaysOffExemplarFilter
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
 
 from rl_otel._version import __version__
 from rl_otel.catalog import Catalog, Kind, live, meta
@@ -34,6 +35,10 @@ from rl_otel.sinks.bridge import Bridge, NullBridge
 _log = logging.getLogger("rl_otel")
 _WARN_LIMIT = 10_000  # distinct (what, key) pairs remembered for warn-once
 _WARN_CHARS = 500
+# close() in this order: (step, attribute, method); the step names the reason label of a failed step
+_CLOSE_STEPS = (("signals", "_signals", "uninstall"), ("live", "_live", "close"), ("trackers", "_bridge", "close"),
+                ("targets_file", "_targets", "close"), ("endpoint", "_endpoint", "close"),
+                ("meter_provider", "_meter_provider", "shutdown"), ("tracer_provider", "_tracer_provider", "shutdown"))
 
 
 class Telemetry:
@@ -63,58 +68,23 @@ class Telemetry:
             "rl.run": config.run, "rl.rank": config.rank, "rl.role": config.role,
             "rl.local_rank": config.local_rank, "rl.world_size": config.world_size,
         })
+        # every resource close() looks at exists (None) before the first is created, so that a failure in any
+        # later step can close what was built so far: no jsonl file, span thread, endpoint or reader left behind
         self._endpoint: ScrapeEndpoint | None = None
         self._meter_provider: MeterProvider | None = None
-        self._tracer_provider = build_tracer_provider(config.tracing, self.resource)
+        self._tracer_provider: TracerProvider | None = None
         self._phase_lock = threading.Lock()
         self._phase_metrics: dict[str, float] = {}
-        cpu = CpuProbe()
-        self._phases = PhaseRuntime(
-            tracer=self._tracer_provider.get_tracer("rl_otel", __version__), rank=config.rank, gpu=GpuProbe(),
-            cpu=cpu, next_step=lambda: 0 if self._step is None else self._step + 1, record=self._record_phase,
-            fail=self._phase_failed)
         self._live: LiveGauges | None = None
         self._targets: TargetsFile | None = None
         self._bridge: Bridge | NullBridge = NullBridge()
         self._signals: SignalFlush | None = None
-        readers = []
-        registry = None
         self._scrape_registry: ScrapeRegistry | None = None  # what /metrics renders (benchmarks render it directly)
-        if config.prometheus is not None:
-            registry = ScrapeRegistry(on_duplicate=lambda name: self._count_error("prometheus", "duplicate_family"),
-                                      store=self._store,
-                                      on_error=lambda reason: self._count_error("prometheus", reason))
-            readers.append(PrometheusMetricReader(disable_target_info=False, scope_info_enabled=False,
-                                                  registry=registry))
-            self._scrape_registry = registry
-        if config.otlp is not None:
-            readers.append(otlp.metric_reader(config.otlp, self._store.collect, self.resource,
-                                              on_error=lambda reason: self._count_error("otlp", reason)))
-            if config.otlp.traces:
-                self._tracer_provider.add_span_processor(otlp.span_processor(config.otlp))
-        if readers:
-            self._meter_provider = MeterProvider(resource=self.resource, metric_readers=readers,
-                                                 exemplar_filter=AlwaysOffExemplarFilter())
-            # An SDK instrument of our own keeps every collection flowing through the readers (the SDK skips
-            # readers when it has no data of its own), and is the conventional build-info series.
-            info_attrs = {"run": config.run, "rank": str(config.rank), "version": __version__}
-            self._meter_provider.get_meter("rl_otel", __version__).create_observable_gauge(
-                meta.BUILD_INFO.name, callbacks=[lambda _options: [Observation(1, info_attrs)]],
-                unit=meta.BUILD_INFO.unit, description=meta.BUILD_INFO.description)
-            self._live = LiveGauges(self._store.add_collector, cpu, lambda reason: self._count_error("live", reason))
-        if registry is not None and config.prometheus is not None:
-            try:
-                self._serve(registry, config.prometheus)
-            except BaseException:
-                self.close()
-                raise
         try:
-            self._bridge = self._start_bridge()
+            self._start(config)
         except BaseException:
             self.close()
             raise
-        if config.handle_sigterm and self._bridge.active:  # with nothing buffered there is nothing to write
-            self._signals = SignalFlush(on_term=self.close, on_int=self.flush, timeout_s=config.close_timeout_s)
 
     # -- public surface -------------------------------------------------------------------------------------
 
@@ -200,23 +170,26 @@ class Telemetry:
         return self._bridge.flush(timeout_s)
 
     def close(self) -> None:
-        """Flush and close the trackers (bounded by ``close_timeout_s``), stop serving. Idempotent."""
+        """Flush and close the trackers (bounded by ``close_timeout_s``), stop serving. Idempotent; never raises.
+
+        Each step runs on its own (the OTel SDK's ``shutdown`` can raise): a step that fails is counted in
+        ``rl_telemetry_errors_total{sink="close",reason=<step>}`` and logged once, and the later steps still run,
+        so one failure leaves no port, file or thread behind. Tolerates a partially built object (``__init__``
+        calls it when a later step fails)."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
-        if self._signals is not None:
-            self._signals.uninstall()
-        if self._live is not None:
-            self._live.close()
-        self._bridge.close()
-        if self._targets is not None:
-            self._targets.close()
-        if self._endpoint is not None:
-            self._endpoint.close()
-        if self._meter_provider is not None:
-            self._meter_provider.shutdown()
-        self._tracer_provider.shutdown()
+        for step, attr, method in _CLOSE_STEPS:
+            resource = getattr(self, attr, None)
+            if resource is None:
+                continue
+            try:
+                getattr(resource, method)()
+            except Exception as exc:
+                self._count_error("close", step)
+                self._warn_once("close", step, f"rl_otel: closing {step} failed ({type(exc).__name__}: {exc}); "
+                                               "the other parts are closed")
 
     def __enter__(self) -> Telemetry:
         return self
@@ -225,6 +198,44 @@ class Telemetry:
         self.close()
 
     # -- internals ------------------------------------------------------------------------------------------
+
+    def _start(self, config: TelemetryConfig) -> None:
+        """The steps of ``__init__`` that create resources (threads, files, sockets), in order."""
+        self._tracer_provider = build_tracer_provider(config.tracing, self.resource)
+        cpu = CpuProbe()
+        self._phases = PhaseRuntime(
+            tracer=self._tracer_provider.get_tracer("rl_otel", __version__), rank=config.rank, gpu=GpuProbe(),
+            cpu=cpu, next_step=lambda: 0 if self._step is None else self._step + 1, record=self._record_phase,
+            fail=self._phase_failed)
+        readers = []
+        registry = None
+        if config.prometheus is not None:
+            registry = ScrapeRegistry(on_duplicate=lambda name: self._count_error("prometheus", "duplicate_family"),
+                                      store=self._store,
+                                      on_error=lambda reason: self._count_error("prometheus", reason))
+            readers.append(PrometheusMetricReader(disable_target_info=False, scope_info_enabled=False,
+                                                  registry=registry))
+            self._scrape_registry = registry
+        if config.otlp is not None:
+            readers.append(otlp.metric_reader(config.otlp, self._store.collect, self.resource,
+                                              on_error=lambda reason: self._count_error("otlp", reason)))
+            if config.otlp.traces:
+                self._tracer_provider.add_span_processor(otlp.span_processor(config.otlp))
+        if readers:
+            self._meter_provider = MeterProvider(resource=self.resource, metric_readers=readers,
+                                                 exemplar_filter=AlwaysOffExemplarFilter())
+            # An SDK instrument of our own keeps every collection flowing through the readers (the SDK skips
+            # readers when it has no data of its own), and is the conventional build-info series.
+            info_attrs = {"run": config.run, "rank": str(config.rank), "version": __version__}
+            self._meter_provider.get_meter("rl_otel", __version__).create_observable_gauge(
+                meta.BUILD_INFO.name, callbacks=[lambda _options: [Observation(1, info_attrs)]],
+                unit=meta.BUILD_INFO.unit, description=meta.BUILD_INFO.description)
+            self._live = LiveGauges(self._store.add_collector, cpu, lambda reason: self._count_error("live", reason))
+        if registry is not None and config.prometheus is not None:
+            self._serve(registry, config.prometheus)
+        self._bridge = self._start_bridge()
+        if config.handle_sigterm and self._bridge.active:  # with nothing buffered there is nothing to write
+            self._signals = SignalFlush(on_term=self.close, on_int=self.flush, timeout_s=config.close_timeout_s)
 
     def _serve(self, registry: ScrapeRegistry, prom: PrometheusConfig) -> None:
         """Start the scrape endpoint and, when asked, publish it in a file_sd targets file."""

@@ -17,6 +17,8 @@ import re
 import tempfile
 from pathlib import Path
 
+from rl_otel.errors import ConfigurationError
+
 _log = logging.getLogger("rl_otel")
 _SUFFIXES = (".json", ".yml", ".yaml")
 
@@ -35,10 +37,26 @@ class TargetsFile:
     """The targets file of one endpoint; written at construction, removed by the idempotent ``close()``."""
 
     def __init__(self, path: Path, target: str, labels: dict[str, str]) -> None:
+        """Raises :class:`ConfigurationError` naming the file when it cannot be written (read-only directory, no
+        permission, a file where a directory should be): ``init()`` fails with a configuration error, not a bare
+        ``OSError``."""
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
         groups = [{"targets": [target], "labels": labels}]
         text = json.dumps(groups, indent=2) + "\n" if path.suffix == ".json" else _yaml(groups)
+        try:
+            self._write(text)
+        except OSError as exc:
+            raise ConfigurationError(f"prometheus.file_sd targets file {path} cannot be written: "
+                                     f"{exc.strerror or exc}") from exc
+        # the file this process wrote, by identity: a restarted rank writing the very same bytes still makes a
+        # new file (os.replace), which close() must leave alone
+        self._identity = _identity(path)
+        self._closed = False
+
+    def _write(self, text: str) -> None:
+        """Write ``text`` to a temporary file beside the target, then ``os.replace`` it: never half a file."""
+        path = self.path
+        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -50,8 +68,6 @@ class TargetsFile:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self._written = path.read_bytes()
-        self._closed = False
 
     def close(self) -> None:
         """Remove the file, unless another process has replaced it since (a restarted rank owns it now)."""
@@ -59,10 +75,15 @@ class TargetsFile:
             return
         self._closed = True
         try:
-            if self.path.read_bytes() == self._written:
+            if _identity(self.path) == self._identity:
                 self.path.unlink()
         except OSError as exc:
             _log.debug("rl_otel: targets file %s not removed: %s", self.path, exc)
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
 
 
 def _yaml(groups: list[dict]) -> str:

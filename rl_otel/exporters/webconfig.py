@@ -135,8 +135,10 @@ class WebConfig:
         """The toolkit's ``client_allowed_sans``: a verified client must present one of these SANs."""
         if not self.allowed_sans:
             return True
-        sans = {value for _kind, value in (peer_cert or {}).get("subjectAltName", ())}
-        return any(hmac.compare_digest(a, b) for a in sans for b in self.allowed_sans)
+        # UTF-8 bytes: compare_digest refuses str with non-ASCII characters (TypeError); a DirName SAN is a tuple
+        sans = {value.encode() for _kind, value in (peer_cert or {}).get("subjectAltName", ())
+                if isinstance(value, str)}
+        return any(hmac.compare_digest(a, b.encode()) for a in sans for b in self.allowed_sans)
 
 
 def _mapping(where: str, value: object) -> Mapping[str, Any]:

@@ -53,6 +53,7 @@ class _Worker:
         self._busy = False
         self._flush_wanted = False
         self._closing = False
+        self._ended = False  # the worker has left _run: nobody will ever clear _flush_wanted again
         self._on_error = on_error
         self.thread = threading.Thread(target=self._run, name=f"rl_otel-sink-{name}", daemon=True)
         self.thread.start()
@@ -75,6 +76,14 @@ class _Worker:
             self._on_error(self.name, "queue_full", None)
 
     def _run(self) -> None:
+        try:
+            self._work()
+        finally:
+            with self._cond:
+                self._ended = True
+                self._cond.notify_all()
+
+    def _work(self) -> None:
         while True:
             with self._cond:
                 while not (self._items or self._closing or self._flush_wanted):
@@ -104,12 +113,14 @@ class _Worker:
 
     def flush(self, deadline: float) -> bool:
         """Wait until every queued step is handed to the sink and the sink's own ``flush()`` (if it has one: a
-        writer with a buffer of its own, like TensorBoard's) has run after them."""
+        writer with a buffer of its own, like TensorBoard's) has run after them. Once the worker has ended (after
+        ``close()``) nobody is left to wait for: done if nothing is left queued."""
         with self._cond:
             self._flush_wanted = True
             self._cond.notify_all()
-            return self._cond.wait_for(lambda: not (self._items or self._busy or self._flush_wanted),
+            done = self._cond.wait_for(lambda: self._ended or not (self._items or self._busy or self._flush_wanted),
                                        timeout=max(0.0, deadline - time.monotonic()))
+            return done and not self._items
 
     def begin_close(self) -> None:
         """Stop taking steps; the worker writes what is queued, closes its sink and ends."""

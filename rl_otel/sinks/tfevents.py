@@ -12,6 +12,7 @@ framing (``<Q`` data length, masked CRC32C of those 8 bytes, the data, masked CR
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import socket
@@ -80,8 +81,15 @@ class EventFileWriter:
         self._pending_bytes = 0
         self._broken: BaseException | None = None
         self._last_flush = time.monotonic()
-        self.add_event(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
-        self.flush()
+        try:
+            self.add_event(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+            self.flush()
+        except BaseException:
+            # the header did not reach the disk (disk full): no handle and no empty file per reopen attempt
+            self._file.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            raise
 
     def add_event(self, event: bytes) -> None:
         """Queue one serialized ``Event``; write out what is pending if a flush is due."""
