@@ -151,6 +151,8 @@ class Telemetry:
     def take_phase_metrics(self) -> dict[str, float]:
         """Like :meth:`pending_phase_metrics`, and clear them: the tracker bridge merges these into the dict it
         mirrors at its next ``log()`` (Prometheus already has them; ``log()`` does not write them again)."""
+        if not self._phase_metrics:  # most steps: no lock, no copy (a phase ending now is taken next step)
+            return {}
         with self._phase_lock:
             taken, self._phase_metrics = self._phase_metrics, {}
         return taken
