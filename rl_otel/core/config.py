@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rl_otel.core.options import check_known
+from rl_otel.core.options import boolean, check_known, positive_seconds
 from rl_otel.errors import ConfigurationError
 from rl_otel.exporters.otlp import OtlpConfig, otlp_config
 from rl_otel.exporters.webconfig import WebConfig, load_web_config
@@ -64,18 +64,6 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
-def _bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigurationError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
-def _positive_seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
 def _prometheus(value: object, local_rank: int) -> PrometheusConfig | None:
     if value is None or value is False:
         return None
@@ -91,7 +79,7 @@ def _prometheus(value: object, local_rank: int) -> PrometheusConfig | None:
         raise ConfigurationError(f"prometheus host must be a str, got {host!r}")
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ConfigurationError(f"prometheus port must be an int in 0..65535 (0 = a free port), got {port!r}")
-    if _bool("prometheus add_local_rank", value.get("add_local_rank", False)):
+    if boolean("prometheus add_local_rank", value.get("add_local_rank", False)):
         if port == 0:
             raise ConfigurationError("prometheus add_local_rank needs a base port, got port 0 (port 0 is a free "
                                      "port for every rank already)")
@@ -155,9 +143,9 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
         tracing=tracing_config(tracing),
         trackers=normalize_trackers(track_with, tracker_kwargs, trackers),
         tracker_ranks=check_tracker_ranks(tracker_ranks),
-        handle_sigterm=_bool("handle_sigterm", handle_sigterm),
+        handle_sigterm=boolean("handle_sigterm", handle_sigterm),
         sink_queue_size=_positive_int("sink_queue_size", sink_queue_size),
-        close_timeout_s=_positive_seconds("close_timeout_s", close_timeout_s),
+        close_timeout_s=positive_seconds("close_timeout_s", close_timeout_s),
         otlp=otlp_config(otlp),
         local_rank=env.local_rank,
         world_size=env.world_size,

@@ -17,6 +17,20 @@ def check_known(what: str, options: Mapping[str, Any], known: Collection[str]) -
         raise ConfigurationError(f"unknown {what} option(s) {sorted(unknown)}; known: {sorted(known)}")
 
 
+def boolean(name: str, value: object) -> bool:
+    """``value`` if it is True or False (not 0/1, not "yes"): ConfigurationError naming ``name`` otherwise."""
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def positive_seconds(name: str, value: object) -> float:
+    """``value`` as a float number of seconds > 0; ConfigurationError naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
 def read_yaml(what: str, path: str | os.PathLike) -> Any:
     """The YAML document at ``path``; ConfigurationError saying which file ``what`` could not be read or parsed."""
     import yaml

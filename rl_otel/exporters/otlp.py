@@ -21,7 +21,7 @@ from opentelemetry.sdk.metrics.export import (Metric, MetricExporter, MetricExpo
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from rl_otel.core.options import check_known
+from rl_otel.core.options import boolean, check_known, positive_seconds
 from rl_otel.errors import ConfigurationError
 
 _log = logging.getLogger("rl_otel")
@@ -52,12 +52,6 @@ class OtlpConfig:
         return f"{self.endpoint.rstrip('/')}/v1/{signal}"
 
 
-def _seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigurationError(f"otlp {name} must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
 def otlp_config(value: object) -> OtlpConfig | None:
     """Check ``init(otlp=...)``: ``None``/``False`` (no push), an endpoint str, or a dict of options."""
     if value is None or value is False:
@@ -76,16 +70,15 @@ def otlp_config(value: object) -> OtlpConfig | None:
     if not isinstance(headers, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
                                                    for k, v in headers.items()):
         raise ConfigurationError(f"otlp headers must be a dict of str to str, got {headers!r}")
-    traces = value.get("traces", True)
-    if not isinstance(traces, bool):
-        raise ConfigurationError(f"otlp traces must be True or False, got {traces!r}")
+    traces = boolean("otlp traces", value.get("traces", True))
     try:
         import opentelemetry.exporter.otlp.proto.http  # noqa: F401
     except ImportError as exc:
         raise ConfigurationError("otlp needs the OTLP exporter: pip install 'rl-otel[otlp]' "
                                  "(opentelemetry-exporter-otlp-proto-http)") from exc
-    return OtlpConfig(endpoint=endpoint, interval_s=_seconds("interval_s", value.get("interval_s", 10.0)),
-                      timeout_s=_seconds("timeout_s", value.get("timeout_s", 10.0)),
+    return OtlpConfig(endpoint=endpoint,
+                      interval_s=positive_seconds("otlp interval_s", value.get("interval_s", 10.0)),
+                      timeout_s=positive_seconds("otlp timeout_s", value.get("timeout_s", 10.0)),
                       headers=tuple(headers.items()), traces=traces)
 
 

@@ -1,6 +1,6 @@
 """The Prometheus scrape endpoint, built on opentelemetry-exporter-prometheus with its pitfalls designed out.
 
-- rl_otel's series (the store) are rendered with every scrape, so NaN/Inf reach Prometheus;
+- rl_otel's series come from its own store, not the SDK's aggregation, so NaN/Inf reach Prometheus;
 - no ``otel_scope_*`` labels (``scope_info_enabled=False``); explicit histogram buckets come from the catalog;
 - scrapes are serialized: the stock collector pops a shared deque, and two concurrent scrapes could each
   see half of the data;

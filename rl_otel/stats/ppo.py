@@ -272,18 +272,14 @@ def _compute(*, inputs: dict[str, torch.Tensor | None], clip_low: float, clip_hi
             out.put("ppo/policy/advantages_mean", sel.mean(adv))
             dist("ppo/policy/advantages", adv, True)
     ret, val, vpr = tok("returns"), tok("values"), tok("vpreds")
-    if ret is not None:
+    for x, roll_prefix, trl_prefix in ((ret, "critic/returns", "ppo/returns"), (val, "critic/values", "ppo/val")):
+        if x is None:
+            continue
         if roll:
-            family("critic/returns", ret)
+            family(roll_prefix, x)
         if trl:
-            out.put("ppo/returns/mean", sel.mean(ret))
-            out.put("ppo/returns/var", sel.var(ret, unbiased=True))
-    if val is not None:
-        if roll:
-            family("critic/values", val)
-        if trl:
-            out.put("ppo/val/mean", sel.mean(val))
-            out.put("ppo/val/var", sel.var(val, unbiased=True))
+            out.put(f"{trl_prefix}/mean", sel.mean(x))
+            out.put(f"{trl_prefix}/var", sel.var(x, unbiased=True))
     if vpr is not None:
         if roll:
             out.put("critic/vpred", sel.mean(vpr))
