@@ -48,6 +48,7 @@ def init(
     tracker_ranks: int | list[int] | str = _Default(0),  # type: ignore[assignment]
     handle_sigterm: bool = _Default(True),  # type: ignore[assignment]
     sink_queue_size: int = _Default(64),  # type: ignore[assignment]
+    submit_queue_size: int = _Default(4),  # type: ignore[assignment]
     close_timeout_s: float = _Default(10.0),  # type: ignore[assignment]
     tracing: Any = _Default(None),  # type: ignore[assignment]
     otlp: str | dict[str, Any] | None = _Default(None),  # type: ignore[assignment]
@@ -85,6 +86,8 @@ def init(
         handle_sigterm: with trackers, close them on SIGTERM and flush them on SIGINT (a signal arriving inside
             ``log()`` waits for that step), then run the previous handler (main thread only).
         sink_queue_size: steps a tracker may fall behind before its oldest queued step is dropped (counted).
+        submit_queue_size: jobs :meth:`Telemetry.submit` may queue (each holds its tensors) before the caller
+            waits for the metrics worker.
         close_timeout_s: how long ``close()`` (or a signal) waits for the trackers to write and close; a tracker
             call running longer is counted as hung (``rl_telemetry_errors_total{reason="timeout"}``).
 
@@ -100,7 +103,8 @@ def init(
     given = dict(run=run, rank=rank, role=role, prometheus=prometheus, max_series_per_metric=max_series_per_metric,
                  max_unknown_keys=max_unknown_keys, series_ttl_s=series_ttl_s, track_with=track_with,
                  tracker_kwargs=tracker_kwargs, trackers=trackers, tracker_ranks=tracker_ranks,
-                 handle_sigterm=handle_sigterm, sink_queue_size=sink_queue_size, close_timeout_s=close_timeout_s,
+                 handle_sigterm=handle_sigterm, sink_queue_size=sink_queue_size,
+                 submit_queue_size=submit_queue_size, close_timeout_s=close_timeout_s,
                  tracing=tracing, otlp=otlp)
     options = {k: v.value for k, v in given.items() if isinstance(v, _Default)}
     from_file = load_config_file(config) if config is not None else {}

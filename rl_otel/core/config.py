@@ -52,6 +52,7 @@ class TelemetryConfig:
     tracker_ranks: int | str | frozenset[int] = 0
     handle_sigterm: bool = True
     sink_queue_size: int = 64
+    submit_queue_size: int = 4
     close_timeout_s: float = 10.0
     otlp: OtlpConfig | None = None
     local_rank: int = 0  # from LOCAL_RANK (see rl_otel.core.ranks); on the OTel resource, not a label
@@ -115,7 +116,7 @@ def _rank(value: object, env_rank: int) -> int:
 def build_config(*, run: str | None, rank: int | None, role: str, prometheus: object, max_series_per_metric: int,
                  max_unknown_keys: int, series_ttl_s: float | None, track_with: object = None,
                  tracker_kwargs: object = None, trackers: object = None, tracker_ranks: object = 0,
-                 handle_sigterm: bool = True, sink_queue_size: int = 64,
+                 handle_sigterm: bool = True, sink_queue_size: int = 64, submit_queue_size: int = 4,
                  close_timeout_s: float = 10.0, tracing: object = None,
                  otlp: object = None) -> TelemetryConfig:
     from rl_otel.core.ranks import check_tracker_ranks, env_ranks
@@ -145,6 +146,7 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
         tracker_ranks=check_tracker_ranks(tracker_ranks),
         handle_sigterm=boolean("handle_sigterm", handle_sigterm),
         sink_queue_size=_positive_int("sink_queue_size", sink_queue_size),
+        submit_queue_size=_positive_int("submit_queue_size", submit_queue_size),
         close_timeout_s=positive_seconds("close_timeout_s", close_timeout_s),
         otlp=otlp_config(otlp),
         local_rank=env.local_rank,

@@ -83,6 +83,18 @@ class SeriesStore:
         self._lock = threading.Lock()
         self._collectors: tuple[Collector, ...] = ()  # copy-on-write: collect() iterates without the lock
         self._version = 0  # bumped under the lock by every change of the stored series
+        self._settle: Callable[[], object] | None = None
+
+    def set_settle(self, settle: Callable[[], object]) -> None:
+        """Call ``settle()`` before every read (:meth:`settle`): the Telemetry's metrics worker waits there for
+        the jobs submitted before the read, so a scrape never serves a step that is still being computed."""
+        self._settle = settle
+
+    def settle(self) -> None:
+        """Let pending writes land (a bounded wait, see :meth:`set_settle`); readers call it before reading."""
+        settle = self._settle
+        if settle is not None:
+            settle()
 
     @property
     def version(self) -> int:
@@ -156,6 +168,7 @@ class SeriesStore:
 
     def value(self, name: str, labels: dict[str, str] | None = None) -> object:
         """The stored value of one series (tests and the CLI); ``None`` if absent."""
+        self.settle()
         with self._lock:
             fam = self._families.get(name)
             if fam is None:
@@ -185,6 +198,7 @@ class SeriesStore:
     def snapshot(self) -> tuple[int, list[FamilyView], int | None]:
         """``(version, families, valid_until_ns)``: the stored families frozen at one version, stale series
         expired first; ``valid_until_ns`` is when the next series expires (``None``: never, without a write)."""
+        self.settle()
         now = time.time_ns()
         families, next_expiry = [], None
         with self._lock:

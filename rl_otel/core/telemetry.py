@@ -6,6 +6,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -22,7 +24,8 @@ from rl_otel.core.config import PrometheusConfig, TelemetryConfig
 from rl_otel.core.router import Refusal, Router
 from rl_otel.core.signals import SignalFlush
 from rl_otel.core.store import SeriesStore
-from rl_otel.core.values import BadValue, as_histogram, coerce, flatten, to_tracker_array
+from rl_otel.core.values import BadValue, as_histogram, coerce, flatten, owned, to_tracker_array
+from rl_otel.core.worker import MetricsWorker, caller_streams, on_streams
 from rl_otel.exporters import otlp
 from rl_otel.exporters.file_sd import TargetsFile, targets_path
 from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
@@ -35,8 +38,10 @@ from rl_otel.sinks.bridge import Bridge, NullBridge
 _log = logging.getLogger("rl_otel")
 _WARN_LIMIT = 10_000  # distinct (what, key) pairs remembered for warn-once
 _WARN_CHARS = 500
+_SETTLE_S = 2.0  # how long a scrape or an OTLP export waits for submitted jobs before serving what is stored
 # close() in this order: (step, attribute, method); the step names the reason label of a failed step
-_CLOSE_STEPS = (("signals", "_signals", "uninstall"), ("live", "_live", "close"), ("trackers", "_bridge", "close"),
+_CLOSE_STEPS = (("signals", "_signals", "uninstall"), ("live", "_live", "close"),
+                ("metrics_worker", "_worker", "close"), ("trackers", "_bridge", "close"),
                 ("targets_file", "_targets", "close"), ("endpoint", "_endpoint", "close"),
                 ("meter_provider", "_meter_provider", "shutdown"), ("tracer_provider", "_tracer_provider", "shutdown"))
 
@@ -62,6 +67,10 @@ class Telemetry:
                                   max_series_per_metric=config.max_series_per_metric, ttl_s=config.series_ttl_s,
                                   dropped_spec=meta.DROPPED_SERIES, on_drop=self._warn_dropped)
         self._router = Router(catalog, config.max_unknown_keys)
+        # submit()'s jobs, and log()s queued behind them; every store read waits for those submitted before it
+        self._worker = MetricsWorker(queue_size=config.submit_queue_size, timeout_s=config.close_timeout_s,
+                                     on_error=lambda reason: self._count_error("submit", reason))
+        self._store.set_settle(self._settle)
         self.resource = Resource.create({
             "service.name": "rl_otel", "service.version": __version__, "service.instance.id":
                 f"{config.host_name}/{config.run}/{config.rank}", "host.name": config.host_name,
@@ -122,6 +131,55 @@ class Telemetry:
             if signals is not None:
                 signals.release()
 
+    def submit(self, fn: Callable[..., Mapping[str, object]], /, *args: Any, step: int | None = None,
+               **kwargs: Any) -> Future:
+        """Compute a step's metrics off the training thread: ``fn(*args, **kwargs)`` runs on the Telemetry's
+        metrics worker and the dict it returns is logged at ``step`` (``None``: the previous step + 1, taken now,
+        in call order with ``log()``)::
+
+            tel.submit(ppo_stats, log_probs=lp, old_log_probs=old_lp, response_mask=mask, advantages=adv,
+                       catalog=tel.catalog, step=step)
+
+        The training thread pays for the hand-off (microseconds) instead of the statistics' tensor ops and their
+        host sync. The tensors are read when the job runs: do not modify them in place afterwards (a new batch
+        each step is fine). CUDA work is queued on the caller's current stream, behind what produced the tensors.
+        Jobs run one at a time, in order; ``log()`` calls made while jobs are pending queue behind them (their
+        tensors and arrays copied), so the store and the trackers see steps in call order. Scrapes, OTLP exports,
+        :meth:`flush` and :meth:`close` wait for the jobs submitted before them.
+
+        Never raises: the returned ``Future`` holds the dict, or the exception of ``fn`` - counted in
+        ``rl_telemetry_errors_total{sink="submit",reason="exception"}`` and logged once per function.
+        """
+        future: Future = Future()
+        if self._closed:
+            self._warn_once("closed", "submit", "rl_otel: submit() after close() is ignored")
+            future.set_exception(RuntimeError("rl_otel: submit() after close()"))
+            return future
+        if not callable(fn):
+            self._bad("", f"submit() takes a function returning a dict of metrics, got {type(fn).__name__}")
+            future.set_exception(TypeError(f"submit() takes a function, got {type(fn).__name__}"))
+            return future
+        signals = self._signals
+        if signals is not None:
+            signals.hold()
+        try:
+            step = self._advance(step)
+            phases = self.take_phase_metrics() if self._bridge.active else None
+            streams = caller_streams((*args, *kwargs.values()))
+            job = partial(self._run_submitted, fn, args, kwargs, step, time.time(), phases, streams, future)
+            if not self._worker.submit(job, on_drop=partial(self._dropped_job, future)):
+                future.set_exception(RuntimeError("rl_otel: submit() after close()"))
+        except Exception as exc:  # the training step must go on
+            if self._warn_once("internal", "submit", "rl_otel: submit() failed internally; training goes on"):
+                _log.exception("rl_otel: submit() failed")
+            self._count_error("submit", "internal")
+            if not future.done():
+                future.set_exception(exc)
+        finally:
+            if signals is not None:
+                signals.release()
+        return future
+
     def phase(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None = None,
               offload: Callable[[], Any] | None = None, step: int | None = None,
               parent: Mapping[str, str] | None = None) -> Phase:
@@ -168,8 +226,11 @@ class Telemetry:
         return self._bridge.sink_names
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Wait until the trackers have written every logged step. True if they all did within the timeout."""
-        return self._bridge.flush(timeout_s)
+        """Wait until every submitted job has run and the trackers have written every logged step. True if all
+        of it finished within the timeout."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        ran = self._worker.wait_idle(timeout_s)
+        return self._bridge.flush(None if deadline is None else max(0.0, deadline - time.monotonic())) and ran
 
     def close(self) -> None:
         """Flush and close the trackers (bounded by ``close_timeout_s``), stop serving. Idempotent; never raises.
@@ -254,14 +315,72 @@ class Telemetry:
             self._bad("", f"log() takes a dict of metrics, got {type(metrics).__name__}")
             return
         step = self._advance(step)
-        mirrored = self._write_metrics(flatten(metrics), mirror=self._bridge.active)
-        self._store.write([(meta.STEP, (), float(step)), (meta.LAST_STEP_TIMESTAMP, (), time.time())],
-                          expires=False)
+        if not self._worker.pending:
+            self._ingest(flatten(metrics), step, time.time(), None)
+            return
+        # submitted jobs are still running: queue behind them, so steps land in call order; the values are
+        # copied now (the caller may reuse its buffers once log() returns)
+        pairs = [(key, owned(value)) for key, value in flatten(metrics)]
+        phases = self.take_phase_metrics() if self._bridge.active else None
+        job = partial(self._ingest_on_streams, caller_streams(v for _, v in pairs), pairs, step, time.time(), phases)
+        self._worker.submit(job)
+
+    def _ingest(self, pairs: Iterable[tuple[str, object]], step: int, timestamp: float,
+                phases: dict[str, float] | None) -> None:
+        """Store one step's ``(key, value)`` pairs and hand them to the trackers with the phases finished since
+        the last step (``phases``: taken when the step was logged; ``None``: take them now)."""
+        mirrored = self._write_metrics(pairs, mirror=self._bridge.active)
+        self._store.write([(meta.STEP, (), float(step)), (meta.LAST_STEP_TIMESTAMP, (), timestamp)], expires=False)
         if mirrored is not None:
             # the phases finished since the last step reach the trackers at this step, as in ROLL
-            mirrored = {**self.take_phase_metrics(), **mirrored}
+            mirrored = {**(self.take_phase_metrics() if phases is None else phases), **mirrored}
             if mirrored:
                 self._bridge.submit(mirrored, step)
+
+    def _ingest_on_streams(self, streams: tuple[object, ...], pairs: list[tuple[str, object]], step: int,
+                           timestamp: float, phases: dict[str, float] | None) -> None:
+        """A ``log()`` queued behind submitted jobs, run by the metrics worker (never raises)."""
+        try:
+            with on_streams(streams):
+                self._ingest(pairs, step, timestamp, phases)
+        except Exception:
+            if self._warn_once("internal", "", "rl_otel: log() failed internally; training goes on"):
+                _log.exception("rl_otel: log() failed")
+            self._count_error("input", "internal")
+
+    def _run_submitted(self, fn: Callable[..., Mapping[str, object]], args: tuple, kwargs: dict, step: int,
+                       timestamp: float, phases: dict[str, float] | None, streams: tuple[object, ...],
+                       future: Future) -> None:
+        """One :meth:`submit` job, on the metrics worker: call ``fn``, store what it returns (never raises)."""
+        if not future.set_running_or_notify_cancel():
+            return
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        try:
+            with on_streams(streams):
+                metrics = fn(*args, **kwargs)
+                if not isinstance(metrics, Mapping):
+                    self._bad("", f"submit(): {name} returned {type(metrics).__name__}, not a dict of metrics")
+                    future.set_exception(TypeError(f"{name} returned {type(metrics).__name__}, not a dict"))
+                    return
+                self._ingest(flatten(metrics), step, timestamp, phases)
+        except Exception as exc:
+            self._count_error("submit", "exception")
+            if self._warn_once("submit", name, f"rl_otel: submit(): {name} raised {type(exc).__name__}: {exc}; "
+                                               "its step is not logged, training goes on"):
+                _log.debug("rl_otel: submitted job failed", exc_info=True)
+            future.set_exception(exc)
+            return
+        future.set_result(metrics)
+
+    def _dropped_job(self, future: Future) -> None:
+        """A job the metrics worker dropped (queue full for ``close_timeout_s``, or still queued at close)."""
+        if future.set_running_or_notify_cancel():
+            future.set_exception(RuntimeError("rl_otel: the metrics worker dropped this job (counted in "
+                                              "rl_telemetry_errors_total{sink=\"submit\"})"))
+
+    def _settle(self) -> None:
+        if self._worker.pending:
+            self._worker.wait_idle(_SETTLE_S)
 
     def _write_metrics(self, pairs: Iterable[tuple[str, object]], *,
                        mirror: bool = False) -> dict[str, float | np.ndarray] | None:

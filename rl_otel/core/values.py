@@ -133,3 +133,17 @@ def to_tracker_array(value: object) -> np.ndarray | None:
     if _is_torch_tensor(value):
         return _coerce_tensor(value.reshape(-1))
     return np.atleast_1d(np.array(value, dtype=np.float64))
+
+
+def owned(value: object) -> object:
+    """``value``, or a copy of it if the caller could change it after ``log()`` returns (a tensor, an array, a
+    list): for a ``log()`` the metrics worker runs later. A tensor is cloned where it lives (no host sync)."""
+    if type(value) in _LEAVES:
+        return value
+    if _is_torch_tensor(value):
+        return value.detach().clone()
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, list):
+        return list(value)
+    return value

@@ -274,25 +274,29 @@ def _step(tr: _Trainer, tel: Telemetry | None, step: int, samples: int) -> StepR
     eval_score = (sum(r["accuracy"] for runs in eval_tasks for r in runs) / sum(len(r) for r in eval_tasks)
                   if eval_tasks else None)
     if tel is not None:
-        _log_step(tel, tr, step, samples, batch, scores, rewards, ref_lp, actor, critic, eval_tasks, seconds, t_adv)
+        # the statistics run on telemetry's metrics worker, off this thread: every tensor handed over is new this
+        # step and never modified afterwards (submit()'s one rule)
+        tel.submit(_step_metrics, tel.catalog, cfg, samples, batch, scores, rewards, ref_lp, actor, critic,
+                   eval_tasks, seconds, t_adv, lrs=(tr.actor_opt.param_groups[0]["lr"],
+                                                    tr.critic_opt.param_groups[0]["lr"]), step=step)
     return StepReport(step=step, score=float(scores.mean()), seconds=seconds, eval_score=eval_score)
 
 
-def _log_step(tel: Telemetry, tr: _Trainer, step: int, samples: int, b: dict[str, torch.Tensor],
-              scores: torch.Tensor, rewards: torch.Tensor, ref_lp: torch.Tensor, actor: dict[str, Any],
-              critic: dict[str, Any], eval_tasks: list[list[dict[str, float]]] | None, seconds: float,
-              t_adv: float) -> None:
+def _step_metrics(catalog: Any, cfg: DemoConfig, samples: int, b: dict[str, torch.Tensor], scores: torch.Tensor,
+                  rewards: torch.Tensor, ref_lp: torch.Tensor, actor: dict[str, Any], critic: dict[str, Any],
+                  eval_tasks: list[list[dict[str, float]]] | None, seconds: float, t_adv: float, *,
+                  lrs: tuple[float, float]) -> dict[str, Any]:
     """Everything a step reports: ROLL's and TRL's PPO statistics with distributions, losses, rollout and
-    evaluation aggregation (Trinity-RFT's), throughput. The phases' time/memory keys join at this log()."""
+    evaluation aggregation (Trinity-RFT's), throughput. Runs on the metrics worker (``Telemetry.submit``); the
+    phases' time/memory keys join this step's tracker record."""
     from rl_otel.stats import eval_step_metrics, ppo_stats, rollout_step_metrics
 
-    cfg = tr.cfg
     metrics: dict[str, Any] = ppo_stats(
         log_probs=actor["log_probs"], old_log_probs=b["old_lp"], response_mask=b["mask"], advantages=b["adv"],
         ref_log_probs=ref_lp, values=b["values"], returns=b["returns"], vpreds=critic["vpreds"], rewards=rewards,
         scores=scores, entropy=actor["entropy"], prompt_mask=torch.ones(len(scores), 1),
         clip_ratio_low=cfg.clip_ratio, value_clip=cfg.value_clip, kl_coef=cfg.kl_coef, names=("roll", "trl"),
-        distributions="tensors", catalog=tel.catalog)
+        distributions="tensors", catalog=catalog)
     lengths = b["mask"].sum(1).tolist()
     by_prompt: dict[int, list[dict[str, float]]] = {}
     for p, s, n in zip(b["prompts"].tolist(), scores.tolist(), lengths):
@@ -303,9 +307,9 @@ def _log_step(tel: Telemetry, tr: _Trainer, step: int, samples: int, b: dict[str
         metrics.update(eval_step_metrics(eval_tasks, "counting", detailed_stats=True))
     tokens = sum(lengths)
     metrics.update({
-        "actor/pg_loss": float(actor["loss"]), "actor/lr": tr.actor_opt.param_groups[0]["lr"],
-        "critic/loss": float(critic["loss"]), "critic/lr": tr.critic_opt.param_groups[0]["lr"],
+        "actor/pg_loss": float(actor["loss"]), "actor/lr": lrs[0],
+        "critic/loss": float(critic["loss"]), "critic/lr": lrs[1],
         "system/tps": tokens / seconds, "system/samples": samples + len(scores), "time/adv": t_adv,
         "time/step": seconds,
     })
-    tel.log(metrics, step=step)
+    return metrics

@@ -108,6 +108,7 @@ class ScrapeRegistry(CollectorRegistry):
     def _render_store(self, fmt: str) -> _Stored:
         if self._store is None:
             return _Stored(0, None, b"", frozenset())
+        self._store.settle()  # jobs submitted before this scrape land first: no step served half-computed
         cached = self._stored.get(fmt)
         if (cached is not None and cached.version == self._store.version
                 and (cached.valid_until_ns is None or time.time_ns() < cached.valid_until_ns)):

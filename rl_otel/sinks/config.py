@@ -29,7 +29,7 @@ REDACTED = "***"
 # init() parameters a YAML file may set (top level, or under an ``rl_otel:`` section).
 FILE_KEYS = ("run", "rank", "role", "prometheus", "max_series_per_metric", "max_unknown_keys", "series_ttl_s",
              "track_with", "tracker_kwargs", "trackers", "tracker_ranks", "handle_sigterm", "sink_queue_size",
-             "close_timeout_s", "otlp")
+             "submit_queue_size", "close_timeout_s", "otlp")
 
 
 def _is_secret(key: object) -> bool:
