@@ -117,3 +117,26 @@ def test_run_level_and_non_numeric_values():
 def test_pandas_ddof_is_available():
     got = eval_step_metrics(SEED_TASKS, "dummy", detailed_stats=True, ddof=1)
     assert got["eval/dummy/accuracy/mean@2/std"] == pytest.approx(np.std([0.85, 0.75, 0.9], ddof=1))
+
+
+def test_eval_batched_across_tasks_equals_each_task_alone_bit_for_bit():
+    """eval_step_metrics computes best@k/worst@k for all tasks of one run count at once (chunked); every task's
+    figures must equal its own task_metrics() exactly - ragged run counts, missing keys and chunking included."""
+    from rl_otel.stats import trinity
+
+    rng = np.random.RandomState(3)
+    tasks = [[{"accuracy": float(rng.rand()), "solved": float(rng.rand() > 0.5)} for _ in range(n)]
+             for n in [4] * 30 + [3] * 5 + [8] * 7 + [1] * 2]
+    tasks[5][2].pop("solved")  # one task where a metric has fewer runs than the others
+    alone = [task_metrics(runs, is_eval=True) for runs in tasks]
+    batched = trinity._tasks_metrics(tasks, is_eval=True)
+    assert batched == alone and all(list(b) == list(a) for b, a in zip(batched, alone))
+    small_chunks = trinity._RESAMPLED_VALUES
+    try:
+        trinity._RESAMPLED_VALUES = 3000  # one task per gather
+        assert trinity._tasks_metrics(tasks, is_eval=True) == alone
+    finally:
+        trinity._RESAMPLED_VALUES = small_chunks
+    (best, _), (worst, _) = trinity_bootstrap([r["accuracy"] for r in tasks[40]], 4, [np.max, np.min])
+    assert batched[40]["accuracy/best@4"] == pytest.approx(best, rel=1e-12)
+    assert batched[40]["accuracy/worst@4"] == pytest.approx(worst, rel=1e-12)

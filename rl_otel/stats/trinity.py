@@ -58,33 +58,81 @@ def _bootstrap_index(n: int, k: int, n_bootstrap: int, seed: int) -> np.ndarray:
     return idx
 
 
+_RESAMPLED_VALUES = 1 << 21  # resampled values held at once by the batched bootstrap (16 MiB of float64)
+
+
+def _best_worst(data: np.ndarray, k: int, n_bootstrap: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """best@k and worst@k of each row of ``data`` (tasks x runs): one gather and two reductions for a batch of
+    tasks instead of a loop of small numpy calls per task (the reductions run along contiguous last axes, so
+    each row's figures are bit-identical to the one-task computation)."""
+    idx = _bootstrap_index(data.shape[1], k, n_bootstrap, seed).T  # (k, n_bootstrap)
+    rows = max(1, _RESAMPLED_VALUES // (n_bootstrap * k))
+    best, worst = np.empty(data.shape[0]), np.empty(data.shape[0])
+    for start in range(0, data.shape[0], rows):
+        # (tasks, k, n_bootstrap), C-ordered: the max/min over k is k-1 elementwise passes (fast; a reduction
+        # along a short last axis is not), and leaves contiguous rows, which numpy sums pairwise exactly as it
+        # sums one task's 1-d array
+        samples = np.ascontiguousarray(data[start:start + rows, idx])
+        best[start:start + rows] = samples.max(axis=1).mean(axis=1)
+        worst[start:start + rows] = samples.min(axis=1).mean(axis=1)
+    return best, worst
+
+
 def bootstrap_best_worst(values: Sequence[float], k: int, *, n_bootstrap: int = 1000, seed: int = 42
                          ) -> tuple[float, float]:
     """Trinity's best@k and worst@k: mean max and mean min over ``n_bootstrap`` size-``k`` resamples."""
     data = np.asarray(values, dtype=np.float64)
     if data.size == 0:
         return math.nan, math.nan
-    samples = data[_bootstrap_index(data.size, k, n_bootstrap, seed)]
-    return float(samples.max(axis=1).mean()), float(samples.min(axis=1).mean())
+    best, worst = _best_worst(data.reshape(1, -1), k, n_bootstrap, seed)
+    return float(best[0]), float(worst[0])
+
+
+def _is_time(key: str) -> bool:
+    return "time/task_execution" in key or "time/run_execution" in key
+
+
+def _eval_stats(grouped: list[dict[str, list[float]]], n_bootstrap: int, seed: int
+                ) -> dict[tuple[int, str], dict[str, float]]:
+    """mean@n, std@n, best@k, worst@k of every (task, metric), computed per (metric, n) over all its tasks."""
+    batches: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for i, metrics in enumerate(grouped):
+        for key, values in metrics.items():
+            if not _is_time(key):
+                batches[(key, len(values))].append(i)
+    stats: dict[tuple[int, str], dict[str, float]] = {}
+    for (key, n), tasks in batches.items():
+        data = np.array([grouped[i][key] for i in tasks], dtype=np.float64)  # (tasks, n)
+        columns = {f"mean@{n}": data.mean(axis=1), f"std@{n}": data.std(axis=1)}
+        if n > 1:
+            for k in _subset_sizes(n):
+                columns[f"best@{k}"], columns[f"worst@{k}"] = _best_worst(data, k, n_bootstrap, seed)
+        for row, i in enumerate(tasks):
+            stats[(i, key)] = {f"{key}/{name}": float(column[row]) for name, column in columns.items()}
+    return stats
+
+
+def _tasks_metrics(tasks: Sequence[Sequence[Metrics]], *, is_eval: bool, n_bootstrap: int = 1000, seed: int = 42
+                   ) -> list[dict[str, float]]:
+    """:func:`task_metrics` of each task, the evaluation statistics batched across the tasks."""
+    grouped = [_numeric(runs) for runs in tasks]
+    stats = _eval_stats(grouped, n_bootstrap, seed) if is_eval else {}
+    results = []
+    for i, metrics in enumerate(grouped):
+        result: dict[str, float] = {}
+        for key, values in metrics.items():
+            if not is_eval or _is_time(key):
+                result[key] = sum(values) / len(values)
+            else:
+                result.update(stats[(i, key)])
+        results.append(result)
+    return results
 
 
 def task_metrics(runs: Sequence[Metrics], *, is_eval: bool, n_bootstrap: int = 1000, seed: int = 42
                  ) -> dict[str, float]:
     """One task's metrics from its runs: the mean (rollout), or mean@n/std@n/best@k/worst@k (eval, bench)."""
-    result: dict[str, float] = {}
-    for key, values in _numeric(runs).items():
-        if not is_eval or "time/task_execution" in key or "time/run_execution" in key:
-            result[key] = sum(values) / len(values)
-            continue
-        n = len(values)
-        result[f"{key}/mean@{n}"] = float(np.mean(values))
-        result[f"{key}/std@{n}"] = float(np.std(values))
-        if n > 1:
-            for k in _subset_sizes(n):
-                best, worst = bootstrap_best_worst(values, k, n_bootstrap=n_bootstrap, seed=seed)
-                result[f"{key}/best@{k}"] = best
-                result[f"{key}/worst@{k}"] = worst
-    return result
+    return _tasks_metrics([runs], is_eval=is_eval, n_bootstrap=n_bootstrap, seed=seed)[0]
 
 
 def _stat(values: list[float], stat: str, ddof: int) -> float:
@@ -103,7 +151,7 @@ def _stat(values: list[float], stat: str, ddof: int) -> float:
 def rollout_step_metrics(tasks: Sequence[Sequence[Metrics]], *, prefix: str = "rollout",
                          stats: Sequence[str] = ("mean", "max", "min"), ddof: int = 0) -> dict[str, float]:
     """``{prefix}/{metric}/{stat}`` over a step's tasks, each task given as its runs' metrics."""
-    per_task = [task_metrics(runs, is_eval=False) for runs in tasks if runs]
+    per_task = _tasks_metrics([runs for runs in tasks if runs], is_eval=False)
     return {f"{prefix}/{key}/{stat}": _stat(values, stat, ddof)
             for key, values in _numeric(per_task).items() for stat in stats}
 
@@ -119,7 +167,7 @@ def eval_step_metrics(tasks: Sequence[Sequence[Metrics]], taskset: str, *, prefi
     """
     if prefix not in ("eval", "bench"):
         raise ValueError(f"prefix must be 'eval' or 'bench', got {prefix!r}")
-    per_task = [task_metrics(runs, is_eval=True, n_bootstrap=n_bootstrap, seed=seed) for runs in tasks if runs]
+    per_task = _tasks_metrics([runs for runs in tasks if runs], is_eval=True, n_bootstrap=n_bootstrap, seed=seed)
     out: dict[str, float] = {}
     for key, values in _numeric(per_task).items():
         if detailed_stats:
