@@ -29,7 +29,7 @@ from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel.phases.live import LiveGauges
 from rl_otel.phases.memory import CpuProbe, GpuProbe
 from rl_otel.phases.phase import Phase, PhaseRuntime
-from rl_otel.phases.tracing import build_tracer_provider
+from rl_otel.phases.tracing import PhaseTracer, build_tracer_provider
 from rl_otel.sinks.bridge import Bridge, NullBridge
 
 _log = logging.getLogger("rl_otel")
@@ -206,7 +206,8 @@ class Telemetry:
         self._tracer_provider = build_tracer_provider(config.tracing, self.resource)
         cpu = CpuProbe()
         self._phases = PhaseRuntime(
-            tracer=self._tracer_provider.get_tracer("rl_otel", __version__), rank=config.rank, gpu=GpuProbe(),
+            tracer=PhaseTracer(self._tracer_provider, self._tracer_provider.get_tracer("rl_otel", __version__)),
+            rank=config.rank, gpu=GpuProbe(),
             cpu=cpu, next_step=lambda: 0 if self._step is None else self._step + 1, record=self._record_phase,
             fail=self._phase_failed)
         readers = []
