@@ -36,7 +36,8 @@ _log = logging.getLogger("rl_otel")
 _WARN_LIMIT = 10_000  # distinct (what, key) pairs remembered for warn-once
 _WARN_CHARS = 500
 # close() in this order: (step, attribute, method); the step names the reason label of a failed step
-_CLOSE_STEPS = (("signals", "_signals", "uninstall"), ("live", "_live", "close"), ("trackers", "_bridge", "close"),
+_CLOSE_STEPS = (("signals", "_signals", "uninstall"), ("live", "_live", "close"), ("cpu_probe", "_cpu", "close"),
+                ("trackers", "_bridge", "close"),
                 ("targets_file", "_targets", "close"), ("endpoint", "_endpoint", "close"),
                 ("meter_provider", "_meter_provider", "shutdown"), ("tracer_provider", "_tracer_provider", "shutdown"))
 
@@ -76,6 +77,7 @@ class Telemetry:
         self._phase_lock = threading.Lock()
         self._phase_metrics: dict[str, float] = {}
         self._live: LiveGauges | None = None
+        self._cpu: CpuProbe | None = None
         self._targets: TargetsFile | None = None
         self._bridge: Bridge | NullBridge = NullBridge()
         self._signals: SignalFlush | None = None
@@ -204,7 +206,7 @@ class Telemetry:
     def _start(self, config: TelemetryConfig) -> None:
         """The steps of ``__init__`` that create resources (threads, files, sockets), in order."""
         self._tracer_provider = build_tracer_provider(config.tracing, self.resource)
-        cpu = CpuProbe()
+        self._cpu = cpu = CpuProbe()
         self._phases = PhaseRuntime(
             tracer=PhaseTracer(self._tracer_provider, self._tracer_provider.get_tracer("rl_otel", __version__)),
             rank=config.rank, gpu=GpuProbe(),
