@@ -136,7 +136,10 @@ class Telemetry:
         Makes the span ``{cluster}/{phase}`` with children ``onload``, ``execute``, ``offload`` (attributes
         cluster, phase, rank, step; ``step`` defaults to the step the next ``log()`` gets by default), records
         ROLL's ``time/...`` and ``memory/...`` keys through the catalog (Prometheus gets seconds and bytes, plus
-        ``rl_phase_duration_seconds``), and keeps those keys for :meth:`take_phase_metrics`. ``parent`` is a
+        ``rl_phase_duration_seconds``), and keeps those keys for :meth:`take_phase_metrics`. While
+        :attr:`tracer_provider` has no span processor (no ``tracing=``, no OTLP traces), no span is recorded:
+        the root and ``execute`` are span contexts only (``Phase.carrier()`` and user spans inside the block
+        parent under them all the same); a processor added later records the next phase's spans. ``parent`` is a
         carrier from ``Phase.carrier()`` / :func:`rl_otel.phases.inject` in another process. The ``onload`` /
         ``offload`` callables and the body are the caller's code: their exceptions propagate; telemetry never
         raises.

@@ -46,8 +46,7 @@ class GpuProbe:
         self._total: dict[int, float] = {}
         self._announced = False
         self._lock = threading.Lock()
-        self._checked: tuple[Any, int] | None = None  # (torch module, pid) the cached answer is for
-        self._cached: Any | None = None
+        self._known: tuple[Any, int, Any | None] | None = None  # (torch module, pid, torch_cuda()'s answer)
 
     def reset_peaks(self) -> None:
         """Reset the allocator's peak statistics (done at phase start, as ROLL does)."""
@@ -76,12 +75,14 @@ class GpuProbe:
 
     def _cuda(self) -> Any | None:
         torch = sys.modules.get("torch")
-        checked = self._checked
-        if checked is not None and checked[0] is torch and checked[1] == os.getpid():
-            return self._cached
-        cuda = torch_cuda()
+        known = self._known
+        if known is not None and known[0] is torch and known[1] == os.getpid():
+            return known[2]
+        cuda = None
         if torch is not None:
-            self._cached, self._checked = cuda, (torch, os.getpid())
+            cuda = torch_cuda()
+            if getattr(torch, "cuda", None) is not None:  # not a torch still being imported by another thread
+                self._known = (torch, os.getpid(), cuda)
         if cuda is None and not self._announced:
             with self._lock:
                 if not self._announced:

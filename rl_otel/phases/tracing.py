@@ -1,6 +1,7 @@
 """Tracing for phases: a TracerProvider owned by the Telemetry (never the global one), its exporter, random IDs.
 
-``tracing=`` of :func:`rl_otel.init` is checked here, once: ``None`` (spans are made but exported nowhere),
+``tracing=`` of :func:`rl_otel.init` is checked here, once: ``None`` (no span processor: phases build no SDK span,
+only span contexts for carriers and parents - see :class:`PhaseTracer`),
 ``"console"`` (JSON lines on stderr), ``{"exporter": "jsonl", "path": ...}``, ``{"exporter": "otlp",
 "endpoint": ..., "protocol": "http/protobuf" | "grpc"}`` (needs ``opentelemetry-exporter-otlp``) or a
 ``SpanExporter`` instance.
