@@ -19,6 +19,7 @@ class FakeCuda:
         self.peak_reserved = [0] * devices
         self.initialized = True
         self.resets = 0
+        self.availability_checks = 0  # is_available() calls
 
     def alloc(self, n: int, device: int | None = None) -> None:
         d = self.current if device is None else device
@@ -34,6 +35,7 @@ class FakeCuda:
             self.reserved[d] = self.allocated[d]
 
     def is_available(self) -> bool:
+        self.availability_checks += 1
         return True
 
     def is_initialized(self) -> bool:

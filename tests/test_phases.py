@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import sys
 
 import pytest
 from tests.gpu_fakes import GIB, FakeCuda, fake_torch
+from opentelemetry import trace
+from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
@@ -278,3 +281,112 @@ def test_phase_after_close_still_runs_user_code():
     with t.phase("a", "b", onload=lambda: ran.append(1), offload=lambda: ran.append(2)):
         ran.append(3)
     assert ran == [1, 3, 2]
+
+
+# -- no span processor: span contexts only (no SDK span is built), the same IDs, parents and carriers ----------
+
+TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-0[13]$")
+
+
+@pytest.fixture
+def sdk_spans(monkeypatch):
+    """Every span the OTel SDK builds, from any tracer (names)."""
+    built = []
+    start_span = sdk_trace.Tracer.start_span
+
+    def counting(self, name, *args, **kwargs):
+        built.append(name)
+        return start_span(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(sdk_trace.Tracer, "start_span", counting)
+    return built
+
+
+def test_no_processor_builds_no_sdk_span_and_the_carrier_continues_elsewhere(tel, sdk_spans):
+    with tel.phase("pipeline", "step", onload=lambda: None, offload=lambda: None) as ph:
+        current = trace.get_current_span()
+        carrier = ph.carrier()
+    assert sdk_spans == []
+    assert not isinstance(current, sdk_trace.Span) and not current.is_recording()
+    trace_id, span_id = TRACEPARENT.match(carrier["traceparent"]).groups()
+    assert (int(trace_id, 16), int(span_id, 16)) == (current.get_span_context().trace_id,
+                                                      current.get_span_context().span_id)
+    assert "time/pipeline/step/total" in tel.pending_phase_metrics()  # the rest of the phase is unchanged
+
+    worker = rl_otel.init(run="worker", rank=1, prometheus=False)  # another process, recording its spans
+    worker_spans = InMemorySpanExporter()
+    worker.tracer_provider.add_span_processor(SimpleSpanProcessor(worker_spans))
+    try:
+        with worker.phase("actor_train", "train_step", parent=carrier):
+            pass
+    finally:
+        worker.close()
+    root = by_name(worker_spans)[INFIX]
+    assert f"{root.context.trace_id:032x}" == trace_id
+    assert f"{root.parent.span_id:016x}" == span_id
+
+
+def test_no_processor_on_both_sides_still_continues_the_trace(tel):
+    with tel.phase("pipeline", "step") as ph:
+        carrier = ph.carrier()
+    worker = rl_otel.init(run="worker", rank=1, prometheus=False)
+    try:
+        with worker.phase("actor_train", "train_step", parent=carrier) as child:
+            inner = child.carrier()
+    finally:
+        worker.close()
+    outer_trace, outer_span = TRACEPARENT.match(carrier["traceparent"]).groups()
+    inner_trace, inner_span = TRACEPARENT.match(inner["traceparent"]).groups()
+    assert inner_trace == outer_trace and inner_span != outer_span
+
+
+def test_every_phase_gets_new_ids_without_a_processor(tel):
+    carriers = []
+    for _ in range(3):
+        random.seed(7)  # training code seeds random: the IDs still come from os.urandom
+        with tel.phase("actor_train", "train_step") as ph:
+            carriers.append(TRACEPARENT.match(ph.carrier()["traceparent"]).groups())
+    assert len({t for t, _ in carriers}) == 3 and len({s for _, s in carriers}) == 3
+
+
+def test_processor_added_after_phases_records_the_next_phase(tel, sdk_spans):
+    with tel.phase("actor_train", "train_step"):
+        pass
+    assert sdk_spans == []
+    exporter = InMemorySpanExporter()
+    tel.tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with tel.phase("actor_train", "train_step", step=5):
+        pass
+    got = by_name(exporter)
+    assert sorted(sdk_spans) == sorted(got) == sorted([INFIX, "onload", "execute", "offload"])
+    root = got[INFIX]
+    assert root.parent is None and root.attributes["step"] == 5
+    for child in ("onload", "execute", "offload"):
+        assert got[child].parent.span_id == root.context.span_id
+        assert got[child].context.trace_id == root.context.trace_id
+
+
+@pytest.mark.parametrize("recording", [False, True], ids=["no_processor", "processor"])
+def test_user_spans_parent_under_execute_in_both_modes(tel, recording):
+    if recording:
+        tel.tracer_provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    user = InMemorySpanExporter()  # the user's own provider: its spans join ours through the context
+    provider = sdk_trace.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(user))
+    with tel.phase("actor_train", "train_step") as ph:
+        execute = TRACEPARENT.match(ph.carrier()["traceparent"]).groups()
+        with provider.get_tracer("user").start_as_current_span("forward"):
+            pass
+        with tel.tracer_provider.get_tracer("user").start_as_current_span("backward") as backward:
+            pass
+    forward = by_name(user)["forward"]
+    for span in (forward, backward):
+        assert (f"{span.context.trace_id:032x}", f"{span.parent.span_id:016x}") == execute
+    assert trace.get_current_span() is trace.INVALID_SPAN  # the context is restored after the block
+
+
+def test_unreadable_processor_list_records_spans_as_before(tel, sdk_spans, monkeypatch):
+    monkeypatch.delattr(tel.tracer_provider, "_active_span_processor")  # an SDK whose internals moved
+    with tel.phase("actor_train", "train_step"):
+        pass
+    assert sorted(sdk_spans) == sorted([INFIX, "onload", "execute", "offload"])

@@ -32,7 +32,7 @@ from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel.phases.live import LiveGauges
 from rl_otel.phases.memory import CpuProbe, GpuProbe
 from rl_otel.phases.phase import Phase, PhaseRuntime
-from rl_otel.phases.tracing import build_tracer_provider
+from rl_otel.phases.tracing import PhaseTracer, build_tracer_provider
 from rl_otel.sinks.bridge import Bridge, NullBridge
 
 _log = logging.getLogger("rl_otel")
@@ -40,8 +40,8 @@ _WARN_LIMIT = 10_000  # distinct (what, key) pairs remembered for warn-once
 _WARN_CHARS = 500
 _SETTLE_S = 2.0  # how long a scrape or an OTLP export waits for submitted jobs before serving what is stored
 # close() in this order: (step, attribute, method); the step names the reason label of a failed step
-_CLOSE_STEPS = (("signals", "_signals", "uninstall"), ("live", "_live", "close"),
-                ("metrics_worker", "_worker", "close"), ("trackers", "_bridge", "close"),
+_CLOSE_STEPS = (("signals", "_signals", "uninstall"), ("live", "_live", "close"), ("metrics_worker", "_worker", "close"),
+                ("cpu_probe", "_cpu", "close"), ("trackers", "_bridge", "close"),
                 ("targets_file", "_targets", "close"), ("endpoint", "_endpoint", "close"),
                 ("meter_provider", "_meter_provider", "shutdown"), ("tracer_provider", "_tracer_provider", "shutdown"))
 
@@ -85,6 +85,7 @@ class Telemetry:
         self._phase_lock = threading.Lock()
         self._phase_metrics: dict[str, float] = {}
         self._live: LiveGauges | None = None
+        self._cpu: CpuProbe | None = None
         self._targets: TargetsFile | None = None
         self._bridge: Bridge | NullBridge = NullBridge()
         self._signals: SignalFlush | None = None
@@ -192,7 +193,10 @@ class Telemetry:
         Makes the span ``{cluster}/{phase}`` with children ``onload``, ``execute``, ``offload`` (attributes
         cluster, phase, rank, step; ``step`` defaults to the step the next ``log()`` gets by default), records
         ROLL's ``time/...`` and ``memory/...`` keys through the catalog (Prometheus gets seconds and bytes, plus
-        ``rl_phase_duration_seconds``), and keeps those keys for :meth:`take_phase_metrics`. ``parent`` is a
+        ``rl_phase_duration_seconds``), and keeps those keys for :meth:`take_phase_metrics`. While
+        :attr:`tracer_provider` has no span processor (no ``tracing=``, no OTLP traces), no span is recorded:
+        the root and ``execute`` are span contexts only (``Phase.carrier()`` and user spans inside the block
+        parent under them all the same); a processor added later records the next phase's spans. ``parent`` is a
         carrier from ``Phase.carrier()`` / :func:`rl_otel.phases.inject` in another process. The ``onload`` /
         ``offload`` callables and the body are the caller's code: their exceptions propagate; telemetry never
         raises.
@@ -265,9 +269,10 @@ class Telemetry:
     def _start(self, config: TelemetryConfig) -> None:
         """The steps of ``__init__`` that create resources (threads, files, sockets), in order."""
         self._tracer_provider = build_tracer_provider(config.tracing, self.resource)
-        cpu = CpuProbe()
+        self._cpu = cpu = CpuProbe()
         self._phases = PhaseRuntime(
-            tracer=self._tracer_provider.get_tracer("rl_otel", __version__), rank=config.rank, gpu=GpuProbe(),
+            tracer=PhaseTracer(self._tracer_provider, self._tracer_provider.get_tracer("rl_otel", __version__)),
+            rank=config.rank, gpu=GpuProbe(),
             cpu=cpu, next_step=lambda: 0 if self._step is None else self._step + 1, record=self._record_phase,
             fail=self._phase_failed)
         readers = []

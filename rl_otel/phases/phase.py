@@ -6,6 +6,11 @@ One phase of a cluster (``actor_train/train_step``) is a span with three childre
 ``memory/cpu/{infix}/start|end/rss|vms`` (GiB). The timing windows are ROLL's: ``onload`` covers the start
 snapshots and the load, ``offload`` the end snapshots and the offload, ``total`` all of it.
 
+Cost: when the Telemetry's TracerProvider has no span processor (the default, no ``tracing=``), no SDK span is
+built - spans nobody receives were most of a phase's cost. The root and ``execute`` then exist as span contexts
+only (valid IDs: ``carrier()`` and user spans inside the block parent under them as before); ``onload`` and
+``offload`` are skipped. A processor added later records the next phase's four spans.
+
 Errors: the user's ``onload``/``offload`` and the body are the user's code - their exceptions propagate, the
 spans end with an error status. If the body raises, ``offload`` is not called and no metrics are recorded (as in
 ROLL, whose context manager stops at the ``yield``). Telemetry's own failures never raise: they are counted in
@@ -22,10 +27,10 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode, Tracer
+from opentelemetry.trace import Span, Status, StatusCode
 
 from rl_otel.phases.memory import CpuProbe, GpuProbe
-from rl_otel.phases.tracing import extract, inject
+from rl_otel.phases.tracing import PhaseTracer, extract, inject
 
 PARTS = ("total", "execute", "onload", "offload")
 
@@ -34,7 +39,7 @@ PARTS = ("total", "execute", "onload", "offload")
 class PhaseRuntime:
     """What every phase of one Telemetry shares."""
 
-    tracer: Tracer
+    tracer: PhaseTracer
     rank: int
     gpu: GpuProbe
     cpu: CpuProbe
@@ -47,7 +52,7 @@ class Phase:
     """The context manager ``Telemetry.phase()`` returns. Not reusable; one per ``with`` block."""
 
     __slots__ = ("_rt", "cluster", "phase", "_onload", "_offload", "_step", "_parent", "metrics", "_attrs",
-                 "_root", "_root_ctx", "_span", "_token", "_t0", "_t_onloaded", "_t_exec")
+                 "_root", "_root_ctx", "_recording", "_span", "_token", "_t0", "_t_onloaded", "_t_exec")
 
     def __init__(self, runtime: PhaseRuntime, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
                  offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None) -> None:
@@ -58,6 +63,7 @@ class Phase:
         self.metrics: dict[str, float] = {}  # ROLL keys of this phase, complete once the block exits cleanly
         self._attrs: dict[str, Any] = {}
         self._root: Span | None = None
+        self._recording = False  # SDK spans (a processor is there to receive them) or span contexts only
         self._span: Span | None = None
         self._token: object = None
 
@@ -84,14 +90,14 @@ class Phase:
         self._guard(self._start_root)
         self._guard(rt.gpu.reset_peaks)
         self._guard(rt.gpu.snapshot, infix, "start/offload", m)
-        span = self._child("onload")
+        span = self._child("onload") if self._recording else None
         if self._onload is not None:
             self._call_user(self._onload, span)
         self._guard(rt.gpu.snapshot, infix, "start/onload", m)
         self._guard(rt.cpu.snapshot, infix, "start", m)
         self._t_onloaded = perf_counter()
         self._end(span)
-        self._span = self._child("execute")
+        self._span = self._child("execute") if self._recording else self._context_only("execute")
         if self._span is not None:
             self._token = self._guard(otel_context.attach, trace.set_span_in_context(self._span, self._root_ctx))
         self._t_exec = perf_counter()
@@ -110,7 +116,7 @@ class Phase:
             return
         self._end(self._span)
         rt, infix, m = self._rt, self.infix, self.metrics
-        span = self._child("offload")
+        span = self._child("offload") if self._recording else None
         self._guard(rt.gpu.snapshot, infix, "end/onload", m, with_frac=True)
         if self._offload is not None:
             self._call_user(self._offload, span)
@@ -128,17 +134,27 @@ class Phase:
     # -- helpers: the telemetry side never raises ---------------------------------------------------------
 
     def _start_root(self) -> None:
-        attrs = {"cluster": self.cluster, "phase": self.phase, "rank": self._rt.rank,
-                 "step": self._step if self._step is not None else self._rt.next_step()}
-        self._attrs = attrs
-        parent = extract(self._parent)
-        self._root = self._rt.tracer.start_span(self.infix, context=parent, attributes=attrs)
+        tracer = self._rt.tracer
+        parent = extract(self._parent) if self._parent else None
+        self._recording = recording = tracer.recording()
+        if recording:
+            attrs = {"cluster": self.cluster, "phase": self.phase, "rank": self._rt.rank,
+                     "step": self._step if self._step is not None else self._rt.next_step()}
+            self._attrs = attrs
+            self._root = tracer.tracer.start_span(self.infix, context=parent, attributes=attrs)
+        else:
+            self._root = tracer.context_only(self.infix, parent)
         self._root_ctx = trace.set_span_in_context(self._root, parent)
 
     def _child(self, name: str) -> Span | None:
         if self._root is None:
             return None
-        return self._guard(self._rt.tracer.start_span, name, context=self._root_ctx, attributes=self._attrs)
+        return self._guard(self._rt.tracer.tracer.start_span, name, context=self._root_ctx, attributes=self._attrs)
+
+    def _context_only(self, name: str) -> Span | None:
+        if self._root is None:
+            return None
+        return self._guard(self._rt.tracer.context_only, name, self._root_ctx)
 
     def _call_user(self, fn: Callable[[], Any], span: Span | None) -> None:
         try:

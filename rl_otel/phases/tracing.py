@@ -1,6 +1,7 @@
 """Tracing for phases: a TracerProvider owned by the Telemetry (never the global one), its exporter, random IDs.
 
-``tracing=`` of :func:`rl_otel.init` is checked here, once: ``None`` (spans are made but exported nowhere),
+``tracing=`` of :func:`rl_otel.init` is checked here, once: ``None`` (no span processor: phases build no SDK span,
+only span contexts for carriers and parents - see :class:`PhaseTracer`),
 ``"console"`` (JSON lines on stderr), ``{"exporter": "jsonl", "path": ...}``, ``{"exporter": "otlp",
 "endpoint": ..., "protocol": "http/protobuf" | "grpc"}`` (needs ``opentelemetry-exporter-otlp``) or a
 ``SpanExporter`` instance.
@@ -17,11 +18,12 @@ from typing import IO, Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Tracer, TracerProvider
 from opentelemetry.sdk.trace.export import (BatchSpanProcessor, SimpleSpanProcessor, SpanExporter,
                                             SpanExportResult)
 from opentelemetry.sdk.trace.id_generator import IdGenerator
-from opentelemetry.trace import INVALID_SPAN_ID, INVALID_TRACE_ID
+from opentelemetry.trace import (INVALID_SPAN_ID, INVALID_TRACE_ID, NonRecordingSpan, Span, SpanContext, TraceFlags,
+                               get_current_span)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from rl_otel.core.options import check_known
@@ -139,6 +141,53 @@ def build_tracer_provider(config: TracingConfig | None, resource: Resource) -> T
     else:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
+
+
+class PhaseTracer:
+    """Starts a phase's spans, and skips the SDK's span objects when no span processor could receive them.
+
+    Most runs configure no span exporter (``tracing=None``): there the SDK would still build, time and end four
+    spans per phase only to hand them to nobody - most of a phase's cost. Without processors :meth:`context_only`
+    makes just the span *context* (the trace and span IDs, flags and trace state ``start_span`` would have given),
+    enough for ``Phase.carrier()`` and for user spans started inside the block to get their parent. Processors may
+    be added to the provider at any time, so :meth:`recording` is asked at every phase.
+    """
+
+    __slots__ = ("_provider", "tracer", "_sdk")
+
+    def __init__(self, provider: Any, tracer: Any) -> None:
+        self._provider = provider
+        self.tracer = tracer
+        self._sdk = isinstance(tracer, Tracer)  # a no-op tracer (OTEL_SDK_DISABLED) keeps its own behaviour
+
+    def recording(self) -> bool:
+        """False when the provider has no span processor (spans would reach nobody). Reads SDK internals
+        (``_active_span_processor._span_processors``, ``_is_enabled``, opentelemetry-sdk is pinned); when they
+        cannot be read, spans are recorded as the SDK makes them."""
+        if not self._sdk:
+            return True
+        try:
+            return bool(self._provider._active_span_processor._span_processors) or not self.tracer._is_enabled()
+        except Exception:
+            return True
+
+    def context_only(self, name: str, context: Context | None) -> Span:
+        """What ``tracer.start_span(name, context)`` would return, less the recording: a :class:`NonRecordingSpan`
+        whose context has the same trace ID (the parent's or a new random one), a new random span ID, the
+        sampler's flags and trace state."""
+        tracer = self.tracer
+        ids = tracer.id_generator
+        parent = get_current_span(context).get_span_context()
+        if parent.is_valid:
+            trace_id, random_id = parent.trace_id, parent.trace_flags.random_trace_id
+        else:
+            trace_id, random_id = ids.generate_trace_id(), ids.is_trace_id_random()
+        sampled = tracer.sampler.should_sample(context, trace_id, name)
+        flags = TraceFlags.SAMPLED if sampled.decision.is_sampled() else TraceFlags.DEFAULT
+        if random_id:
+            flags |= TraceFlags.RANDOM_TRACE_ID
+        return NonRecordingSpan(SpanContext(trace_id, ids.generate_span_id(), is_remote=False,
+                                            trace_flags=TraceFlags(flags), trace_state=sampled.trace_state))
 
 
 def inject(context: Context | None = None) -> dict[str, str]:

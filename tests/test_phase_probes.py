@@ -1,0 +1,149 @@
+"""The phase memory probes: CUDA availability asked once (per torch module and process), CPU memory from
+/proc/self/statm equal to psutil's memory_info(), fork and close handling."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import psutil
+import pytest
+from tests.gpu_fakes import FakeCuda, fake_torch
+
+import rl_otel
+from rl_otel.phases import memory
+from rl_otel.phases.memory import CpuProbe, GpuProbe
+
+INFIX = "actor_train/train_step"
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/statm is Linux's")
+
+
+@pytest.fixture
+def tel():
+    t = rl_otel.init(run="probes", prometheus=False)
+    yield t
+    t.close()
+
+
+def gpu_keys(metrics):
+    return [k for k in metrics if k.startswith(f"memory/{INFIX}/")]
+
+
+def test_cuda_availability_is_asked_once_across_phases(tel, monkeypatch):
+    cuda = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
+    for _ in range(20):
+        with tel.phase("actor_train", "train_step"):
+            pass
+    assert cuda.availability_checks == 1
+    assert len(gpu_keys(tel.take_phase_metrics())) == 18  # 4 stages x 4 kinds + 2 fractions, every phase
+
+
+def test_torch_imported_later_is_still_checked(tel, monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    for _ in range(3):
+        with tel.phase("actor_train", "train_step"):
+            pass
+    assert gpu_keys(tel.take_phase_metrics()) == []
+    cuda = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))  # the training code imports torch now
+    for _ in range(3):
+        with tel.phase("actor_train", "train_step"):
+            pass
+    assert len(gpu_keys(tel.take_phase_metrics())) == 18
+    assert cuda.availability_checks == 1
+
+
+def test_a_cached_no_gpu_answer_holds_until_torch_changes(monkeypatch):
+    class NoDevice(FakeCuda):
+        def is_available(self) -> bool:
+            super().is_available()
+            return False
+
+    none = NoDevice()
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(none))
+    probe, out = GpuProbe(), {}
+    for _ in range(5):
+        probe.snapshot(INFIX, "start/onload", out)
+    assert out == {} and none.availability_checks == 1
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(FakeCuda()))  # another torch module: asked again
+    probe.snapshot(INFIX, "start/onload", out)
+    assert len(out) == 4
+
+
+def test_a_forked_process_asks_again(monkeypatch):
+    cuda = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
+    probe = GpuProbe()
+    probe.reset_peaks()
+    probe.reset_peaks()
+    assert cuda.availability_checks == 1
+    parent = os.getpid()
+    monkeypatch.setattr(memory.os, "getpid", lambda: parent + 1)  # what a fork looks like to the probe
+    probe.reset_peaks()
+    probe.reset_peaks()
+    assert cuda.availability_checks == 2
+
+
+@linux_only
+def test_cpu_memory_matches_psutil():
+    probe = CpuProbe()
+    try:
+        ballast = bytearray(64 * 2**20)  # touched pages: rss moves by ~64 MiB
+        ballast[:: 4096] = b"x" * len(ballast[:: 4096])
+        rss, vms = probe.memory()
+        info = psutil.Process().memory_info()
+        assert rss == pytest.approx(info.rss, rel=0.02)
+        assert vms == pytest.approx(info.vms, rel=0.02)
+        del ballast
+        assert probe.memory()[0] < rss - 32 * 2**20  # read afresh every time, not once
+    finally:
+        probe.close()
+
+
+@linux_only
+def test_close_releases_the_descriptor_and_psutil_takes_over():
+    probe = CpuProbe()
+    fd = probe._statm._fd
+    assert os.readlink(f"/proc/self/fd/{fd}").endswith("/statm")
+    probe.close()
+    probe.close()  # idempotent
+    assert not os.path.exists(f"/proc/self/fd/{fd}") or not os.readlink(f"/proc/self/fd/{fd}").endswith("/statm")
+    rss, vms = probe.memory()
+    assert rss == pytest.approx(psutil.Process().memory_info().rss, rel=0.02) and vms > rss
+
+
+@linux_only
+def test_telemetry_close_closes_the_cpu_probe():
+    t = rl_otel.init(run="probes", prometheus=False)
+    fd = t._cpu._statm._fd
+    t.close()
+    assert t._cpu._statm is None
+    assert not os.path.exists(f"/proc/self/fd/{fd}") or not os.readlink(f"/proc/self/fd/{fd}").endswith("/statm")
+    with t.phase("actor_train", "train_step"):  # a phase after close still measures (through psutil)
+        pass
+    assert t.pending_phase_metrics()[f"memory/cpu/{INFIX}/end/rss"] > 0
+
+
+@linux_only
+def test_forked_child_measures_itself():
+    probe = CpuProbe()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: grow by 256 MiB, which the parent does not
+        try:
+            ballast = bytearray(256 * 2**20)
+            ballast[:: 4096] = b"x" * len(ballast[:: 4096])
+            rss, _ = probe.memory()
+            os.write(write_end, f"{rss} {psutil.Process().memory_info().rss}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        child_probe, child_psutil = (float(x) for x in pipe.read().split())
+    os.waitpid(pid, 0)
+    try:
+        assert child_probe == pytest.approx(child_psutil, rel=0.02)
+        assert probe.memory()[0] < child_probe - 128 * 2**20  # the parent's own, smaller, rss
+    finally:
+        probe.close()
