@@ -1,11 +1,12 @@
 """End to end: the demo's PPO training step with rl_otel fully on, against the same step with telemetry off, paired.
 
-    python benchmarks/bench_demo.py [--steps 60] [--rounds 4] [--big]
+    python benchmarks/bench_demo.py [--steps 64] [--rounds 4] [--big]
 
 "Fully on" is what the README's main job runs: a Prometheus endpoint scraped once a second over HTTP, five
 phases a step with real onload/offload and memory snapshots, ``ppo_stats`` with 15 distributions, Trinity-style
 rollout and eval aggregation, ``log()`` of ~100 keys, and a TensorBoard tracker. "Off" is the same step with no
-rl_otel call at all (``_step(trainer, None, ...)``: the same math, a test checks it).
+rl_otel call at all (``_step(trainer, None, ...)``: the same math, a test checks it). An evaluation (and its
+Trinity aggregation) runs every 4th step.
 
 Why paired: this shared 2-core VM drifts in speed by 20-30% over about a second, more than the ~1 ms (1% of a
 ~100-130 ms step) to be resolved, so whole runs compared one after the other (this benchmark's first method)
@@ -15,8 +16,9 @@ order (on, off, off, on, on, off, ...: a linear drift cancels within each block 
 follows itself and the other equally often). Step k does the same work in both (the benchmark checks that their
 scores are equal), so the per-step difference ``on - off`` carries the drift of ~0.2 s, not of a whole run.
 The estimate is the MEAN difference over every step after warm-up, evaluation steps included (their statistics
-and aggregation are real cost: a median would drop them), with its standard error over the ABBA blocks; the
-overhead is the mean difference over the mean "off" step. Rounds repeat this with fresh trainers and a fresh
+and aggregation are real cost: a median would drop them), with its standard error over blocks of 4 pairs (ABBA
+twice, one evaluation period: a block's mean carries no drift that is linear over it, and every block holds the
+same mix of steps); the overhead is the mean difference over the mean "off" step. Rounds repeat this with fresh trainers and a fresh
 Telemetry (seed + round, which trainer is built first alternating).
 
 Background threads: telemetry also works off the training thread (the TensorBoard tracker's worker after each
@@ -32,7 +34,9 @@ flight) before the next step starts, and reports two figures:
 and the CPU time the other threads use per "on" step (process CPU time minus the training thread's
 ``time.thread_time()``, over the step and its wait; the scraper's own client-side CPU, an artefact of scraping
 from inside the process, is measured on its thread and left out), against the same for an "off" step (which
-should be ~0: if not, something spills over).
+should be ~0: if not, something spills over). A cross-check that other processes' load barely touches: the
+training thread's CPU time (``time.thread_time()``), "on" minus "off" - it leaves out what the thread waits for
+(the GIL held by a scrape's rendering, I/O), so it is not the judged figure.
 
 The scraper: Prometheus scrapes every second of wall time, and a real run spends all of it in "on" steps; here
 half the wall time is "off" steps, so a 1 Hz wall-clock scraper would scrape twice as often per "on" step as a
@@ -64,7 +68,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import Row  # noqa: E402
 
 TARGET = 0.01  # training-thread overhead under 1% of step time
-WARMUP = 2  # steps of each round left out (first calls: allocator, imports, lazy state); even: ABBA blocks align
+EVAL_EVERY = 4  # an evaluation step every 4: one in each block below
+BLOCK = 4  # step pairs per block: ABBA twice (on off, off on, on off, off on), one evaluation period
+WARMUP = BLOCK  # steps of each round left out (first calls: allocator, lazy state); a whole block, so blocks align
 SCRAPE_PERIOD_S = 1.0
 
 
@@ -135,11 +141,12 @@ class Paired:
         return [a + (w if upper else 0.0) - b for a, w, b in zip(self.on, self.wait, self.off)]
 
     def mean_se(self, values: list[float]) -> tuple[float, float]:
-        """Mean and its standard error over ABBA blocks (two consecutive pairs of one round): a drift that is
-        linear over a block cancels in it, so the blocks are closer to independent than single pairs are."""
+        """Mean and its standard error over blocks of ``BLOCK`` consecutive pairs of one round: a drift that is
+        linear over an ABBA half cancels in it, and each block holds one evaluation step, so the blocks are closer
+        to independent, and alike, than single pairs are."""
         blocks, start = [], 0
         for n in self.rounds:
-            blocks += [statistics.fmean(values[i:min(i + 2, start + n)]) for i in range(start, start + n, 2)]
+            blocks += [statistics.fmean(values[i:min(i + BLOCK, start + n)]) for i in range(start, start + n, BLOCK)]
             start += n
         mean = statistics.fmean(values)
         se = statistics.stdev(blocks) / len(blocks) ** 0.5 if len(blocks) > 1 else float("nan")
@@ -160,6 +167,7 @@ class Paired:
         o, o_se = self.overhead()
         ub, ub_se = self.overhead(upper=True)
         cpu_d, cpu_se = self.mean_se([a - b for a, b in zip(self.main_cpu_on, self.main_cpu_off)])
+        cpu_off = statistics.fmean(self.main_cpu_off)
         return "\n".join([
             f"{name}: {len(self.on)} step pairs in {len(self.rounds)} round(s), {self.scrapes} scrapes"
             + (f", {self.mismatches} PAIRS WITH DIFFERENT SCORES" if self.mismatches else ", the same work"),
@@ -169,7 +177,8 @@ class Paired:
             f"  upper bound (+ wait for telemetry idle, {statistics.fmean(self.wait) * ms:.2f} ms): "
             f"{u * ms:+.3f} +- {u_se * ms:.3f} ms -> {ub:+.2%} +- {ub_se:.2%}",
             f"  in the on step: statistics + aggregation + log() {statistics.fmean(self.logging) * ms:.2f} ms; "
-            f"training-thread CPU on - off {cpu_d * ms:+.3f} +- {cpu_se * ms:.3f} ms",
+            f"training-thread CPU on - off {cpu_d * ms:+.3f} +- {cpu_se * ms:.3f} ms "
+            f"({cpu_d / cpu_off:+.2%} +- {cpu_se / cpu_off:.2%} of the off step's {cpu_off * ms:.1f} ms CPU)",
             f"  other threads' CPU per step: on step + wait {statistics.fmean(self.other_cpu_on) * ms:.2f} ms, "
             f"off step {statistics.fmean(self.other_cpu_off) * ms:.2f} ms (scraper client excluded)",
         ])
@@ -261,12 +270,14 @@ def measure(config, rounds: int) -> Paired:
 def configs(quick: bool, big: bool, steps: int | None) -> list[tuple[str, object]]:
     from rl_otel.demo.ppo import DemoConfig
 
-    steps = steps or (10 if quick else 60)
-    out: list[tuple[str, object]] = [("demo step (B=128, hidden 256)", DemoConfig(steps=steps, eval_every=5))]
+    steps = steps or (3 * BLOCK if quick else 16 * BLOCK)
+    steps = -(-steps // BLOCK) * BLOCK  # whole blocks (the last step of a run evaluates too: it ends one)
+    out: list[tuple[str, object]] = [("demo step (B=128, hidden 256)",
+                                      DemoConfig(steps=steps, eval_every=EVAL_EVERY))]
     if big:  # a ~3 s step: fewer steps
         out.append(("demo step (B=512, hidden 1024)",
-                    DemoConfig(steps=max(WARMUP + 4, steps // 4), eval_every=5, batch_size=512,
-                               minibatch_size=256, hidden=1024)))
+                    DemoConfig(steps=max(WARMUP + 2 * BLOCK, steps // 4 // BLOCK * BLOCK), eval_every=EVAL_EVERY,
+                               batch_size=512, minibatch_size=256, hidden=1024)))
     return out
 
 
@@ -298,12 +309,13 @@ def main() -> None:
     from common import table
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=60, help="steps per round (the first %d are warm-up)" % WARMUP)
+    parser.add_argument("--steps", type=int, default=16 * BLOCK,
+                        help=f"steps per round, rounded up to a multiple of {BLOCK} (the first {WARMUP}: warm-up)")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--big", action="store_true", help="also a heavier configuration (batch 512, hidden 1024)")
     args = parser.parse_args()
-    if args.steps < WARMUP + 2:
-        parser.error(f"--steps must be at least {WARMUP + 2}")
+    if args.steps <= WARMUP + BLOCK:
+        parser.error(f"--steps must be more than {WARMUP + BLOCK}")
     details: list[str] = []
     result = rows(big=args.big, steps=args.steps, rounds=args.rounds, details=details)
     print(table(result))
