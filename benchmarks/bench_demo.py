@@ -18,8 +18,8 @@ scores are equal), so the per-step difference ``on - off`` carries the drift of 
 The estimate is the MEAN difference over every step after warm-up, evaluation steps included (their statistics
 and aggregation are real cost: a median would drop them), with its standard error over blocks of 4 pairs (ABBA
 twice, one evaluation period: a block's mean carries no drift that is linear over it, and every block holds the
-same mix of steps); the overhead is the mean difference over the mean "off" step. Rounds repeat this with fresh trainers and a fresh
-Telemetry (seed + round, which trainer is built first alternating).
+same mix of steps); the overhead is the mean difference over the mean "off" step. Rounds repeat this with
+fresh trainers and a fresh Telemetry (seed + round, which trainer is built first alternating).
 
 Background threads: telemetry also works off the training thread (the TensorBoard tracker's worker after each
 ``log()``, the endpoint's handler serving a scrape, and ``Telemetry.flush()`` waits for whatever else it runs).
@@ -30,6 +30,10 @@ flight) before the next step starts, and reports two figures:
 1. training-thread overhead: the "on" step's own iteration time against the "off" step's - what a run whose
    second core absorbs the background work pays (the judged figure, ``TARGET``);
 2. an upper bound: the "on" step plus that wait, as if all background work were on the critical path.
+
+In a real run the tracker's work for step k overlaps step k+1 and takes the GIL now and then; here it runs in
+the wait, so the truth lies between the two figures. (``flush()`` also makes the TensorBoard writer hand its
+buffer to the OS every step, which it would otherwise do every few seconds: a few us, in the wait only.)
 
 and the CPU time the other threads use per "on" step (process CPU time minus the training thread's
 ``time.thread_time()``, over the step and its wait; the scraper's own client-side CPU, an artefact of scraping
@@ -43,9 +47,11 @@ half the wall time is "off" steps, so a 1 Hz wall-clock scraper would scrape twi
 real run does, and its scrapes would land in "off" steps too. So scrapes are paced by the accumulated time of
 "on" steps (one per second of it, the real rate per step) and start only during an "on" step, at a random point
 within it (a step's length after it starts, at most: a real scrape's phase is random), so the handler's
-rendering competes with the training thread as it would; a scrape that outlasts its step is waited for with
-``tel.flush()`` and lands in the upper bound. ``--big`` also runs a heavier configuration (batch 512, hidden
-1024), closer to a real step's length, to show how the cost scales.
+rendering competes with the training thread as it would; a scrape that outlasts its step, or has not started
+when it ends, is served while the loop waits for telemetry to be idle, and lands in the upper bound.
+
+``--big`` also runs a heavier configuration (batch 512, hidden 1024), closer to a real step's length, to show how
+the cost scales.
 """
 
 from __future__ import annotations
@@ -75,7 +81,8 @@ SCRAPE_PERIOD_S = 1.0
 
 
 class _Scraper:
-    """Scrapes ``url`` on its own thread when told to, after a given delay; its thread's CPU time is counted (a
+    """Scrapes ``url`` on its own thread when told to, after a given delay or as soon as the step ends, whichever
+    comes first (the main thread never waits for the delay itself); its thread's CPU time is counted (a
     Prometheus server does this in another process)."""
 
     def __init__(self, url: str) -> None:
@@ -84,6 +91,7 @@ class _Scraper:
         self.cpu_s = 0.0  # the client side: this thread's CPU time in its requests
         self._delay = 0.0
         self._go = threading.Event()
+        self._step_done = threading.Event()
         self._idle = threading.Event()
         self._idle.set()
         self._stop = False
@@ -92,10 +100,13 @@ class _Scraper:
 
     def start(self, delay: float) -> None:
         self._delay = delay
+        self._step_done.clear()
         self._idle.clear()
         self._go.set()
 
     def wait_idle(self) -> None:
+        """Called when the step has ended: a scrape still waiting starts now; returns once it is served."""
+        self._step_done.set()
         self._idle.wait()
 
     def close(self) -> None:
@@ -109,7 +120,7 @@ class _Scraper:
             self._go.clear()
             if self._stop:
                 return
-            time.sleep(self._delay)
+            self._step_done.wait(self._delay)
             cpu = time.thread_time()
             try:
                 urllib.request.urlopen(self.url, timeout=5).read()
@@ -131,6 +142,8 @@ class Paired:
     logging: list[float] = field(default_factory=list)  # the "on" step's statistics + log(): iteration - training
     main_cpu_on: list[float] = field(default_factory=list)  # training thread's CPU time
     main_cpu_off: list[float] = field(default_factory=list)
+    queued_on: list[float] = field(default_factory=list)  # the training thread's run-queue wait in the step
+    queued_off: list[float] = field(default_factory=list)
     other_cpu_on: list[float] = field(default_factory=list)  # other threads, over the "on" step and its wait
     other_cpu_off: list[float] = field(default_factory=list)
     rounds: list[int] = field(default_factory=list)  # pairs per round
@@ -139,6 +152,10 @@ class Paired:
 
     def diff(self, upper: bool = False) -> list[float]:
         return [a + (w if upper else 0.0) - b for a, w, b in zip(self.on, self.wait, self.off)]
+
+    def diff_unqueued(self) -> list[float]:
+        """``on - off`` without the time the training thread sat runnable in the run queue (others' load)."""
+        return [(a - qa) - (b - qb) for a, qa, b, qb in zip(self.on, self.queued_on, self.off, self.queued_off)]
 
     def mean_se(self, values: list[float]) -> tuple[float, float]:
         """Mean and its standard error over blocks of ``BLOCK`` consecutive pairs of one round: a drift that is
@@ -168,6 +185,8 @@ class Paired:
         ub, ub_se = self.overhead(upper=True)
         cpu_d, cpu_se = self.mean_se([a - b for a, b in zip(self.main_cpu_on, self.main_cpu_off)])
         cpu_off = statistics.fmean(self.main_cpu_off)
+        run_d, run_se = self.mean_se(self.diff_unqueued())
+        run_off = statistics.fmean(self.off) - statistics.fmean(self.queued_off)
         return "\n".join([
             f"{name}: {len(self.on)} step pairs in {len(self.rounds)} round(s), {self.scrapes} scrapes"
             + (f", {self.mismatches} PAIRS WITH DIFFERENT SCORES" if self.mismatches else ", the same work"),
@@ -176,12 +195,25 @@ class Paired:
             f"(target < {TARGET:.0%}: {'pass' if o < TARGET else 'FAIL'})",
             f"  upper bound (+ wait for telemetry idle, {statistics.fmean(self.wait) * ms:.2f} ms): "
             f"{u * ms:+.3f} +- {u_se * ms:.3f} ms -> {ub:+.2%} +- {ub_se:.2%}",
-            f"  in the on step: statistics + aggregation + log() {statistics.fmean(self.logging) * ms:.2f} ms; "
+            f"  less the training thread's run-queue wait (others' load; off {(off - run_off) * ms:.2f} ms, "
+            f"on {statistics.fmean(self.queued_on) * ms:.2f} ms): {run_d * ms:+.3f} +- {run_se * ms:.3f} ms -> "
+            f"{run_d / run_off:+.2%} +- {run_se / run_off:.2%}",
+            f"  in the on step: statistics + aggregation + log() {statistics.fmean(self.logging) * ms:.2f} ms, "
+            f"the rest (phases, scrapes) {(d - statistics.fmean(self.logging)) * ms:.2f} ms; "
             f"training-thread CPU on - off {cpu_d * ms:+.3f} +- {cpu_se * ms:.3f} ms "
             f"({cpu_d / cpu_off:+.2%} +- {cpu_se / cpu_off:.2%} of the off step's {cpu_off * ms:.1f} ms CPU)",
             f"  other threads' CPU per step: on step + wait {statistics.fmean(self.other_cpu_on) * ms:.2f} ms, "
             f"off step {statistics.fmean(self.other_cpu_off) * ms:.2f} ms (scraper client excluded)",
         ])
+
+
+def _queued() -> float:
+    """Seconds the calling thread has spent runnable but waiting for a CPU (Linux schedstat; 0 elsewhere)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) * 1e-9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _round(config, seed: int, on_first: bool, out: Paired) -> None:
@@ -218,15 +250,16 @@ def _round(config, seed: int, on_first: bool, out: Paired) -> None:
             order = ("on", "off") if (step % 2 == 0) == on_first else ("off", "on")
             scores = {}
             for side in order:
-                p0, m0 = time.process_time(), time.thread_time()
+                p0, m0, q0 = time.process_time(), time.thread_time(), _queued()
                 if side == "off":
                     t0 = time.perf_counter()
                     report = _step(off_trainer, None, step, samples)
                     it = time.perf_counter() - t0
-                    m1, p1 = time.thread_time(), time.process_time()
+                    q1, m1, p1 = _queued(), time.thread_time(), time.process_time()
                     scores["off"] = report.score
                     if record:
                         out.off.append(it)
+                        out.queued_off.append(q1 - q0)
                         out.main_cpu_off.append(m1 - m0)
                         out.other_cpu_off.append((p1 - p0) - (m1 - m0))
                     continue
@@ -237,7 +270,7 @@ def _round(config, seed: int, on_first: bool, out: Paired) -> None:
                 t0 = time.perf_counter()
                 report = _step(on_trainer, tel, step, samples)
                 t1 = time.perf_counter()
-                m1 = time.thread_time()
+                q1, m1 = _queued(), time.thread_time()
                 tel.flush()
                 scraper.wait_idle()
                 t2 = time.perf_counter()
@@ -247,6 +280,7 @@ def _round(config, seed: int, on_first: bool, out: Paired) -> None:
                 scores["on"] = report.score
                 if record:
                     out.on.append(t1 - t0)
+                    out.queued_on.append(q1 - q0)
                     out.wait.append(t2 - t1)
                     out.logging.append(t1 - t0 - report.seconds)
                     out.main_cpu_on.append(m1 - m0)
