@@ -1,6 +1,6 @@
 """End to end: the demo's PPO training step with rl_otel fully on, against the same step with telemetry off, paired.
 
-    python benchmarks/bench_demo.py [--steps 64] [--rounds 4] [--big]
+    python benchmarks/bench_demo.py [--steps 64] [--rounds 6] [--big]
 
 "Fully on" is what the README's main job runs: a Prometheus endpoint scraped once a second over HTTP, five
 phases a step with real onload/offload and memory snapshots, ``ppo_stats`` with 15 distributions, Trinity-style
@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import random
 import statistics
 import sys
@@ -144,6 +145,8 @@ class Paired:
     main_cpu_off: list[float] = field(default_factory=list)
     queued_on: list[float] = field(default_factory=list)  # the training thread's run-queue wait in the step
     queued_off: list[float] = field(default_factory=list)
+    gc_on: list[float] = field(default_factory=list)  # garbage collection inside the step (one heap for both)
+    gc_off: list[float] = field(default_factory=list)
     other_cpu_on: list[float] = field(default_factory=list)  # other threads, over the "on" step and its wait
     other_cpu_off: list[float] = field(default_factory=list)
     rounds: list[int] = field(default_factory=list)  # pairs per round
@@ -203,8 +206,31 @@ class Paired:
             f"training-thread CPU on - off {cpu_d * ms:+.3f} +- {cpu_se * ms:.3f} ms "
             f"({cpu_d / cpu_off:+.2%} +- {cpu_se / cpu_off:.2%} of the off step's {cpu_off * ms:.1f} ms CPU)",
             f"  other threads' CPU per step: on step + wait {statistics.fmean(self.other_cpu_on) * ms:.2f} ms, "
-            f"off step {statistics.fmean(self.other_cpu_off) * ms:.2f} ms (scraper client excluded)",
+            f"off step {statistics.fmean(self.other_cpu_off) * ms:.2f} ms (scraper client excluded); "
+            f"garbage collection in a step: on {statistics.fmean(self.gc_on) * ms:.2f} ms, "
+            f"off {statistics.fmean(self.gc_off) * ms:.2f} ms",
         ])
+
+
+class _GcClock:
+    """Seconds spent in garbage collection since it started (``gc.callbacks``), whichever thread ran it."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.total += time.perf_counter() - self._start
+
+    def __enter__(self) -> _GcClock:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
 
 
 def _queued() -> float:
@@ -239,6 +265,7 @@ def _round(config, seed: int, on_first: bool, out: Paired) -> None:
         stack.callback(tel.close)
         scraper = _Scraper(tel.metrics_url)
         stack.callback(scraper.close)
+        gc_clock = stack.enter_context(_GcClock())
         built = {}
         for side in (("on", "off") if on_first else ("off", "on")):
             built[side] = _Trainer(cfg, tmp / side)
@@ -250,7 +277,7 @@ def _round(config, seed: int, on_first: bool, out: Paired) -> None:
             order = ("on", "off") if (step % 2 == 0) == on_first else ("off", "on")
             scores = {}
             for side in order:
-                p0, m0, q0 = time.process_time(), time.thread_time(), _queued()
+                p0, m0, q0, g0 = time.process_time(), time.thread_time(), _queued(), gc_clock.total
                 if side == "off":
                     t0 = time.perf_counter()
                     report = _step(off_trainer, None, step, samples)
@@ -260,6 +287,7 @@ def _round(config, seed: int, on_first: bool, out: Paired) -> None:
                     if record:
                         out.off.append(it)
                         out.queued_off.append(q1 - q0)
+                        out.gc_off.append(gc_clock.total - g0)
                         out.main_cpu_off.append(m1 - m0)
                         out.other_cpu_off.append((p1 - p0) - (m1 - m0))
                     continue
@@ -270,7 +298,7 @@ def _round(config, seed: int, on_first: bool, out: Paired) -> None:
                 t0 = time.perf_counter()
                 report = _step(on_trainer, tel, step, samples)
                 t1 = time.perf_counter()
-                q1, m1 = _queued(), time.thread_time()
+                q1, m1, g1 = _queued(), time.thread_time(), gc_clock.total
                 tel.flush()
                 scraper.wait_idle()
                 t2 = time.perf_counter()
@@ -281,6 +309,7 @@ def _round(config, seed: int, on_first: bool, out: Paired) -> None:
                 if record:
                     out.on.append(t1 - t0)
                     out.queued_on.append(q1 - q0)
+                    out.gc_on.append(g1 - g0)
                     out.wait.append(t2 - t1)
                     out.logging.append(t1 - t0 - report.seconds)
                     out.main_cpu_on.append(m1 - m0)
@@ -301,27 +330,28 @@ def measure(config, rounds: int) -> Paired:
     return out
 
 
-def configs(quick: bool, big: bool, steps: int | None) -> list[tuple[str, object]]:
+def configs(quick: bool, big: bool, steps: int | None, rounds: int) -> list[tuple[str, object, int]]:
+    """(name, config, rounds) of each configuration measured."""
     from rl_otel.demo.ppo import DemoConfig
 
     steps = steps or (3 * BLOCK if quick else 16 * BLOCK)
     steps = -(-steps // BLOCK) * BLOCK  # whole blocks (the last step of a run evaluates too: it ends one)
-    out: list[tuple[str, object]] = [("demo step (B=128, hidden 256)",
-                                      DemoConfig(steps=steps, eval_every=EVAL_EVERY))]
-    if big:  # a ~3 s step: fewer steps
+    out: list[tuple[str, object, int]] = [("demo step (B=128, hidden 256)",
+                                           DemoConfig(steps=steps, eval_every=EVAL_EVERY), rounds)]
+    if big:  # a ~3 s step, ~30x the default's: a quarter of the steps, a third of the rounds (~1 s of effect each)
         out.append(("demo step (B=512, hidden 1024)",
                     DemoConfig(steps=max(WARMUP + 2 * BLOCK, steps // 4 // BLOCK * BLOCK), eval_every=EVAL_EVERY,
-                               batch_size=512, minibatch_size=256, hidden=1024)))
+                               batch_size=512, minibatch_size=256, hidden=1024), max(1, rounds // 3)))
     return out
 
 
 def rows(quick: bool = False, big: bool = False, steps: int | None = None, rounds: int | None = None,
          details: list[str] | None = None) -> list[Row]:
     """The table rows; ``details`` collects each configuration's :meth:`Paired.summary`."""
-    rounds = rounds or (1 if quick else 4)
+    rounds = rounds or (1 if quick else 6)
     out = []
-    for name, config in configs(quick, big, steps):
-        p = measure(config, rounds)
+    for name, config, n in configs(quick, big, steps, rounds):
+        p = measure(config, n)
         if details is not None:
             details.append(p.summary(name))
         on, off = statistics.fmean(p.on), statistics.fmean(p.off)
@@ -345,7 +375,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=16 * BLOCK,
                         help=f"steps per round, rounded up to a multiple of {BLOCK} (the first {WARMUP}: warm-up)")
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=6, help="the standard error falls as 1/sqrt(rounds)")
     parser.add_argument("--big", action="store_true", help="also a heavier configuration (batch 512, hidden 1024)")
     args = parser.parse_args()
     if args.steps <= WARMUP + BLOCK:
