@@ -134,8 +134,8 @@ class _Scraper:
 
 @dataclass
 class Paired:
-    """Per-step figures (seconds) of the steps after warm-up, one entry per step pair, in order; ``blocks``: how
-    many consecutive pairs each round contributed (the ABBA blocks never straddle two rounds)."""
+    """Per-step figures (seconds) of the steps after warm-up, one entry per step pair, in order; ``rounds``: how
+    many consecutive pairs each round contributed (a block of :meth:`mean_se` never straddles two rounds)."""
 
     on: list[float] = field(default_factory=list)  # the "on" step's iteration, training thread
     off: list[float] = field(default_factory=list)
