@@ -1,6 +1,6 @@
 """End to end: the demo's PPO training step with rl_otel fully on, against the same step with telemetry off, paired.
 
-    python benchmarks/bench_demo.py [--steps 64] [--rounds 6] [--big]
+    python benchmarks/bench_demo.py [--steps 64] [--rounds 6] [--big] [--inline]
 
 "Fully on" is what the README's main job runs: a Prometheus endpoint scraped once a second over HTTP, five
 phases a step with real onload/offload and memory snapshots, ``ppo_stats`` with 15 distributions, Trinity-style
@@ -49,6 +49,11 @@ real run does, and its scrapes would land in "off" steps too. So scrapes are pac
 within it (a step's length after it starts, at most: a real scrape's phase is random), so the handler's
 rendering competes with the training thread as it would; a scrape not yet started when its step ends starts
 then, during the next step of the block (or the block's final wait).
+
+``--inline`` computes the statistics on the training thread (``log(fn(...))`` where the demo calls ``submit``),
+to compare the two: on this CPU step they cost about the same, because the training thread is Python-bound -
+thousands of small torch ops whose dispatch holds the GIL - so work moved to another thread still competes for
+it (on a GPU the training thread waits in CUDA calls that release the GIL, and the worker runs beside it).
 
 ``--big`` also runs a heavier configuration (batch 512, hidden 1024), closer to a real step's length, to show how
 the cost scales.
@@ -277,7 +282,20 @@ def _blocks(steps: int) -> list[tuple[int, int, bool]]:
     return out
 
 
-def _round(config, seed: int, on_first: bool, out: Paired) -> None:
+class _Inline:
+    """A Telemetry whose ``submit`` computes on the calling thread and logs (``--inline``)."""
+
+    def __init__(self, tel) -> None:
+        self._tel = tel
+
+    def __getattr__(self, name: str):
+        return getattr(self._tel, name)
+
+    def submit(self, fn, /, *args, step=None, **kwargs):
+        self._tel.log(fn(*args, **kwargs), step=step)
+
+
+def _round(config, seed: int, on_first: bool, out: Paired, inline: bool = False) -> None:
     """One round: two trainers of ``config`` with ``seed``, their steps run in blocks ABBA; appends to ``out``."""
     import dataclasses
 
@@ -310,7 +328,8 @@ def _round(config, seed: int, on_first: bool, out: Paired) -> None:
             order = ("on", "off") if (b % 2 == 0) == on_first else ("off", "on")
             scores: dict[str, list[float]] = {"on": [], "off": []}
             for side in order:
-                trainer, tel_or_none = (built["on"], tel) if side == "on" else (built["off"], None)
+                trainer, tel_or_none = (built["on"], _Inline(tel) if inline else tel) if side == "on" else (
+                    built["off"], None)
                 p0, m0, client = time.process_time(), time.thread_time(), scraper.cpu_s
                 for step in range(first, end):
                     g0, q0 = gc_clock.total, _queued()
@@ -353,12 +372,12 @@ def _round(config, seed: int, on_first: bool, out: Paired) -> None:
         out.scrapes += scraper.count
 
 
-def measure(config, rounds: int) -> Paired:
+def measure(config, rounds: int, inline: bool = False) -> Paired:
     """``rounds`` rounds of paired, ABBA-interleaved steps (seed + round; the side built and run first
     alternating)."""
     out = Paired()
     for r in range(rounds):
-        _round(config, config.seed + r, r % 2 == 0, out)
+        _round(config, config.seed + r, r % 2 == 0, out, inline)
     return out
 
 
@@ -378,12 +397,13 @@ def configs(quick: bool, big: bool, steps: int | None, rounds: int) -> list[tupl
 
 
 def rows(quick: bool = False, big: bool = False, steps: int | None = None, rounds: int | None = None,
-         details: list[str] | None = None) -> list[Row]:
+         details: list[str] | None = None, inline: bool = False) -> list[Row]:
     """The table rows; ``details`` collects each configuration's :meth:`Paired.summary`."""
     rounds = rounds or (1 if quick else 6)
     out = []
     for name, config, n in configs(quick, big, steps, rounds):
-        p = measure(config, n)
+        p = measure(config, n, inline)
+        name += ", statistics inline" if inline else ""
         if details is not None:
             details.append(p.summary(name))
         on, off = statistics.fmean(p.on), statistics.fmean(p.off)
@@ -411,11 +431,12 @@ def main() -> None:
                              f"the last {BLOCK - OFFSET}: warm-up and tail)")
     parser.add_argument("--rounds", type=int, default=6, help="the standard error falls as 1/sqrt(rounds)")
     parser.add_argument("--big", action="store_true", help="also a heavier configuration (batch 512, hidden 1024)")
+    parser.add_argument("--inline", action="store_true", help="statistics on the training thread, not submit()")
     args = parser.parse_args()
     if args.steps < 3 * BLOCK:
         parser.error(f"--steps must be at least {3 * BLOCK}")
     details: list[str] = []
-    result = rows(big=args.big, steps=args.steps, rounds=args.rounds, details=details)
+    result = rows(big=args.big, steps=args.steps, rounds=args.rounds, details=details, inline=args.inline)
     print(table(result))
     print()
     print("\n".join(details))
