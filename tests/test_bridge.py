@@ -8,6 +8,7 @@ import signal
 
 import numpy as np
 import pytest
+import torch
 from tests._readers import scrape_series, tensorboard_scalars
 from tests._sinks import Recorder, run_script, tel_errors
 
@@ -226,3 +227,16 @@ def test_secrets_never_written_anywhere(tmp_path):
         assert secret not in proc.stdout and secret not in proc.stderr
         leaked = [str(p) for p in files if secret.encode() in p.read_bytes()]
         assert not leaked, f"{secret} written to {leaked}"
+
+
+def test_a_float64_cpu_tensor_changed_after_log_reaches_the_trackers_as_logged():
+    """float64 CPU tensors convert to numpy without a copy: the tracker (here held until released) must still get
+    the values of the log() call, not the caller's later in-place change."""
+    with rl_otel.init(prometheus=False, trackers=["hang"], handle_sigterm=False) as tel:
+        rec = Recorder.instances[-1]
+        values = torch.tensor([0.5, 1.5, 2.5], dtype=torch.float64)
+        tel.log({"actor/ratio_dist": values}, step=1)
+        values.fill_(9.0)
+        rec.release.set()
+        assert tel.flush(10)
+        assert rec.steps[0][1]["actor/ratio_dist"].tolist() == [0.5, 1.5, 2.5]

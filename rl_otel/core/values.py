@@ -131,7 +131,10 @@ def to_tracker_array(value: object) -> np.ndarray | None:
     if isinstance(value, BucketCounts):
         return None
     if _is_torch_tensor(value):
-        return _coerce_tensor(value.reshape(-1))
+        arr = _coerce_tensor(value.reshape(-1))
+        # a float64 CPU tensor converts without a copy: the tracker thread, which reads the array later, must not
+        # see the caller's in-place changes made after log() returned
+        return arr.copy() if arr.size and arr.ctypes.data == value.data_ptr() else arr
     return np.atleast_1d(np.array(value, dtype=np.float64))
 
 
