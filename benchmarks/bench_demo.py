@@ -225,7 +225,8 @@ class Paired:
             f"  less the training thread's run-queue wait (others' load; off {(off - run_off) * ms:.2f} ms, "
             f"on {statistics.fmean(self.queued_on) * ms:.2f} ms): {run_d * ms:+.3f} +- {run_se * ms:.3f} ms -> "
             f"{run_d / run_off:+.2%} +- {run_se / run_off:.2%}",
-            f"  in the on step: statistics + aggregation + log() {statistics.fmean(self.logging) * ms:.2f} ms, "
+            f"  in the on step: after the training work (statistics inline, or their submit()) "
+            f"{statistics.fmean(self.logging) * ms:.2f} ms, "
             f"the rest (phases, scrapes, contention) {(a - statistics.fmean(self.logging)) * ms:.2f} ms; "
             f"training-thread CPU on - off {cpu_d * ms:+.3f} +- {cpu_se * ms:.3f} ms "
             f"({cpu_d / cpu_off:+.2%} +- {cpu_se / cpu_off:.2%} of the off step's {cpu_off * ms:.1f} ms CPU)",
@@ -415,7 +416,8 @@ def rows(quick: bool = False, big: bool = False, steps: int | None = None, round
         out.append(Row(f"{name}: + wait for background work, upper bound (+- {ub_se:.2%})",
                        (on + statistics.fmean(p.wait)) * 1e3, off * 1e3, "ms", "-", None,
                        "the same step, telemetry off"))
-        out.append(Row(f"{name}: ppo_stats + rollout/eval aggregation + log() in it",
+        what = "ppo_stats + rollout/eval aggregation + log()" if inline else "the statistics' hand-off (submit)"
+        out.append(Row(f"{name}: {what} in it",
                        statistics.fmean(p.logging) * 1e3, off * 1e3, "ms", "-", None, "the step, telemetry off"))
         out.append(Row(f"{name}: other threads' CPU per step", statistics.fmean(p.other_cpu_on) * 1e3, off * 1e3,
                        "ms", "-", None, "the step, telemetry off"))

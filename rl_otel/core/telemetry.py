@@ -115,6 +115,9 @@ class Telemetry:
         nested dicts (keys joined with "/"). NaN and ±Inf pass through; ``None`` is skipped. A 1-d tensor for a
         histogram key is bucketed on its device (only the counts reach the host), and ``BucketCounts`` from
         ``rl_otel.stats`` (``ppo_stats(distributions=True)``) are merged as they are.
+
+        Stored before it returns - unless :meth:`submit` jobs are still running: then the step queues behind
+        them (its tensors and arrays copied first), so steps reach Prometheus and the trackers in call order.
         """
         if self._closed:
             self._warn_once("closed", "", "log() after close() is ignored")

@@ -1,9 +1,11 @@
 """The demo's PPO loop: rollout, reference KL, critic, GAE, clipped policy and value updates - with or without
 telemetry, the same math.
 
-:func:`run` is public so a benchmark can time a step with telemetry fully on against completely off: with
-``telemetry=False`` the loop makes no ``rl_otel`` call at all (phases become plain onload/offload calls, no
-statistics are computed) and the per-step times in :class:`DemoResult` measure training alone.
+With ``telemetry=False`` (:func:`run`, or ``_step(trainer, None, ...)``) the loop makes no ``rl_otel`` call at
+all: phases become plain onload/offload calls and no statistics are computed, so the per-step times in
+:class:`DemoResult` measure training alone. ``benchmarks/bench_demo.py`` runs ``_step`` of two ``_Trainer``\ s
+built from one seed, one with telemetry fully on and one off, in alternating blocks to time what telemetry costs.
+With telemetry, a step's statistics go to ``Telemetry.submit`` and are computed on its metrics worker.
 """
 
 from __future__ import annotations
