@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import select
+import signal
 import threading
 
 import pytest
@@ -243,3 +246,29 @@ def test_cpu_tensors_never_touch_torch_cuda(monkeypatch):
     assert caller_streams([torch.zeros(2), {"a": 1}]) == ()
     with on_streams(()):
         pass
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_forked_child_gets_a_fresh_worker(tel):
+    gate = threading.Event()
+    tel.submit(lambda: gate.wait(10) and {"critic/score/mean": 0.1}, step=0)  # the parent's job, pending
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its own jobs run on its own thread, the parent's pending one is not waited for
+        try:
+            ok = tel.submit(lambda: {"critic/score/mean": 0.7}, step=1).result(timeout=10) == {"critic/score/mean": 0.7}
+            ok = ok and tel.flush(10) and tel._store.value("rl_critic_score", {"stat": "mean"}) == 0.7
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        answered, _, _ = select.select([read], [], [], 30)  # a child stuck on the parent's dead thread: fail
+        assert answered and os.read(read, 1) == b"1"
+    finally:
+        os.close(read)
+        if not answered:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        gate.set()
+    assert tel.flush(10) and value(tel, "rl_critic_score", stat="mean") == 0.1

@@ -15,12 +15,24 @@ that never submits has no extra thread.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
 Job = Callable[[], None]
+_WORKERS: weakref.WeakSet[MetricsWorker] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    for worker in list(_WORKERS):
+        worker._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 class MetricsWorker:
@@ -38,6 +50,15 @@ class MetricsWorker:
         self._submitted = 0  # jobs accepted
         self._finished = 0  # jobs run or dropped
         self._closing = False
+        _WORKERS.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child the thread is gone (only the forking thread survives) and the lock may be held:
+        start over empty - the parent's queued jobs are the parent's to run."""
+        self._jobs = deque()
+        self._cond = threading.Condition()
+        self._thread = None
+        self._submitted = self._finished = 0
 
     @property
     def pending(self) -> bool:
