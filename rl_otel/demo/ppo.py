@@ -3,7 +3,7 @@ telemetry, the same math.
 
 With ``telemetry=False`` (:func:`run`, or ``_step(trainer, None, ...)``) the loop makes no ``rl_otel`` call at
 all: phases become plain onload/offload calls and no statistics are computed, so the per-step times in
-:class:`DemoResult` measure training alone. ``benchmarks/bench_demo.py`` runs ``_step`` of two ``_Trainer``
+:class:`DemoResult` measure training alone. ``benchmarks/bench_demo.py`` runs ``_step`` of two trainers
 built from one seed, one with telemetry fully on and one off, in alternating blocks to time what telemetry costs.
 With telemetry, a step's statistics go to ``Telemetry.submit`` and are computed on its metrics worker.
 """
