@@ -290,8 +290,38 @@ def test_one_host_transfer_per_call(monkeypatch, compact):
     batch = make_batch(7, 16, 32)
     calls.clear()
     got = full_stats(batch, distributions=True, kl_penalty="k3", _compact=compact)
-    assert calls == ["tolist"], calls
+    if compact:  # the CPU path: no transfer to save, each part is read where it is - and nothing but tolist()
+        assert set(calls) == {"tolist"}, calls
+    else:  # the accelerator path: one transfer
+        assert calls == ["tolist"], calls
     assert len(got) > 80
+
+
+def test_the_cpu_read_gives_what_the_one_transfer_gives():
+    """The CPU path reads each part (compact); the accelerator path concatenates them and reads once: the same
+    values, the same float types, on both sides of a dtype promotion."""
+    import rl_otel.stats.ppo as ppo
+
+    batch = make_batch(7, 16, 32)
+    cpu = full_stats(batch, distributions=True, kl_penalty="k3")
+    original = ppo._Batch.__init__
+
+    def one_transfer(self, catalog, per_part=False):
+        original(self, catalog, per_part=False)
+
+    try:
+        ppo._Batch.__init__ = one_transfer
+        transferred = full_stats(batch, distributions=True, kl_penalty="k3")
+    finally:
+        ppo._Batch.__init__ = original
+    assert cpu.keys() == transferred.keys()
+    for key, value in cpu.items():
+        other = transferred[key]
+        if isinstance(value, BucketCounts):
+            assert (value.counts.tolist(), value.sum, value.min, value.max, value.non_finite) == (
+                other.counts.tolist(), other.sum, other.min, other.max, other.non_finite), key
+        else:
+            assert type(value) is type(other) and (value == other or (value != value and other != other)), key
 
 
 def test_kl_penalty_terms():
