@@ -272,3 +272,21 @@ def test_a_forked_child_gets_a_fresh_worker(tel):
         os.waitpid(pid, 0)
         gate.set()
     assert tel.flush(10) and value(tel, "rl_critic_score", stat="mean") == 0.1
+
+
+def test_a_bug_inside_log_is_counted_inline_and_when_queued(tel, monkeypatch, caplog):
+    """log() itself failing drops the step - counted once per call, never raised - whether it ran inline or
+    queued behind a submitted job on the metrics worker."""
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the write path")
+
+    monkeypatch.setattr(tel, "_write_metrics", broken)
+    with caplog.at_level(logging.WARNING, logger="rl_otel"):
+        tel.log({"critic/score/mean": 0.5}, step=0)  # inline
+        gate = threading.Event()
+        tel.submit(lambda: gate.wait(10) and {}, step=1)
+        tel.log({"critic/score/mean": 0.6}, step=2)  # queued behind the job
+        gate.set()
+        assert tel.flush(10)
+    assert tel_errors(tel)[("input", "internal")] == 2
+    assert sum("log() failed internally" in r.getMessage() for r in caplog.records) == 1

@@ -128,9 +128,7 @@ class Telemetry:
         try:
             self._log(metrics, step)
         except Exception:  # the training step must go on
-            if self._warn_once("internal", "", "rl_otel: log() failed internally; training goes on"):
-                _log.exception("rl_otel: log() failed")
-            self._count_error("input", "internal")
+            self._log_failed()
         finally:
             if signals is not None:
                 signals.release()
@@ -352,9 +350,14 @@ class Telemetry:
             with on_streams(streams):
                 self._ingest(pairs, step, timestamp, phases)
         except Exception:
-            if self._warn_once("internal", "", "rl_otel: log() failed internally; training goes on"):
-                _log.exception("rl_otel: log() failed")
-            self._count_error("input", "internal")
+            self._log_failed()
+
+    def _log_failed(self) -> None:
+        """A bug in ``log()`` itself (inline or queued behind submitted jobs): the step is dropped, counted and
+        logged once with its traceback (call from an ``except`` block)."""
+        if self._warn_once("internal", "", "rl_otel: log() failed internally; training goes on"):
+            _log.exception("rl_otel: log() failed")
+        self._count_error("input", "internal")
 
     def _run_submitted(self, fn: Callable[..., Mapping[str, object]], args: tuple, kwargs: dict, step: int,
                        timestamp: float, phases: dict[str, float] | None, streams: tuple[object, ...],
