@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from rl_otel.catalog import Catalog, Kind, MetricSpec, default_catalog, strip_reducer_tag
-from rl_otel.catalog.naming import check_name, fallback_name
+from rl_otel.catalog.naming import check_name, fallback_spec_name
 from tests.promtools import promtool_check
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
@@ -121,7 +121,7 @@ def test_catalog_rejects_conflicting_entries():
 
 @pytest.mark.parametrize("key,name", [
     ("custom/myLoss-v2", "rl_custom_my_loss_v2"),
-    ("perf/time_ms", "rl_perf_timems"),
+    ("perf/time_ms", "rl_perf_time_seconds"),
     ("a/b_total", "rl_ab_total_value"),
     ("queue/size_count", "rl_queue_size_count_value"),
     ("my gauge", "rl_mygauge"),
@@ -129,9 +129,24 @@ def test_catalog_rejects_conflicting_entries():
     ("rl/x", "rl_x"),
 ])
 def test_fallback_names_are_sanitized(key, name):
-    assert fallback_name(key) == name
+    assert fallback_spec_name(key)[0] == name
     r = CATALOG.resolve(key)
     assert not r.known and r.spec.name == name
+
+
+@pytest.mark.parametrize("key,name,unit,scale,tracker_unit", [
+    ("custom/step_time", "rl_custom_step_time_seconds", "s", 1.0, ""),
+    ("custom/train_runtime", "rl_custom_train_runtime_seconds", "s", 1.0, ""),
+    ("custom/rollout_ms", "rl_custom_rollout_seconds", "s", 1e-3, "ms"),
+    ("timing_s/my_phase", "rl_timing_my_phase_seconds", "s", 1.0, ""),
+    ("custom/latency", "rl_custom_latency_seconds", "s", 1.0, ""),
+    ("custom/peak_gb", "rl_custom_peak_bytes", "By", float(2**30), "GiBy"),
+    ("custom/loss", "rl_custom_loss", "1", 1.0, ""),
+])
+def test_fallback_infers_units_from_the_usual_spellings(key, name, unit, scale, tracker_unit):
+    r = CATALOG.resolve(key)
+    assert not r.known
+    assert (r.spec.name, r.spec.unit, r.spec.scale, r.spec.tracker_unit) == (name, unit, scale, tracker_unit)
 
 
 def test_fallback_names_are_promtool_clean():
@@ -139,7 +154,7 @@ def test_fallback_names_are_promtool_clean():
             "A/B/C", "üñí/çødé", "q_bucket", "z_info", "kilo/bytes", "milliseconds/x"]
     lines = []
     for k in keys:
-        n = fallback_name(k)
+        n = fallback_spec_name(k)[0]
         lines += [f"# HELP {n} x", f"# TYPE {n} gauge", f"{n} 1"]
     assert promtool_check("\n".join(lines) + "\n") == ""
 

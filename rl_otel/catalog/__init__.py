@@ -12,14 +12,15 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rl_otel.catalog import live, meta, roll, trinity, trl
-from rl_otel.catalog.naming import fallback_name
+from rl_otel.catalog import live, meta, roll, trinity, trl, verl
+from rl_otel.catalog.naming import fallback_spec_name
 from rl_otel.catalog.spec import ALLOWED_LABELS, Kind, MetricSpec
 
 __all__ = ["ALLOWED_LABELS", "Catalog", "Kind", "MetricSpec", "Resolution", "default_catalog", "strip_reducer_tag"]
 
-# ROLL tags a metric with the reducer its workers use (``actor/pg_loss@sum``); Trinity's ``mean@4`` is no tag.
-_REDUCER_TAG = re.compile(r"@(sum|mean|max|min|last|first|std|concat)$")
+# ROLL tags a metric with the reducer its workers use (``actor/pg_loss@sum``; roll/utils/functionals.py:reduce_metrics
+# knows mean, max, min, p50, p99, std, sum); Trinity's ``mean@4`` is no tag.
+_REDUCER_TAG = re.compile(r"@(sum|mean|max|min|p50|p99|last|first|std|concat)$")
 
 
 def strip_reducer_tag(key: str) -> str:
@@ -110,9 +111,10 @@ class Catalog:
         if found is not None:
             return found
         key = strip_reducer_tag(key)
-        spec = MetricSpec(key=key.replace("{", "(").replace("}", ")"), name=fallback_name(key), kind=Kind.GAUGE,
-                          unit="1", description=f"Value logged under the key {key!r} (no catalog entry).",
-                          source="fallback")
+        name, unit, scale, tracker_unit = fallback_spec_name(key)
+        spec = MetricSpec(key=key.replace("{", "(").replace("}", ")"), name=name, kind=Kind.GAUGE, unit=unit,
+                          description=f"Value logged under the key {key!r} (no catalog entry).", source="fallback",
+                          scale=scale, tracker_unit=tracker_unit)
         return Resolution(key, False, spec, ())
 
     def to_json(self) -> str:
@@ -131,6 +133,5 @@ def default_catalog() -> Catalog:
     """The catalog of ROLL, TRL, Trinity-RFT (with veRL's trainer families) and rl_otel's own series."""
     global _DEFAULT
     if _DEFAULT is None:
-        _DEFAULT = Catalog((*roll.SPECS, *trl.SPECS, *trinity.SPECS, *trinity.VERL_SPECS, *meta.SPECS,
-                            *live.SPECS))
+        _DEFAULT = Catalog((*roll.SPECS, *verl.SPECS, *trl.SPECS, *trinity.SPECS, *meta.SPECS, *live.SPECS))
     return _DEFAULT

@@ -7,8 +7,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rl_otel.catalog import Catalog
 
-_SOURCES = {"roll": "ROLL", "roll,trinity": "ROLL, Trinity-RFT", "trl": "TRL", "trinity": "Trinity-RFT",
-            "verl": "veRL (Trinity-RFT trainer)", "rl_otel": "rl_otel"}
+# Section titles by an entry's ``source`` tag; a tag of several frameworks is joined with commas (``roll,verl``).
+_TITLES = {"roll": "ROLL", "verl": "veRL", "trl": "TRL", "transformers": "transformers Trainer",
+           "trinity": "Trinity-RFT", "rl_otel": "rl_otel's own series"}
+_ORDER = tuple(_TITLES)
+
+
+def _title(source: str) -> str:
+    return ", ".join(_TITLES.get(part, part) for part in source.split(","))
+
+
+def _order(source: str) -> tuple[int, str]:
+    first = source.split(",")[0]
+    return (_ORDER.index(first) if first in _ORDER else len(_ORDER), source)
 
 
 def _cell(text: str) -> str:
@@ -24,11 +35,9 @@ def render(catalog: Catalog) -> str:
         "labels `run` and `rank`. `{label:a|b}` in a key is a placeholder that becomes that label.",
         "",
     ]
-    for source, title in _SOURCES.items():
+    for source in sorted({s.source for s in catalog}, key=_order):
         specs = [s for s in catalog if s.source == source]
-        if not specs:
-            continue
-        lines += [f"## {title}", "", "| key | Prometheus | type | unit (tracker → Prometheus) | labels | meaning |",
+        lines += [f"## {_title(source)}", "", "| key | Prometheus | type | unit (tracker → Prometheus) | labels | meaning |",
                   "|---|---|---|---|---|---|"]
         for s in specs:
             unit = s.unit if not s.tracker_unit else f"{s.tracker_unit} → {s.unit}"
@@ -36,4 +45,19 @@ def render(catalog: Catalog) -> str:
             lines.append(f"| `{_cell(s.key)}` | `{s.prometheus_name}` | {s.kind.value} | {_cell(unit)} | {labels} "
                          f"| {_cell(s.description)} |")
         lines.append("")
+    lines += _concepts()
     return "\n".join(lines)
+
+
+def _concepts() -> list[str]:
+    from rl_otel.catalog.concepts import CONCEPTS
+
+    lines = ["## Concepts: one quantity, every framework's key", "",
+             "The recording rules, alerts and dashboards read these (`rl_otel/catalog/concepts.py`): the first source a",
+             "run reports wins, so a ROLL, veRL, TRL or Trinity-RFT run feeds the same rule and panel.", "",
+             "| concept | recorded as | sources, in order | meaning |", "|---|---|---|---|"]
+    for c in CONCEPTS:
+        sources = ", ".join(f"`{_cell(s.selector)}`" for s in c.sources)
+        lines.append(f"| {c.name} | `{c.record}` | {sources} | {_cell(c.description)} |")
+    lines.append("")
+    return lines

@@ -73,6 +73,63 @@ def fallback_name(key: str) -> str:
     return name
 
 
+# Unit spellings of keys without a catalog entry: (key pattern, UCUM unit, scale to the base unit, tracker unit).
+# The matched spelling is dropped from the name and the base unit's word appended (`step_time_ms` ->
+# `..._step_time_seconds`, x 1e-3). First match wins; the prefixes are the frameworks' timing namespaces.
+_UNIT_SPELLINGS: tuple[tuple[re.Pattern[str], str, float, str], ...] = (
+    (re.compile(r"(?i)(?:_ms|_millis(?:econds)?|\(ms\))$"), "s", 1e-3, "ms"),
+    (re.compile(r"(?i)^(?:timing|timing_per_token|time)(_ms)/"), "s", 1e-3, "ms"),
+    (re.compile(r"(?i)(?:_s|_sec|_secs|_seconds|\(s\))$"), "s", 1.0, ""),
+    (re.compile(r"(?i)^(?:time|timing|timer|timers)(_s)?/"), "s", 1.0, ""),
+    (re.compile(r"(?i)(?:[_/](?:time|runtime|duration|latency|elapsed))$"), "s", 1.0, ""),
+    (re.compile(r"(?i)(?:_gib|_gb|\(gb\)|\(gib\))$"), "By", float(2**30), "GiBy"),
+    (re.compile(r"(?i)(?:_mib|_mb|\(mb\)|\(mib\))$"), "By", float(2**20), "MiBy"),
+    (re.compile(r"(?i)(?:_bytes)$"), "By", 1.0, ""),
+)
+_BASE_WORD = {"s": "seconds", "By": "bytes"}
+
+
+def infer_unit(key: str) -> tuple[str, float, str, str]:
+    """``(unit, scale, tracker_unit, stem)`` of a key without a catalog entry, from its usual unit spellings.
+
+    ``stem`` is the key without its unit spelling (``timing_s/gen`` -> ``timing/gen``).
+
+    >>> infer_unit("custom/rollout_ms")
+    ('s', 0.001, 'ms', 'custom/rollout')
+    >>> infer_unit("timing_s/gen")
+    ('s', 1.0, '', 'timing/gen')
+    >>> infer_unit("custom/loss")
+    ('1', 1.0, '', 'custom/loss')
+    """
+    for pattern, unit, scale, tracker_unit in _UNIT_SPELLINGS:
+        m = pattern.search(key)
+        if m is None:
+            continue
+        stem = key
+        suffix = m.group(0)
+        if m.start() == 0 and m.lastindex:  # a unit inside a prefix: timing_s/gen -> timing/gen
+            stem = key[: m.start(1)] + key[m.end(1):]
+        elif m.end() == len(key) and m.start() > 0 and suffix[0] in "_(" and suffix.lower().lstrip("_(").rstrip(")") \
+                not in ("time", "runtime", "duration", "latency", "elapsed"):
+            stem = key[: m.start()]
+        return unit, scale, tracker_unit, stem
+    return "1", 1.0, "", key
+
+
+def fallback_spec_name(key: str) -> tuple[str, str, float, str]:
+    """``(name, unit, scale, tracker_unit)`` of the fallback gauge for ``key``: the sanitized name, with the base
+    unit's word (``_seconds``, ``_bytes``) when the key's spelling says it is a duration or a size."""
+    unit, scale, tracker_unit, stem = infer_unit(key)
+    name = fallback_name(stem)
+    word = _BASE_WORD.get(unit)
+    if word:
+        if name.endswith("_value"):
+            name = name[: -len("_value")]
+        if not name.endswith("_" + word):
+            name = f"{name}_{word}"
+    return name, unit, scale, tracker_unit
+
+
 def label_value(text: str) -> str:
     """A label value taken from a key segment: ``/`` becomes ``_``; other characters are kept."""
     return text.replace("/", "_")

@@ -15,13 +15,19 @@ from rl_otel.catalog.naming import check_name, label_value
 ALLOWED_LABELS = frozenset({
     "run", "rank", "cluster", "phase", "part", "stage", "kind", "device_id", "gpu_uuid", "taskset", "metric",
     "stat", "k", "across", "operation", "operator", "sink", "reason", "version",
+    # free parts of the frameworks' keys: veRL's data source and variable, ROLL's domain and env tag, TRL's
+    # reward function, tool and clip region, Trinity-RFT's model index; each bounded by the run's configuration
+    "data_source", "var", "domain", "tag", "env", "reward_func", "tool", "region", "model", "role", "component",
+    "split", "bound",
 })
 
 # Values used to write a concrete example of a templated key (docs, tests, `rl-otel catalog`).
 EXAMPLE_VALUES = {
     "cluster": "actor_train", "phase": "train_step", "device_id": "0", "taskset": "gsm8k", "metric": "accuracy",
     "k": "4", "operation": "rollout", "operator": "group_advantages", "sink": "prometheus",
-    "reason": "bad_value", "version": "0.1.0",
+    "reason": "bad_value", "version": "0.1.0", "data_source": "openai/gsm8k", "var": "reward", "domain": "math",
+    "tag": "SimpleSokoban", "env": "sokoban", "reward_func": "accuracy_reward", "tool": "search", "region": "low",
+    "model": "0", "role": "actor", "component": "actor", "split": "train", "bound": "high",
     "gpu_uuid": "GPU-8f1e2d3c-0000-0000-0000-000000000000",
 }
 
@@ -43,8 +49,10 @@ class MetricSpec:
 
     ``key`` is a slash key, concrete (``actor/approxkl``) or a template with placeholders ``{label}`` (one key
     segment) or ``{label:alt1|alt2}`` (a regular expression, which may span segments; ``/`` in a captured value
-    becomes ``_`` in the label). ``scale`` converts the tracker-side value into the base unit Prometheus gets
-    (GiB -> bytes is ``2**30``). ``buckets`` are the explicit upper bounds of a histogram.
+    becomes ``_`` in the label). A placeholder named with a leading ``_`` (``{_:token|tokens}``) is anonymous: it
+    is matched but becomes no label (two spellings of one key feeding one family). ``scale`` converts the
+    tracker-side value into the base unit Prometheus gets (GiB -> bytes is ``2**30``). ``buckets`` are the
+    explicit upper bounds of a histogram.
     """
 
     key: str
@@ -70,12 +78,13 @@ class MetricSpec:
             raise ValueError(f"histogram {self.name!r} needs strictly increasing explicit buckets")
         placeholders = tuple((m.group(1), m.group(2)) for m in _PLACEHOLDER.finditer(self.key))
         for label, _ in placeholders:
-            if label not in ALLOWED_LABELS:
+            if label not in ALLOWED_LABELS and not label.startswith("_"):
                 raise ValueError(f"{self.key!r}: label {label!r} is not one of the bounded labels {sorted(ALLOWED_LABELS)}")
         pattern, last = [], 0
         for m in _PLACEHOLDER.finditer(self.key):
             pattern.append(re.escape(self.key[last:m.start()]))
-            pattern.append(f"(?P<{m.group(1)}>{m.group(2) or '[^/]+'})")
+            group = "?:" if m.group(1).startswith("_") else f"?P<{m.group(1)}>"
+            pattern.append(f"({group}{m.group(2) or '[^/]+'})")
             last = m.end()
         pattern.append(re.escape(self.key[last:]))
         object.__setattr__(self, "placeholders", placeholders)
@@ -88,7 +97,7 @@ class MetricSpec:
     @property
     def labels(self) -> tuple[str, ...]:
         """Label names the entry's series carry besides ``run`` and ``rank``."""
-        return tuple(label for label, _ in self.placeholders)
+        return tuple(label for label, _ in self.placeholders if not label.startswith("_"))
 
     @property
     def prometheus_name(self) -> str:

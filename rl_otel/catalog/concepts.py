@@ -1,0 +1,211 @@
+"""Concepts: one quantity that several frameworks log under their own keys (mean reward, KL, clip fraction, ...).
+
+A run of TRL logs ``reward``, one of ROLL or veRL ``critic/score/mean``, one of Trinity-RFT's explorer
+``rollout/reward/mean``: three keys, three catalog entries, one concept. A :class:`Concept` lists the series
+(``sources``, in order of preference) that carry it, and the recording rules, alerts and dashboard panels read the
+concept, never one framework's series: ``run:rl_reward:avg`` is recorded from whichever source a run reports
+(``avg by (job, run) (a) or avg by (job, run) (b) ...``: the first source a run reports wins).
+
+Each source is a PromQL selector of a catalog family (checked by the tests: the name exists, the matched labels are
+the entry's) and optionally labels it sets (``set_labels``) so sources with different label sets line up - veRL's
+``data_source`` becomes the ``taskset`` of an eval score, TRL's unlabeled ``eval_reward`` gets ``metric="reward"``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+__all__ = ["CONCEPTS", "Concept", "Source", "concept"]
+
+_SELECTOR = re.compile(r'([a-z_][a-z0-9_]*)(?:\{(.*)\})?')
+_MATCHER = re.compile(r'\s*(\w+)\s*(=~|!=|!~|=)\s*"((?:[^"\\]|\\.)*)"\s*')
+
+
+@dataclass(frozen=True)
+class Source:
+    """One series set carrying a concept: ``selector`` (a metric name with optional ``{label="v"}`` matchers)."""
+
+    selector: str
+    set_labels: tuple[tuple[str, str], ...] = ()
+    rename_labels: tuple[tuple[str, str], ...] = ()  # (to, from): copy label ``from`` into ``to``
+
+    @property
+    def metric(self) -> str:
+        m = _SELECTOR.fullmatch(self.selector)
+        if m is None:
+            raise ValueError(f"concept source {self.selector!r} is not a PromQL selector")
+        return m.group(1)
+
+    @property
+    def matchers(self) -> tuple[tuple[str, str, str], ...]:
+        """``(label, op, value)`` of the selector's braces."""
+        m = _SELECTOR.fullmatch(self.selector)
+        if m is None or not m.group(2):
+            return ()
+        return tuple(_MATCHER.fullmatch(part).groups()  # type: ignore[union-attr]
+                     for part in _split_matchers(m.group(2)))
+
+    def promql(self, extra: str = "") -> str:
+        """The selector (with ``extra`` matchers such as Grafana's ``run=~"$run"`` added) and its relabelling."""
+        sel = self.selector
+        if extra:
+            sel = sel[:-1] + ", " + extra + "}" if sel.endswith("}") else sel + "{" + extra + "}"
+        for to, frm in self.rename_labels:
+            sel = f'label_replace({sel}, "{to}", "$1", "{frm}", "(.*)")'
+        for name, value in self.set_labels:
+            sel = f'label_replace({sel}, "{name}", "{value}", "", "")'
+        return sel
+
+
+def _split_matchers(text: str) -> list[str]:
+    parts, depth, current, quoted = [], 0, [], False
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and quoted:
+            current.append(text[i:i + 2])
+            i += 2
+            continue
+        if c == '"':
+            quoted = not quoted
+        if c == "," and not quoted and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(c)
+        i += 1
+    if "".join(current).strip():
+        parts.append("".join(current))
+    return parts
+
+
+@dataclass(frozen=True)
+class Concept:
+    """A quantity frameworks log under different keys; recorded per run as ``record``.
+
+    ``agg`` reduces ranks (and the source's extra labels) of a run: ``max`` for quantities where the worst rank
+    matters (KL, clip fraction), ``avg`` for batch means, ``sum`` for throughput. ``by`` lists labels kept
+    besides ``job`` and ``run``.
+    """
+
+    name: str
+    record: str
+    agg: str
+    unit: str
+    description: str
+    sources: tuple[Source, ...]
+    by: tuple[str, ...] = field(default=())
+
+    def expr(self) -> str:
+        """``agg by (job, run, ...) (s1) or agg by (job, run, ...) (s2) ...``."""
+        by = ", ".join(("job", "run", *self.by))
+        return " or ".join(f"{self.agg} by ({by}) ({s.promql()})" for s in self.sources)
+
+    def panel_expr(self, matchers: str, by: tuple[str, ...] = ("run",)) -> str:
+        """The dashboard form: each source filtered by ``matchers`` (Grafana's ``job=~"$job", run=~"$run"``),
+        reduced ``by`` the given labels plus the concept's own."""
+        labels = ", ".join(dict.fromkeys((*by, *self.by)))
+        return " or ".join(f"{self.agg} by ({labels}) ({s.promql(matchers)})" for s in self.sources)
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s.metric for s in self.sources))
+
+
+def _s(selector: str, **set_labels: str) -> Source:
+    return Source(selector, tuple(set_labels.items()))
+
+
+CONCEPTS: tuple[Concept, ...] = (
+    Concept("reward", "run:rl_reward:avg", "avg", "1",
+            "Mean reward (score) of the batch's samples: ROLL/veRL critic/score/mean, TRL reward, Trinity-RFT's "
+            "rollout reward, TRL PPO env/reward_mean.",
+            (_s('rl_critic_score{stat="mean"}'), _s("rl_reward"), _s('rl_rollout_metric{metric="reward", stat="mean"}'),
+             _s('rl_env_reward{stat="mean"}'), _s('rl_ppo_scores{stat="mean"}'),
+             _s('rl_objective_rlhf_reward'))),
+    Concept("policy_kl", "run:rl_policy_kl:max", "max", "1",
+            "KL between the old (rollout) and the updated policy in one PPO update: ROLL actor/approxkl, veRL "
+            "actor/ppo_kl, TRL PPO ppo/policy/approxkl.",
+            (_s("rl_actor_approx_kl"), _s("rl_actor_ppo_kl"), _s("rl_ppo_policy_approx_kl"),
+             _s("rl_actor_importance_sampling_approx_kl"), _s("rl_actor_usual_ppo_kl"))),
+    Concept("ref_kl", "run:rl_ref_kl:avg", "avg", "1",
+            "KL between the policy and the reference model, per token: TRL kl, veRL actor/kl_loss and "
+            "actor/reward_kl_penalty, ROLL actor/kl_loss (TRL's objective/kl, a sum over the sequence, is left out).",
+            (_s("rl_kl"), _s("rl_actor_kl_loss"), _s("rl_actor_reward_kl_penalty"),
+             _s("rl_advantage_kl"))),
+    Concept("policy_loss", "run:rl_policy_loss:avg", "avg", "1",
+            "Policy-gradient loss: ROLL/veRL actor/pg_loss, TRL loss (the trainer's training loss), TRL PPO "
+            "ppo/loss/policy.",
+            (_s("rl_actor_pg_loss"), _s("rl_loss"), _s('rl_ppo_loss{kind="policy"}'), _s("rl_actor_final_loss"))),
+    Concept("clip_ratio", "run:rl_clip_ratio:max", "max", "1",
+            "Fraction of tokens whose importance ratio hit the PPO clip: ROLL actor/ppo_ratio_clipfrac, veRL "
+            "actor/pg_clipfrac, TRL clip_ratio/region_mean, TRL PPO ppo/policy/clipfrac.",
+            (_s("rl_actor_ppo_ratio_clip_ratio"), _s("rl_actor_clip_ratio"), _s("rl_actor_pg_clip_ratio"),
+             _s('rl_clip_ratio{region="region", stat="mean"}'), _s("rl_ppo_policy_clip_ratio"),
+             _s("rl_actor_usual_pg_clip_ratio"))),
+    Concept("importance_ratio_max", "run:rl_importance_ratio:max", "max", "1",
+            "Largest importance ratio exp(logp - logp_old) of a batch: ROLL actor/ratio_max.",
+            (_s('rl_actor_importance_ratio{stat="max"}'),)),
+    Concept("entropy", "run:rl_entropy:avg", "avg", "1",
+            "Mean per-token entropy of the policy (nats): ROLL critic/entropy/mean, veRL actor/entropy, TRL "
+            "entropy, TRL PPO ppo/policy/entropy (objective/entropy, a sum over the sequence, is left out).",
+            (_s('rl_critic_entropy{stat="mean"}'), _s("rl_actor_entropy"), _s("rl_entropy"),
+             _s("rl_ppo_policy_entropy"))),
+    Concept("explained_variance", "run:rl_explained_variance:min", "min", "1",
+            "Explained variance of the returns by the value function: veRL critic/vf_explained_var, TRL PPO "
+            "ppo/val/var_explained.",
+            (_s("rl_critic_vf_explained_variance"), _s("rl_ppo_val_explained_variance"))),
+    Concept("response_length", "run:rl_response_length:avg", "avg", "{token}",
+            "Mean response length in tokens: ROLL tokens/response_length/mean, veRL response_length/mean, TRL "
+            "completions/mean_length.",
+            (_s('rl_tokens_response_length{stat="mean"}'), _s('rl_response_length{stat="mean"}'),
+             _s('rl_completions_length{stat="mean"}'), _s('rl_tokens_responses_length{stat="mean"}'))),
+    Concept("throughput", "run:rl_tokens_per_second:sum", "sum", "{token}/s",
+            "Tokens processed per second, summed over ranks: ROLL system/tps, veRL perf/throughput.",
+            (_s("rl_system_tokens_per_second"), _s("rl_perf_throughput_tokens_per_second"))),
+    Concept("step_duration", "run:rl_step_duration_seconds:max", "max", "s",
+            "Wall time of one training step: veRL perf/time_per_step and timing_s/step, ROLL time/step, TRL "
+            "step_time.",
+            (_s("rl_perf_step_duration_seconds"), _s('rl_step_timing_seconds{operation="step"}'),
+             _s("rl_step_time_seconds"), _s('rl_operation_duration_seconds{operation=~"step|step_total"}'))),
+    Concept("eval_score", "run_taskset:rl_eval_score:avg", "avg", "1",
+            "Mean evaluation score per task set and metric: Trinity-RFT eval/{taskset}/{metric}/mean@k, veRL "
+            "val-core/{data_source}/{var}/mean@N, ROLL val/score/mean, TRL eval_reward.",
+            (_s('rl_eval_metric{stat="mean"}'), _s('rl_eval_metric_across_tasks{stat="mean", across="mean"}'),
+             Source('rl_val_metric{stat="mean"}', rename_labels=(("taskset", "data_source"), ("metric", "var"))),
+             _s('rl_val_score{stat="mean"}', metric="score"),
+             _s("rl_eval_reward", metric="reward")),
+            by=("taskset", "metric", "k")),
+    Concept("gpu_memory_peak_ratio", "run_phase:rl_gpu_memory_peak_ratio:max", "max", "1",
+            "Peak allocated or reserved GPU memory of a phase over the device's total: ROLL "
+            "memory/{cluster}/{phase}/end/onload/max_*_frac/{device}, rl_otel's phase()",
+            (_s("rl_gpu_memory_peak_ratio"),), by=("cluster", "phase")),
+    Concept("gpu_memory_peak", "run:rl_gpu_memory_peak_bytes:max", "max", "By",
+            "Peak GPU memory allocated by a rank in a step: veRL perf/max_memory_allocated_gb, ROLL "
+            "memory/.../end/onload/max_allocated.",
+            (_s("rl_perf_max_memory_allocated_bytes"), _s('rl_gpu_memory_bytes{kind="max_allocated"}'),
+             _s("rl_worker_max_memory_allocated_bytes"), _s('rl_system_gpu_memory_peak_bytes{kind="allocated"}'))),
+    Concept("learning_rate", "run:rl_learning_rate:max", "max", "1",
+            "Learning rate of the policy: ROLL actor/lr, veRL actor/lr, TRL learning_rate.",
+            (_s("rl_actor_learning_rate"), _s("rl_learning_rate"), _s("rl_ppo_learning_rate"))),
+    Concept("grad_norm", "run:rl_grad_norm:max", "max", "1",
+            "Gradient norm of the policy before clipping: veRL/ROLL actor/grad_norm, TRL grad_norm.",
+            (_s("rl_actor_grad_norm"), _s("rl_grad_norm"),
+             _s('rl_cluster_grad_norm{cluster=~"actor_train|actor|student|student_train|sft_train"}'))),
+)
+
+# Series whose NaN or ±Inf means the update is garbage (the NaN-loss alert counts them): every framework's
+# policy and critic losses and gradient norms.
+NON_FINITE_WATCHED: tuple[str, ...] = (
+    "rl_actor_pg_loss", "rl_actor_total_loss", "rl_actor_kl_loss", "rl_critic_loss", "rl_critic_vf_loss",
+    "rl_ppo_loss", "rl_actor_grad_norm", "rl_critic_grad_norm", "rl_loss", "rl_grad_norm", "rl_actor_final_loss",
+    "rl_cluster_grad_norm",
+)
+
+
+def concept(name: str) -> Concept:
+    for c in CONCEPTS:
+        if c.name == name:
+            return c
+    raise KeyError(f"no concept named {name!r}; known: {[c.name for c in CONCEPTS]}")

@@ -1,0 +1,111 @@
+"""The key sets the frameworks' current code emits (``tests/data/frameworks/<framework>.tsv``), read as data.
+
+Each fixture line is one key as the framework passes it to its tracker, the template it comes from, its kind, the
+unit the framework logs it in, where in the framework's source it comes from, and what it means. The fixtures
+were read off the frameworks' code (versions in each file's header); the tests check the catalog against them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rl_otel.catalog import Resolution, default_catalog
+from rl_otel.catalog.concepts import CONCEPTS, Concept, Source
+
+DATA = Path(__file__).resolve().parent / "data" / "frameworks"
+FRAMEWORKS = ("trl", "verl", "roll", "trinity")
+
+# The unit a framework logs in -> (catalog unit, scale to it) the entry must have.
+UNITS: dict[str, tuple[str, float]] = {
+    "s": ("s", 1.0), "ms": ("s", 1e-3), "min": ("s", 60.0), "GiB": ("By", float(2**30)), "GB": ("By", 1e9),
+    "MiB": ("By", float(2**20)), "By": ("By", 1.0), "1": ("1", 1.0),
+}
+
+
+@dataclass(frozen=True)
+class FixtureKey:
+    key: str
+    template: str
+    kind: str
+    unit: str
+    source: str
+    meaning: str
+    line: int
+
+    @property
+    def placeholders(self) -> tuple[str, ...]:
+        return tuple(re.findall(r"\{(\w+)\}", self.template))
+
+    def free_values(self) -> dict[str, str]:
+        """The example values of the template's placeholders, read back from the key."""
+        pattern, last = [], 0
+        for i, m in enumerate(re.finditer(r"\{(\w+)\}", self.template)):
+            pattern.append(re.escape(self.template[last:m.start()]))
+            # the first free part may hold '/' (veRL's data source openai/gsm8k, a Trinity taskset math/aime24)
+            pattern.append(f"(?P<{m.group(1)}_{len(pattern)}>{'.+' if i == 0 else '[^/]+'})")
+            last = m.end()
+        pattern.append(re.escape(self.template[last:]))
+        m = re.fullmatch("".join(pattern), self.key)
+        if m is None:
+            return {}
+        return {name.rsplit("_", 1)[0]: value for name, value in m.groupdict().items()}
+
+
+def load(framework: str) -> list[FixtureKey]:
+    lines = (DATA / f"{framework}.tsv").read_text(encoding="utf-8").splitlines()
+    out: list[FixtureKey] = []
+    header_seen = False
+    for number, line in enumerate(lines, start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        cells = line.split("\t")
+        if not header_seen:
+            header_seen = True
+            assert cells[:6] == ["key", "template", "kind", "unit", "source", "meaning"], cells
+            continue
+        cells += [""] * (6 - len(cells))
+        out.append(FixtureKey(*(c.strip() for c in cells[:6]), line=number))
+    return out
+
+
+def header(framework: str) -> str:
+    """The fixture's leading comment lines (versions, commit)."""
+    lines = (DATA / f"{framework}.tsv").read_text(encoding="utf-8").splitlines()
+    return "\n".join(line for line in lines if line.startswith("#"))
+
+
+def resolve(keys: list[FixtureKey]) -> dict[str, Resolution]:
+    catalog = default_catalog()
+    return {k.key: catalog.resolve(k.key) for k in keys}
+
+
+def _matches(source: Source, res: Resolution) -> bool:
+    if res.spec.prometheus_name != source.metric:
+        return False
+    labels = dict(res.labels)
+    for label, op, value in source.matchers:
+        got = labels.get(label, "")
+        ok = {"=": got == value, "!=": got != value, "=~": re.fullmatch(value, got) is not None,
+              "!~": re.fullmatch(value, got) is None}[op]
+        if not ok:
+            return False
+    return True
+
+
+def concepts_logged(keys: list[FixtureKey]) -> dict[str, list[str]]:
+    """``{concept name: [fixture keys that feed it]}`` for every concept the key set reaches."""
+    resolved = resolve(keys)
+    out: dict[str, list[str]] = {}
+    for c in CONCEPTS:
+        feeding = [k.key for k in keys if resolved[k.key].known and any(_matches(s, resolved[k.key])
+                                                                         for s in c.sources)]
+        if feeding:
+            out[c.name] = feeding
+    return out
+
+
+def concept_keys(keys: list[FixtureKey], c: Concept) -> list[str]:
+    resolved = resolve(keys)
+    return [k.key for k in keys if resolved[k.key].known and any(_matches(s, resolved[k.key]) for s in c.sources)]
