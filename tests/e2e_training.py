@@ -55,7 +55,7 @@ def _trinity(step: int) -> dict[str, float]:
             **eval_step_metrics(tasks, "math500", prefix="bench"),
             "experience_pipeline/experience_count": 48.0,
             "experience_pipeline/group_advantages/reward_mean/mean": 0.1 * step,
-            "time/experience_pipeline/group_advantages": 0.01,
+            "experience_pipeline/experience_pipeline/time/operator/0_GroupAdvantages": 0.01,
             "sample/model_version/mean": float(step), "sample/model_version/max": float(step),
             "sample/task_count": 6.0}
 
@@ -88,6 +88,8 @@ def train(tels: list[rl_otel.Telemetry], steps: int = 12, step_seconds: float = 
                 "perf/throughput": 2048 / max(elapsed, 1e-3), "perf/max_memory_allocated_gb": 30.0 + rank,
                 "perf/max_memory_reserved_gb": 34.0 + rank,
                 "time/rollout": 0.05, "time/adv": 0.01, "timing_per_token_ms/update_actor": 0.02,
+                "perf/time_per_step": elapsed, "timing_s/step": elapsed,
+                "actor/perf/max_memory_allocated_gb": 30.0 + rank, "actor/perf/max_memory_reserved_gb": 34.0 + rank,
             }
             if rank == 0:
                 metrics.update(_trinity(step))

@@ -206,8 +206,8 @@ def test_eight_ranks_discovered_by_file_sd_and_aggregated(tmp_path):
         assert all("rank" not in r["metric"] for r in recorded.values())
         assert one("run:rl_step:count") == WORLD
         assert one("run:rl_step:max") == 10
-        assert one("run:rl_critic_score:avg") == pytest.approx(sum(scores) / WORLD)
-        assert one("run:rl_actor_approx_kl:max") == pytest.approx(max(kls))
+        assert one("run:rl_reward:avg") == pytest.approx(sum(scores) / WORLD)
+        assert one("run:rl_policy_kl:max") == pytest.approx(max(kls))
         # the rank label on each series is the process's own
         by_rank = {r["metric"]["rank"]: float(r["value"][1]) for r in server.query('rl_critic_score{stat="mean"}')}
         assert by_rank == {str(r): expected(r)["critic/score/mean"] for r in range(WORLD)}

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 from rl_otel.catalog import Catalog, default_catalog
+from rl_otel.catalog.concepts import concept
 from rl_otel.catalog.spec import MetricSpec
 from rl_otel.ops.promql import metric_names
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
@@ -51,6 +52,7 @@ class Panel:
     needs_gpu: bool = False
     stack: bool = False
     width: int = 12
+    concept: str | None = None  # the concept of rl_otel.catalog.concepts the panel shows (any framework's keys)
 
 
 @dataclass(frozen=True)
@@ -69,58 +71,44 @@ def _heat(metric: str, title: str, sel: str = RUN) -> Panel:
     return Panel(title, (_q(f"sum by (le) (increase({metric}_bucket{{{sel}}}[{RATE}]))", "{{le}}"),), kind="heatmap")
 
 
+def _concept(name: str, title: str, legend: str = "{{run}}", **kw: object) -> Panel:
+    """A panel of one concept: every framework's series of it, reduced per run (see rl_otel.catalog.concepts)."""
+    c = concept(name)
+    return Panel(title, (_q(c.panel_expr(RUN), legend),), concept=name, unit=kw.pop("unit", "") or _UNITS.get(c.unit, ""),
+                 description=str(kw.pop("description", "")) or c.description, **kw)  # type: ignore[arg-type]
+
+
+_UNITS = {"s": "s", "By": "bytes", "{token}": "short", "{token}/s": "short"}
+
+
 def training(t: Thresholds) -> Dashboard:
     return Dashboard("rl-otel-training", "RL training overview",
-                     "Score, KL, entropy, clipping, losses, learning rate and speed of the selected runs.", (
-        Panel("Score (mean over the batch)", (
-            _q(f'avg by (run) (rl_critic_score{{{RUN}, stat="mean"}})', "{{run}} critic/score"),
-            _q(f'avg by (run) (rl_env_reward{{{RUN}, stat="mean"}})', "{{run}} env/reward"))),
-        Panel("Score min / max", (_q(f'avg by (run, stat) (rl_critic_score{{{RUN}, stat=~"min|max"}})',
-                                      "{{run}} {{stat}}"),)),
-        Panel("Approx. KL old -> new policy", (
-            _q(f"max by (run) (rl_actor_approx_kl{{{RUN}}})", "{{run}} actor/approxkl"),
-            _q(f"max by (run) (rl_ppo_policy_approx_kl{{{RUN}}})", "{{run}} ppo/policy/approxkl")),
-            threshold=t.approx_kl_max),
-        Panel("KL to the reference policy", (
-            _q(f"avg by (run) (rl_actor_kl_loss{{{RUN}}})", "{{run}} actor/kl_loss"),
-            _q(f"avg by (run) (rl_objective_kl{{{RUN}}})", "{{run}} objective/kl"))),
-        Panel("Entropy (per token)", (
-            _q(f'avg by (run) (rl_critic_entropy{{{RUN}, stat="mean"}})', "{{run}} critic/entropy"),
-            _q(f"avg by (run) (rl_ppo_policy_entropy{{{RUN}}})", "{{run}} ppo/policy/entropy")),
-            threshold=t.entropy_min),
-        Panel("Clip fraction", (
-            _q(f"max by (run) (rl_actor_clip_ratio{{{RUN}}})", "{{run}} actor/clipfrac"),
-            _q(f"max by (run) (rl_actor_ppo_ratio_high_clip_ratio{{{RUN}}})", "{{run}} high"),
-            _q(f"max by (run) (rl_actor_ppo_ratio_low_clip_ratio{{{RUN}}})", "{{run}} low"),
-            _q(f"max by (run) (rl_ppo_policy_clip_ratio{{{RUN}}})", "{{run}} ppo/policy/clipfrac")),
-            threshold=t.clip_ratio_max),
-        Panel("Importance ratio (mean, min, max)", (
-            _q(f"max by (run, stat) (rl_actor_importance_ratio{{{RUN}}})", "{{run}} {{stat}}"),),
-            threshold=t.ratio_max),
+                     "Reward, KL, entropy, clipping, losses, learning rate and speed of the selected runs, whichever "
+                     "framework (ROLL, veRL, TRL, Trinity-RFT) logged them.", (
+        _concept("reward", "Reward (mean over the batch)"),
+        Panel("Score min / max (ROLL, veRL)", (_q(f'avg by (run, stat) (rl_critic_score{{{RUN}, stat=~"min|max"}})',
+                                                  "{{run}} {{stat}}"),)),
+        _concept("policy_kl", "KL old -> new policy", threshold=t.approx_kl_max),
+        _concept("ref_kl", "KL to the reference policy"),
+        _concept("entropy", "Entropy (per token)", threshold=t.entropy_min),
+        _concept("clip_ratio", "Clip fraction", threshold=t.clip_ratio_max),
+        _concept("importance_ratio_max", "Importance ratio max", threshold=t.ratio_max),
         _heat("rl_actor_importance_ratio_dist", "Importance ratio distribution"),
-        Panel("Losses", (
-            _q(f"avg by (run) (rl_actor_pg_loss{{{RUN}}})", "{{run}} actor/pg_loss"),
-            _q(f"avg by (run) (rl_critic_loss{{{RUN}}})", "{{run}} critic/loss"),
-            _q(f"avg by (run, kind) (rl_ppo_loss{{{RUN}}})", "{{run}} ppo/loss/{{kind}}"))),
-        Panel("Learning rate", (
-            _q(f"max by (run) (rl_actor_learning_rate{{{RUN}}})", "{{run}} actor"),
-            _q(f"max by (run) (rl_critic_learning_rate{{{RUN}}})", "{{run}} critic"),
-            _q(f"max by (run) (rl_ppo_learning_rate{{{RUN}}})", "{{run}} ppo"))),
-        Panel("Value function explained variance", (
-            _q(f"min by (run) (rl_ppo_val_explained_variance{{{RUN}}})", "{{run}}"),),
-            threshold=t.explained_variance_min),
-        Panel("Response length (tokens)", (
-            _q(f'avg by (run, stat) (rl_tokens_response_length{{{RUN}}})', "{{run}} {{stat}}"),)),
+        _concept("policy_loss", "Policy loss"),
+        _concept("learning_rate", "Learning rate"),
+        _concept("grad_norm", "Gradient norm (policy)"),
+        _concept("explained_variance", "Value function explained variance", threshold=t.explained_variance_min),
+        _concept("response_length", "Response length (mean, tokens)"),
         Panel("Step", (_q(f"max by (run) (rl_step{{{RUN}}})", "{{run}}"),), kind="stat"),
         Panel("Steps per second", (_q(f"max by (run) (deriv(rl_step{{{RUN}}}[{RATE}]))", "{{run}}"),),
               unit="short"),
-        Panel("Tokens per second", (
-            _q(f"sum by (run) (rl_system_tokens_per_second{{{RUN}}})", "{{run}} system/tps"),
-            _q(f"sum by (run) (rl_perf_throughput_tokens_per_second{{{RUN}}})", "{{run}} perf/throughput"))),
+        _concept("throughput", "Tokens per second"),
+        _concept("step_duration", "Step duration"),
         Panel("Seconds since the last step", (
             _q(f"time() - max by (run) (rl_last_step_timestamp_seconds{{{RUN}}})", "{{run}}"),),
             unit="s", description="Liveness: grows without bound when a trainer hangs.",
             threshold=t.stall_seconds),
+        _concept("eval_score", "Eval score (mean per task set)", legend="{{run}} {{taskset}} {{metric}} @{{k}}"),
     ))
 
 
@@ -184,9 +172,11 @@ def memory(t: Thresholds) -> Dashboard:
             _q(f"max by (gpu_uuid) (rl_gpu_device_memory_used_bytes{{{RUN}}}) / "
                f"max by (gpu_uuid) (rl_gpu_device_memory_total_bytes{{{RUN}}})", "{{gpu_uuid}}"),),
             unit="percentunit", threshold=t.gpu_peak_ratio_max, needs_gpu=True),
-        Panel("Peak GPU memory per step (veRL perf/)", (
-            _q(f"max by (run) (rl_perf_max_memory_allocated_bytes{{{RUN}}})", "{{run}} allocated"),
-            _q(f"max by (run) (rl_perf_max_memory_reserved_bytes{{{RUN}}})", "{{run}} reserved"))),
+        Panel("Peak GPU memory per step (veRL {actor,critic}/perf/)", (
+            _q(f"max by (run, role) (rl_perf_max_memory_allocated_bytes{{{RUN}}})", "{{run}} {{role}} allocated"),
+            _q(f"max by (run, role) (rl_perf_max_memory_reserved_bytes{{{RUN}}})", "{{run}} {{role}} reserved"),
+            _q(f"max by (run) (rl_worker_max_memory_allocated_bytes{{{RUN}}})", "{{run}} allocated"),
+            _q(f"max by (run) (rl_worker_max_memory_reserved_bytes{{{RUN}}})", "{{run}} reserved"))),
     ))
 
 
@@ -210,7 +200,7 @@ def rollout_eval(t: Thresholds) -> Dashboard:
             _q(f'avg by (taskset, metric, k) (rl_bench_metric{{{RUN}, stat="mean"}})',
                "{{taskset}} {{metric}} mean@{{k}}"),)),
         Panel("Eval regression vs best", (
-            _q(f"run_taskset:rl_eval_metric:avg{{{RUN}}} - max_over_time(run_taskset:rl_eval_metric:avg{{{RUN}}}"
+            _q(f"run_taskset:rl_eval_score:avg{{{RUN}}} - max_over_time(run_taskset:rl_eval_score:avg{{{RUN}}}"
                f"[{t.eval_window}])", "{{run}} {{taskset}} {{metric}}@{{k}}"),),
             threshold=-t.eval_drop, description="Recording rule: 0 at the best eval so far; the alert fires "
                                                  f"below -{t.eval_drop:g}."),
@@ -239,20 +229,30 @@ def fleet(t: Thresholds) -> Dashboard:
             _q(f"run:rl_step:max{{{sel}}} - on (job, run) min by (job, run) (rl_step{{{sel}}})", "{{run}}"),),
             unit="short", description="Largest minus smallest step of a run's ranks: a straggler or a dead rank."),
         Panel("Step per rank", (_q(f"max by (run, rank) (rl_step{{{sel}}})", "{{run}} rank {{rank}}"),)),
-        Panel("Max approx. KL per run", (_q(f"run:rl_actor_approx_kl:max{{{sel}}}", "{{run}}"),),
-              threshold=t.approx_kl_max),
-        Panel("Max clip fraction per run", (_q(f"run:rl_actor_clip_ratio:max{{{sel}}}", "{{run}}"),),
-              threshold=t.clip_ratio_max),
-        Panel("Max importance ratio per run", (_q(f"run:rl_actor_importance_ratio:max{{{sel}}}", "{{run}}"),),
-              threshold=t.ratio_max),
-        Panel("Entropy per run", (_q(f"run:rl_critic_entropy:avg{{{sel}}}", "{{run}}"),), threshold=t.entropy_min),
-        Panel("Score per run", (_q(f"run:rl_critic_score:avg{{{sel}}}", "{{run}}"),)),
-        Panel("Explained variance per run", (_q(f"run:rl_ppo_val_explained_variance:min{{{sel}}}", "{{run}}"),),
-              threshold=t.explained_variance_min),
+        Panel("Max approx. KL per run", (_q(f"run:rl_policy_kl:max{{{sel}}}", "{{run}}"),),
+              threshold=t.approx_kl_max, concept="policy_kl"),
+        Panel("Max clip fraction per run", (_q(f"run:rl_clip_ratio:max{{{sel}}}", "{{run}}"),),
+              threshold=t.clip_ratio_max, concept="clip_ratio"),
+        Panel("Max importance ratio per run", (_q(f"run:rl_importance_ratio:max{{{sel}}}", "{{run}}"),),
+              threshold=t.ratio_max, concept="importance_ratio_max"),
+        Panel("Entropy per run", (_q(f"run:rl_entropy:avg{{{sel}}}", "{{run}}"),), threshold=t.entropy_min, concept="entropy"),
+        Panel("Score per run", (_q(f"run:rl_reward:avg{{{sel}}}", "{{run}}"),), concept="reward"),
+        Panel("Explained variance per run", (_q(f"run:rl_explained_variance:min{{{sel}}}", "{{run}}"),),
+              threshold=t.explained_variance_min, concept="explained_variance"),
         Panel("Tokens per second per run (vs its average)", (
-            _q(f"run:rl_system_tokens_per_second:sum{{{sel}}}", "{{run}}"),
-            _q(f"run:rl_system_tokens_per_second:sum_avg{t.throughput_window}{{{sel}}}",
-               f"{{{{run}}}} avg {t.throughput_window}"))),
+            _q(f"run:rl_tokens_per_second:sum{{{sel}}}", "{{run}}"),
+            _q(f"run:rl_tokens_per_second:sum_avg{t.throughput_window}{{{sel}}}",
+               f"{{{{run}}}} avg {t.throughput_window}")), concept="throughput"),
+        *(Panel(title, (_q(f"{concept(c).record}{{{sel}}}", legend),), concept=c, unit=_UNITS.get(concept(c).unit, ""))
+          for c, title, legend in (
+              ("ref_kl", "KL to the reference per run", "{{run}}"),
+              ("policy_loss", "Policy loss per run", "{{run}}"),
+              ("response_length", "Response length per run", "{{run}}"),
+              ("step_duration", "Step duration per run", "{{run}}"),
+              ("learning_rate", "Learning rate per run", "{{run}}"),
+              ("grad_norm", "Gradient norm per run", "{{run}}"),
+              ("gpu_memory_peak", "Peak GPU memory per run", "{{run}}"),
+              ("eval_score", "Eval score per run and task set", "{{run}} {{taskset}} {{metric}} @{{k}}"))),
         Panel("Peak GPU memory fraction per run and phase", (
             _q(f"run_phase:rl_gpu_memory_peak_ratio:max{{{sel}}}", "{{run}} {{cluster}}/{{phase}}"),),
             threshold=t.gpu_peak_ratio_max),
@@ -325,7 +325,8 @@ def _variables() -> list[dict[str, object]]:
 def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, object]:
     spec = _first_spec(panel)
     unit = panel.unit or (grafana_unit(spec) if spec else "short")
-    description = panel.description or (spec.description if spec else "")
+    description = panel.description or (concept(panel.concept).description if panel.concept else "") or (
+        spec.description if spec else "")
     defaults: dict[str, object] = {"unit": unit}
     steps: list[dict[str, object]] = [{"color": "green", "value": None}]
     if panel.threshold is not None:

@@ -1,27 +1,24 @@
 """Prometheus recording and alerting rules for RL training, generated from :mod:`rl_otel.ops.thresholds`.
 
-Recording rules follow ``level:metric:operations``: ``run:rl_actor_approx_kl:max`` is the largest KL any rank of
-a run reported. They aggregate ``by (job, run)`` and never keep ``rank`` or ``instance``, so 1 or 1,000 ranks give
-one series per run. Where TRL or veRL report the same quantity under another name, the rule takes the ROLL name
-first and falls back to the others (``max by (job, run) (a) or max by (job, run) (b)``); the recorded name is the
-ROLL one. Alerts read the recorded series, so a threshold is checked once per run, not once per rank.
+Recording rules follow ``level:metric:operations``: ``run:rl_policy_kl:max`` is the largest old-to-new policy KL
+any rank of a run reported. They aggregate ``by (job, run)`` and never keep ``rank`` or ``instance``, so 1 or 1,000
+ranks give one series per run. Each training quantity is a concept of :mod:`rl_otel.catalog.concepts`: ROLL,
+veRL, TRL and Trinity-RFT log it under their own keys, the rule takes whichever source a run reports
+(``max by (job, run) (a) or max by (job, run) (b)``), so the alerts and dashboards see every framework. Alerts read
+the recorded series, so a threshold is checked once per run, not once per rank.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rl_otel.catalog.concepts import NON_FINITE_WATCHED, concept
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
 
 RUN = "job, run"
 RUNBOOK_BASE = "https://example.invalid/rl_otel/blob/main/docs/runbook.md"
 # Scrape jobs of rl_otel endpoints all start with this (prometheus/prometheus.yml names them so).
 JOB_REGEX = "rl_otel.*"
-
-# Losses (and gradient norms) whose NaN or ±Inf means the update is garbage.
-LOSS_METRICS = ("rl_actor_pg_loss", "rl_actor_total_loss", "rl_actor_kl_loss", "rl_critic_loss",
-                "rl_critic_vf_loss", "rl_ppo_loss", "rl_actor_grad_norm", "rl_critic_grad_norm")
-
 
 @dataclass(frozen=True)
 class Recording:
@@ -42,6 +39,7 @@ class Alert:
     severity: str
     summary: str
     description: str
+    concept: str | None = None  # the concept (rl_otel.catalog.concepts) the alert watches, whatever logged it
 
     @property
     def anchor(self) -> str:
@@ -70,33 +68,28 @@ def _non_finite(metric: str) -> str:
     return f'label_replace({metric} unless ({metric} > -Inf < +Inf), "loss", "$1", "__name__", "(.+)")'
 
 
+def _concept(name: str) -> Recording:
+    c = concept(name)
+    return Recording(c.record, c.expr())
+
+
 def recording_rules(t: Thresholds = DEFAULT) -> tuple[Recording, ...]:
     """The recorded series dashboards and alerts share."""
+    throughput = concept("throughput").record
     return (
         Recording("run:rl_step:max", _agg("max", ("rl_step",))),
         Recording("run:rl_step:count", _agg("count", ("rl_step",))),
         Recording("run:rl_step:deriv5m", f"max by ({RUN}) (deriv(rl_step[5m]))"),
         Recording("run:rl_last_step_timestamp_seconds:max", _agg("max", ("rl_last_step_timestamp_seconds",))),
         Recording("run:rl_loss_non_finite:count",
-                  f"count by ({RUN}) ({' or '.join(_non_finite(m) for m in LOSS_METRICS)})"
+                  f"count by ({RUN}) ({' or '.join(_non_finite(m) for m in NON_FINITE_WATCHED)})"
                   f" or (count by ({RUN}) (rl_step) * 0)"),
-        Recording("run:rl_actor_approx_kl:max", _agg("max", ("rl_actor_approx_kl", "rl_ppo_policy_approx_kl"))),
-        Recording("run:rl_actor_importance_ratio:max", _agg("max", ('rl_actor_importance_ratio{stat="max"}',))),
-        Recording("run:rl_actor_clip_ratio:max",
-                  _agg("max", ("rl_actor_clip_ratio", "rl_ppo_policy_clip_ratio", "rl_actor_pg_clip_ratio"))),
-        Recording("run:rl_critic_entropy:avg",
-                  _agg("avg", ('rl_critic_entropy{stat="mean"}', "rl_ppo_policy_entropy", "rl_actor_entropy"))),
-        Recording("run:rl_critic_score:avg", _agg("avg", ('rl_critic_score{stat="mean"}', 'rl_env_reward{stat="mean"}'))),
-        Recording("run:rl_ppo_val_explained_variance:min",
-                  _agg("min", ("rl_ppo_val_explained_variance", "rl_critic_vf_explained_variance"))),
-        Recording("run_phase:rl_gpu_memory_peak_ratio:max",
-                  _agg("max", ("rl_gpu_memory_peak_ratio",), by=f"{RUN}, cluster, phase")),
-        Recording("run:rl_system_tokens_per_second:sum",
-                  _agg("sum", ("rl_system_tokens_per_second", "rl_perf_throughput_tokens_per_second"))),
-        Recording(f"run:rl_system_tokens_per_second:sum_avg{t.throughput_window}",
-                  f"avg_over_time(run:rl_system_tokens_per_second:sum[{t.throughput_window}])"),
-        Recording("run_taskset:rl_eval_metric:avg",
-                  _agg("avg", ('rl_eval_metric{stat="mean"}',), by=f"{RUN}, taskset, metric, k")),
+        *(_concept(name) for name in ("reward", "policy_kl", "ref_kl", "policy_loss", "clip_ratio",
+                                      "importance_ratio_max", "entropy", "explained_variance", "response_length",
+                                      "step_duration", "learning_rate", "grad_norm", "gpu_memory_peak",
+                                      "gpu_memory_peak_ratio", "throughput")),
+        Recording(f"{throughput}_avg{t.throughput_window}", f"avg_over_time({throughput}[{t.throughput_window}])"),
+        _concept("eval_score"),
     )
 
 
@@ -119,51 +112,61 @@ def alerts(t: Thresholds = DEFAULT) -> tuple[Alert, ...]:
         Alert("RLLossNotFinite", "run:rl_loss_non_finite:count > 0", t.nan_loss_for, "critical",
               f"Run {run} reports a NaN or infinite loss",
               f"{value} loss or gradient-norm series of run {run} are NaN or ±Inf: the update is garbage and the "
-              "weights are probably corrupted from here on."),
-        Alert("RLKLRunaway", f"run:rl_actor_approx_kl:max > {t.approx_kl_max:g}", t.approx_kl_for, "warning",
+              "weights are probably corrupted from here on.",
+              concept="policy_loss"),
+        Alert("RLKLRunaway", f"run:rl_policy_kl:max > {t.approx_kl_max:g}", t.approx_kl_for, "warning",
               f"Run {run}: KL between old and new policy is {value}",
               f"The approximate KL of one PPO update is {value}, above {t.approx_kl_max:g}: the policy moves too "
-              "far per step (learning rate, too many PPO epochs, stale rollouts)."),
-        Alert("RLImportanceRatioExploding", f"run:rl_actor_importance_ratio:max > {t.ratio_max:g}",
+              "far per step (learning rate, too many PPO epochs, stale rollouts).",
+              concept="policy_kl"),
+        Alert("RLImportanceRatioExploding", f"run:rl_importance_ratio:max > {t.ratio_max:g}",
               t.ratio_max_for, "warning", f"Run {run}: importance ratio max is {value}",
               f"The largest importance ratio exp(logp - logp_old) in a batch is {value}, above {t.ratio_max:g}: "
               "rollout and training policies disagree (off-policy drift, a mismatched inference engine, or "
-              "numerics)."),
-        Alert("RLClipFractionHigh", f"run:rl_actor_clip_ratio:max > {t.clip_ratio_max:g}", t.clip_ratio_for,
+              "numerics).",
+              concept="importance_ratio_max"),
+        Alert("RLClipFractionHigh", f"run:rl_clip_ratio:max > {t.clip_ratio_max:g}", t.clip_ratio_for,
               "warning", f"Run {run}: clip fraction {value}",
               f"{value} of the tokens hit the PPO ratio clip (threshold {t.clip_ratio_max:g}): most of the "
-              "batch gives no gradient."),
-        Alert("RLEntropyCollapse", f"run:rl_critic_entropy:avg < {t.entropy_min:g}", t.entropy_for, "warning",
+              "batch gives no gradient.",
+              concept="clip_ratio"),
+        Alert("RLEntropyCollapse", f"run:rl_entropy:avg < {t.entropy_min:g}", t.entropy_for, "warning",
               f"Run {run}: policy entropy collapsed to {value}",
               f"Mean per-token entropy is {value} nats, below {t.entropy_min:g}: the policy became deterministic "
-              "and stops exploring."),
+              "and stops exploring.",
+              concept="entropy"),
         Alert("RLRewardCollapse",
-              f"run:rl_critic_score:avg < max_over_time(run:rl_critic_score:avg[{t.reward_window}]) - "
+              f"run:rl_reward:avg < max_over_time(run:rl_reward:avg[{t.reward_window}]) - "
               f"{t.reward_drop:g}", t.reward_for, "warning", f"Run {run}: mean score fell to {value}",
               f"Mean score {value} is more than {t.reward_drop:g} below its best of the last {t.reward_window}: "
-              "the policy is collapsing (or reward hacking broke the reward model)."),
+              "the policy is collapsing (or reward hacking broke the reward model).",
+              concept="reward"),
         Alert("RLValueExplainedVarianceCollapse",
-              f"run:rl_ppo_val_explained_variance:min < {t.explained_variance_min:g}", t.explained_variance_for,
+              f"run:rl_explained_variance:min < {t.explained_variance_min:g}", t.explained_variance_for,
               "warning", f"Run {run}: value function explains no variance ({value})",
               f"Explained variance of the returns by the value function is {value}, below "
-              f"{t.explained_variance_min:g}: the critic predicts worse than a constant, advantages are noise."),
+              f"{t.explained_variance_min:g}: the critic predicts worse than a constant, advantages are noise.",
+              concept="explained_variance"),
         Alert("RLGPUMemoryHeadroomLow", f"run_phase:rl_gpu_memory_peak_ratio:max > {t.gpu_peak_ratio_max:g}",
               t.gpu_peak_for, "warning",
               f"Run {run}: {{{{ $labels.cluster }}}}/{{{{ $labels.phase }}}} peaks at {value} of GPU memory",
               f"Peak allocated or reserved GPU memory during phase {{{{ $labels.cluster }}}}/{{{{ $labels.phase }}}} "
-              f"reaches {value} of the device, above {t.gpu_peak_ratio_max:g}: the next longer batch may OOM."),
+              f"reaches {value} of the device, above {t.gpu_peak_ratio_max:g}: the next longer batch may OOM.",
+              concept="gpu_memory_peak_ratio"),
         Alert("RLThroughputDrop",
-              f"run:rl_system_tokens_per_second:sum < {t.throughput_ratio_min:g} * "
-              f"run:rl_system_tokens_per_second:sum_avg{t.throughput_window}", t.throughput_for, "warning",
+              f"run:rl_tokens_per_second:sum < {t.throughput_ratio_min:g} * "
+              f"run:rl_tokens_per_second:sum_avg{t.throughput_window}", t.throughput_for, "warning",
               f"Run {run}: throughput fell to {value} tokens/s",
               f"Tokens per second ({value}) are below {t.throughput_ratio_min:g} times their own average over "
-              f"{t.throughput_window}: a slow node, thermal throttling, a longer-response regime, or contention."),
+              f"{t.throughput_window}: a slow node, thermal throttling, a longer-response regime, or contention.",
+              concept="throughput"),
         Alert("RLEvalRegression",
-              f"run_taskset:rl_eval_metric:avg < max_over_time(run_taskset:rl_eval_metric:avg[{t.eval_window}]) "
+              f"run_taskset:rl_eval_score:avg < max_over_time(run_taskset:rl_eval_score:avg[{t.eval_window}]) "
               f"- {t.eval_drop:g}", t.eval_for, "warning",
               f"Run {run}: eval {{{{ $labels.taskset }}}}/{{{{ $labels.metric }}}} regressed to {value}",
               f"mean@{{{{ $labels.k }}}} of {{{{ $labels.metric }}}} on {{{{ $labels.taskset }}}} is {value}, more "
-              f"than {t.eval_drop:g} below its best of the last {t.eval_window}."),
+              f"than {t.eval_drop:g} below its best of the last {t.eval_window}.",
+              concept="eval_score"),
         Alert("RLTelemetryErrors",
               # a counter's first sample has no increase: a series new in the window counts with its value
               f"sum by ({RUN}, sink, reason) ((rl_telemetry_errors_total unless rl_telemetry_errors_total offset "
