@@ -66,14 +66,33 @@ def _explained(ret, pred):
         return float(1 - np.float64(_var(ret - pred)) / np.float64(_var(ret)))
 
 
-def reference(batch: dict, *, kl_penalty: str = "kl", seq_mean: bool = False) -> dict:
+def _div(num, den):
+    """num / den as a float, with numpy's IEEE results for a zero denominator (0/0 = NaN, x/0 = inf)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float64(num) / np.float64(den))
+
+
+def reference(batch: dict, *, kl_penalty: str = "k3", seq_mean: bool = False) -> dict:
+    """ROLL's, TRL's definitions with final_response_mask = response_mask and token importance sampling
+    (tests/test_stats_ppo_roll.py checks ROLL's keys with the masks differing, against ROLL's agg_loss)."""
     a = {k: v.double().numpy() for k, v in batch.items()}
     m = a["response_mask"] != 0
+    n = m.sum()
 
-    def agg(x):
-        if not seq_mean:
-            return _mean(x[m])
-        rows = [x[i][m[i]].mean() for i in range(x.shape[0]) if m[i].any()]
+    def row_means(x):
+        return [x[i][m[i]].mean() for i in range(x.shape[0]) if m[i].any()]
+
+    def agg(x):  # TRL: NaN for an empty selection
+        return _mean(np.array(row_means(x))) if seq_mean else _mean(x[m])
+
+    def roll_agg(x):  # ROLL's agg_loss: a token-mean over no token is 0/0, a seq-mean over no sequence 0
+        return _div(sum(row_means(x)), len(row_means(x)) + 1e-8) if seq_mean else _div(x[m].sum(), n)
+
+    def roll_masked_mean(x):  # ROLL's masked_mean: sum / (count + 1e-8)
+        return float(x[m].sum() / (n + 1e-8))
+
+    def critic_mean(x):  # ROLL's critic worker: masked_mean(x, mask, dim=-1).mean() over all B sequences
+        rows = [x[i][m[i]].mean() if m[i].any() else 0.0 for i in range(x.shape[0])]
         return _mean(np.array(rows))
 
     lp, old, ref, adv = a["log_probs"], a["old_log_probs"], a["ref_log_probs"], a["advantages"]
@@ -87,19 +106,26 @@ def reference(batch: dict, *, kl_penalty: str = "kl", seq_mean: bool = False) ->
     val, ret, vpr = a["values"], a["returns"], a["vpreds"]
     err = (vpr - ret) ** 2
     clipped = np.clip(vpr, val - VALUE_CLIP, val + VALUE_CLIP)
+    err_clipped = (clipped - ret) ** 2
     seq_kl = np.where(m, old - ref, 0).sum(-1)
     seq_rew = np.where(m, a["rewards"], 0).sum(-1)
     sc = a["scores"]
     resp = m.sum(-1).astype(float)
     prompt = (a["prompt_mask"] != 0).sum(-1).astype(float)
+    some_padding = m.size > n
     out = {
-        "actor/ratio_mean": agg(ratio), "actor/ratio_max": _max(ratio[m]), "actor/ratio_min": _min(ratio[m]),
-        "actor/ppo_ratio_high_clipfrac": agg(high.astype(float)),
-        "actor/ppo_ratio_low_clipfrac": agg(low.astype(float)),
-        "actor/ppo_ratio_clipfrac": agg((high | low).astype(float)),
-        "actor/clipfrac": agg((surr2 < surr1).astype(float)),
-        "actor/approxkl": agg(0.5 * (lp - old) ** 2), "actor/policykl": agg(lp - old),
-        "actor/kl_loss": agg(penalty),
+        "actor/ratio_mean": _div(sum(row_means(ratio)), len(row_means(ratio)) + 1e-8),
+        "actor/ratio_max": max(_max(ratio[m]) if n else 0.0, 0.0 if some_padding else -np.inf) if m.size else math.nan,
+        "actor/ratio_min": min(_min(ratio[m]) if n else 1e10, 1e10 if some_padding else np.inf) if m.size else math.nan,
+        "actor/ppo_ratio_high_clipfrac": _div(high[m].sum(), n), "actor/ppo_ratio_low_clipfrac": _div(low[m].sum(), n),
+        "actor/ppo_ratio_clipfrac": _div((high | low)[m].sum(), n),
+        "actor/clipfrac": roll_agg((surr2 < surr1).astype(float)),
+        "actor/pg_loss": roll_agg(-np.minimum(surr1, surr2)),
+        "actor/approxkl": roll_agg(0.5 * (lp - old) ** 2), "actor/policykl": roll_agg(lp - old),
+        "actor/kl_loss": roll_agg(penalty),
+        "critic/value": critic_mean(val), "critic/vpred": critic_mean(vpr), "critic/error": critic_mean(err),
+        "critic/clipfrac": critic_mean((err_clipped > err).astype(float)),
+        "critic/loss": 0.5 * critic_mean(np.maximum(err, err_clipped)),
         "ppo/policy/clipfrac": agg((surr2 < surr1).astype(float)),
         "ppo/policy/approxkl": agg(0.5 * (lp - old) ** 2), "ppo/policy/policykl": agg(old - lp),
         "objective/kl": _mean(seq_kl), "objective/kl_coef": KL_COEF,
@@ -108,10 +134,9 @@ def reference(batch: dict, *, kl_penalty: str = "kl", seq_mean: bool = False) ->
         "ppo/policy/entropy": _mean(a["entropy"][m]), "ppo/policy/advantages_mean": _mean(adv[m]),
         "ppo/returns/mean": _mean(ret[m]), "ppo/returns/var": _var(ret[m], 1),
         "ppo/val/mean": _mean(val[m]), "ppo/val/var": _var(val[m], 1), "ppo/val/vpred": _mean(vpr[m]),
-        "critic/vpred": _mean(vpr[m]), "critic/error": _mean(err[m]), "ppo/val/error": _mean(err[m]),
+        "ppo/val/error": _mean(err[m]),
         "ppo/val/var_explained": _explained(ret[m], vpr[m]),
-        "critic/clipfrac": agg(((clipped - ret) ** 2 > err).astype(float)),
-        "ppo/val/clipfrac": agg(((clipped - ret) ** 2 > err).astype(float)),
+        "ppo/val/clipfrac": agg((err_clipped > err).astype(float)),
         "env/reward_mean": _mean(sc), "env/reward_std": math.sqrt(_var(sc, 1)) if sc.size > 1 else math.nan,
         "tokens/responses_len_mean": _mean(resp),
         "tokens/responses_len_std": math.sqrt(_var(resp, 1)) if resp.size > 1 else math.nan,
@@ -119,9 +144,13 @@ def reference(batch: dict, *, kl_penalty: str = "kl", seq_mean: bool = False) ->
         "tokens/queries_len_std": math.sqrt(_var(prompt, 1)) if prompt.size > 1 else math.nan,
     }
     out["ppo/mean_scores"], out["ppo/std_scores"] = out["env/reward_mean"], out["env/reward_std"]
-    for prefix, x in (("critic/ref_log_prob", ref[m]), ("critic/old_log_prob", old[m]),
-                      ("critic/entropy", a["entropy"][m]), ("critic/advantages", adv[m]),
-                      ("critic/returns", ret[m]), ("critic/values", val[m]), ("critic/rewards", seq_rew),
+    for prefix, x in (("critic/ref_log_prob", ref), ("critic/old_log_prob", old), ("critic/advantages", adv),
+                      ("critic/returns", ret), ("critic/values", val)):  # ROLL's masked_mean; max/min NaN if empty
+        out[f"{prefix}/mean"], out[f"{prefix}/max"], out[f"{prefix}/min"] = (roll_masked_mean(x), _max(x[m]),
+                                                                            _min(x[m]))
+    t = m.shape[-1]
+    for prefix, x in (("critic/entropy", a["entropy"][m]), ("critic/rewards", seq_rew),
+                      ("critic/token_level_rewards_mean", seq_rew / t if t else seq_rew * math.nan),
                       ("critic/score", sc), ("tokens/response_length", resp), ("tokens/prompt_length", prompt)):
         out[f"{prefix}/mean"], out[f"{prefix}/max"], out[f"{prefix}/min"] = _mean(x), _max(x), _min(x)
     return out
@@ -204,10 +233,14 @@ def test_names_select_the_key_sets():
     batch = make_batch(0, 3, 4)
     roll = ppo_stats(**batch)
     trl = ppo_stats(**batch, names="trl")
+    verl = ppo_stats(**batch, names="verl")
     assert "actor/ratio_mean" in roll and not any(k.startswith(("ppo/", "objective/", "env/")) for k in roll)
     assert "ppo/policy/approxkl" in trl and not any(k.startswith(("actor/", "critic/")) for k in trl)
+    assert {"actor/pg_clipfrac", "critic/vf_explained_var", "response/aborted_ratio"} <= set(verl)
+    assert "actor/ratio_mean" not in verl and "actor/pg_clipfrac" not in roll
+    assert not any(k.startswith(("ppo/", "objective/", "env/", "tokens/")) for k in verl)
     catalog = default_catalog()
-    for key in {**full_stats(batch, distributions=True)}:
+    for key in {**full_stats(batch, distributions=True), **verl}:
         assert catalog.lookup(key) is not None, f"{key} has no catalog entry"
 
 
@@ -235,21 +268,34 @@ def test_padding_is_never_counted_even_when_nan(compact):
 
 
 @pytest.mark.parametrize("compact", [True, False])
-def test_empty_mask_gives_nan_not_an_error(compact):
+def test_empty_mask_gives_each_frameworks_value_not_an_error(compact):
     batch = make_batch(2, 3, 4, p_mask=0.0)
     got = full_stats(batch, distributions=True, _compact=compact)
-    assert math.isnan(got["actor/ratio_mean"]) and math.isnan(got["actor/ratio_max"])
-    assert math.isnan(got["actor/clipfrac"]) and math.isnan(got["critic/advantages/min"])
+    # ROLL's own empty values: a seq-mean over no sequence is 0 (count + 1e-8), max(ratio * mask) is 0, the
+    # min reads the 1e10 fill, masked_mean is 0; a token-mean divides 0 by 0
+    assert got["actor/ratio_mean"] == 0.0 and got["actor/ratio_max"] == 0.0 and got["actor/ratio_min"] == 1e10
+    assert got["critic/advantages/mean"] == 0.0 and math.isnan(got["critic/advantages/min"])
+    assert math.isnan(got["actor/clipfrac"]) and math.isnan(got["actor/ppo_ratio_clipfrac"])
+    assert math.isnan(got["ppo/policy/clipfrac"]) and math.isnan(got["ppo/policy/advantages_mean"])
     assert got["tokens/response_length/max"] == 0.0
     assert got["actor/ratio_dist"].count == 0 and got["actor/ratio_dist"].non_finite == 0
+    verl = ppo_stats(**batch, names="verl", _compact=compact)
+    assert verl["actor/pg_clipfrac"] == 0.0 and verl["actor/ppo_kl"] == 0.0  # veRL's masked_mean: + 1e-8
+    assert math.isnan(verl["actor/pg_loss"]) and math.isnan(verl["actor/entropy"])
+    assert verl["response/aborted_ratio"] == 1.0 and math.isnan(verl["critic/score/mean"])
+    assert math.isnan(verl["response_length_non_aborted/mean"]) and verl["response_length/max"] == 0.0
 
 
 def test_empty_batch():
     empty = torch.zeros(0, 5)
     got = ppo_stats(log_probs=empty, old_log_probs=empty, response_mask=empty.long(), advantages=empty,
                     names=("roll", "trl"), distributions=True)
-    assert math.isnan(got["actor/ratio_mean"]) and math.isnan(got["tokens/response_length/mean"])
+    assert got["actor/ratio_mean"] == 0.0 and math.isnan(got["actor/ratio_max"])
+    assert math.isnan(got["ppo/policy/clipfrac"]) and math.isnan(got["tokens/response_length/mean"])
     assert got["ppo/policy/ratio"].count == 0
+    verl = ppo_stats(log_probs=empty, old_log_probs=empty, response_mask=empty.long(), advantages=empty,
+                     names="verl")
+    assert math.isnan(verl["response_length/mean"]) and math.isnan(verl["response/aborted_ratio"])
 
 
 def test_all_nan_inputs_propagate_and_are_left_out_of_histograms():
@@ -276,8 +322,9 @@ def test_half_precision_is_accumulated_in_float32(dtype):
     assert_close(got, reference(as_f32))
 
 
+@pytest.mark.parametrize("variant", ["roll+trl", "roll final mask, seq IS, seq-mean", "verl"])
 @pytest.mark.parametrize("compact", [True, False])
-def test_one_host_transfer_per_call(monkeypatch, compact):
+def test_one_host_transfer_per_call(monkeypatch, compact, variant):
     calls: list[str] = []
     for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"):
         original = getattr(torch.Tensor, name)
@@ -288,13 +335,21 @@ def test_one_host_transfer_per_call(monkeypatch, compact):
 
         monkeypatch.setattr(torch.Tensor, name, counting)
     batch = make_batch(7, 16, 32)
+    final = batch["response_mask"] * (torch.arange(16) % 3 != 0)[:, None]
     calls.clear()
-    got = full_stats(batch, distributions=True, kl_penalty="k3", _compact=compact)
+    if variant == "roll+trl":
+        got = full_stats(batch, distributions=True, kl_penalty="k3", _compact=compact)
+    elif variant == "verl":
+        got = ppo_stats(**batch, names="verl", response_lengths=batch["response_mask"].sum(-1), _compact=compact)
+    else:
+        got = ppo_stats(**batch, final_response_mask=final, importance_sampling="seq", clip_ratio_c=1.4,
+                        value_clip=VALUE_CLIP, loss_agg_mode="seq-mean-token-mean", distributions=True,
+                        _compact=compact)
     if compact:  # the CPU path: no transfer to save, each part is read where it is - and nothing but tolist()
         assert set(calls) == {"tolist"}, calls
     else:  # the accelerator path: one transfer
         assert calls == ["tolist"], calls
-    assert len(got) > 80
+    assert len(got) > 30
 
 
 def test_the_cpu_read_gives_what_the_one_transfer_gives():
@@ -337,8 +392,11 @@ def test_kl_penalty_terms():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"names": "verl"}, "names"), ({"kl_penalty": "x"}, "kl_penalty"), ({"loss_agg_mode": "sum"}, "loss_agg_mode"),
-    ({"distributions": "yes"}, "distributions"), ({"advantages": torch.zeros(2, 2)}, "advantages"),
+    ({"names": "openrlhf"}, "names"), ({"names": ("roll", "verl")}, "share keys"), ({"kl_penalty": "x"}, "kl_penalty"),
+    ({"loss_agg_mode": "sum"}, "loss_agg_mode"), ({"importance_sampling": "geo"}, "importance_sampling"),
+    ({"clip_ratio_c": 1.0}, "clip_ratio_c"), ({"distributions": "yes"}, "distributions"),
+    ({"advantages": torch.zeros(2, 2)}, "advantages"), ({"final_response_mask": torch.ones(3, 5)}, "final_response"),
+    ({"response_lengths": torch.ones(4)}, "response_lengths"),
 ])
 def test_bad_arguments_raise_naming_the_value(kwargs, match):
     batch = make_batch(0, 3, 4)

@@ -303,7 +303,7 @@ def _step_metrics(catalog: Any, cfg: DemoConfig, samples: int, b: dict[str, torc
     by_prompt: dict[int, list[dict[str, float]]] = {}
     for p, s, n in zip(b["prompts"].tolist(), scores.tolist(), lengths):
         by_prompt.setdefault(p, []).append({"reward": s, "response_length": n})
-    metrics.update(rollout_step_metrics(list(by_prompt.values()), stats=("mean", "max", "min", "std")))
+    metrics.update(rollout_step_metrics(list(by_prompt.values())))
     if eval_tasks:
         metrics.update(eval_step_metrics(eval_tasks, "counting"))
         metrics.update(eval_step_metrics(eval_tasks, "counting", detailed_stats=True))
