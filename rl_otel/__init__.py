@@ -63,7 +63,10 @@ def init(
         role: what this process does (trainer, actor, rollout, ...), recorded on the OTel resource.
         prometheus: ``{"host": ..., "port": ...}`` for the scrape endpoint (default ``0.0.0.0:9464``; port 0
             picks a free port, see ``Telemetry.metrics_url``), ``True`` for the defaults, ``False`` for none.
-            More keys: ``add_local_rank`` (serve on port + ``$LOCAL_RANK``), ``port_search`` (on a taken port, try
+            The port is a base: a process serves on port + ``$LOCAL_RANK`` (0 when unset), so the ranks torchrun
+            starts on one host get distinct ports (port 0 is never offset).
+            More keys: ``add_local_rank`` (``False``: serve on the port as given, for one network namespace per
+            process), ``port_search`` (on a taken port, try
             the next N), ``file_sd`` (a directory to publish the target in for Prometheus ``file_sd_configs``),
             ``advertise_host`` (the host written there), ``web_config_file`` (TLS, mTLS, basic auth in the
             exporter-toolkit web-config format node_exporter uses).

@@ -12,4 +12,6 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
   $SUDO systemctl stop prometheus 2>/dev/null || true
 fi
 python3 -m pip install -q --disable-pip-version-check -c requirements-test.txt -e '.[dev]'
+# verl and Trinity-RFT without their declared dependencies (a CUDA torch, vLLM, ...): what their imports need is pinned
+python3 -m pip install -q --disable-pip-version-check --no-deps -r requirements-frameworks.txt
 python3 -m pytest -q -p no:cacheprovider "$@"

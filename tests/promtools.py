@@ -47,6 +47,34 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_port_pair() -> int:
+    """A port ``p`` with ``p`` and ``p + 1`` both free on loopback (now)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base >= 65535:
+            continue
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", base))
+                b.bind(("127.0.0.1", base + 1))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no two consecutive free ports")
+
+
+def key_samples(url: str, key: str, run: str) -> dict[frozenset, float]:
+    """Samples of logged ``key``'s Prometheus series for ``run`` on the endpoint ``url``, labels without run/rank."""
+    from rl_otel.catalog import default_catalog
+
+    resolved = default_catalog().resolve(key).to_dict()
+    found = samples(scrape(url), resolved["prometheus_name"])
+    return {frozenset(kv for kv in k if kv[0] not in ("run", "rank")): v for k, v in found.items()
+            if ("run", run) in k}
+
+
 class PrometheusServer:
     """A real ``prometheus`` on 127.0.0.1 with its own temp dir, scraping ``targets`` every second.
 

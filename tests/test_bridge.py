@@ -117,6 +117,43 @@ def test_hung_sink_never_blocks_training_and_close_has_a_deadline():
     assert tel_errors(tel)[("hang", "close_timeout")] == 1
 
 
+def test_wait_for_trackers_loses_no_step_of_a_burst_and_never_waits_for_a_hung_sink():
+    """A burst logged with wait_for_trackers=True (ROLL's history replay) waits for a slow sink instead of losing
+    steps; a sink hung past close_timeout_s is not waited for: the burst goes on, dropping as always."""
+    import threading
+
+    Recorder.instances.clear()
+    tel = rl_otel.init(prometheus=False, trackers=["hang"], sink_queue_size=4, close_timeout_s=30,
+                       handle_sigterm=False)
+    (slow,) = Recorder.instances
+    (worker,) = tel._bridge._workers
+
+    def burst(n: int) -> None:
+        for step in range(n):
+            tel.log({"actor/pg_loss": float(step)}, step=step, wait_for_trackers=True)
+
+    thread = threading.Thread(target=burst, args=(20,))
+    thread.start()
+    with worker._cond:  # the sink holds step 0, half the queue (2 steps) waits behind it: the burst waits
+        assert worker._cond.wait_for(lambda: worker._busy and len(worker._items) == 2, timeout=30)
+    slow.release.set()
+    thread.join(timeout=60)
+    assert not thread.is_alive() and tel.flush(30)
+    assert [s for s, _ in slow.steps] == list(range(20)) and ("hang", "queue_full") not in tel_errors(tel)
+    tel.close()
+
+    Recorder.instances.clear()
+    tel = rl_otel.init(prometheus=False, trackers=["hang"], sink_queue_size=4, close_timeout_s=0.3,
+                       handle_sigterm=False)
+    (hung,) = Recorder.instances
+    thread = threading.Thread(target=burst, args=(20,))
+    thread.start()
+    thread.join(timeout=60)  # one wait for the sink to count as hung, then no more
+    assert not thread.is_alive() and tel_errors(tel)[("hang", "queue_full")] >= 10
+    tel.close()
+    hung.release.set()
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_full_disk_is_counted_and_training_goes_on(tmp_path):
     Recorder.instances.clear()

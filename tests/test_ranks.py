@@ -67,3 +67,31 @@ def test_two_ranks_label_their_series_and_only_rank0_writes_tensorboard(tmp_path
     assert [p.returncode for p in procs] == [0, 0]
     assert len(list(tb.glob("events.out.tfevents.*"))) == 1
     assert tensorboard_scalars(str(tb))["critic/score/mean"] == [(0, 0.0), (1, 1.0), (2, 2.0)]
+
+
+def test_a_port_is_a_base_offset_by_the_local_rank():
+    """torchrun's ranks of one host given one port (explicit or the default 9464) each get their own: port +
+    LOCAL_RANK, unless add_local_rank=False; port 0 (a free port) is never offset."""
+    from rl_otel.core.config import build_config
+    from rl_otel.core.ranks import serving_port
+
+    assert [serving_port(9464, local_rank) for local_rank in range(3)] == [9464, 9465, 9466]
+    assert serving_port(9464, 2, add_local_rank=False) == 9464
+    assert serving_port(0, 2) == 0
+    with pytest.raises(ConfigurationError, match="needs a base port"):
+        serving_port(0, 2, add_local_rank=True)
+    with pytest.raises(ConfigurationError, match="past 65535"):
+        serving_port(65535, 1)
+
+    def port(prometheus, local_rank):
+        os.environ["LOCAL_RANK"] = str(local_rank)
+        try:
+            return build_config(run="r", rank=local_rank, role="trainer", prometheus=prometheus,
+                                max_series_per_metric=1, max_unknown_keys=1, series_ttl_s=None).prometheus.port
+        finally:
+            del os.environ["LOCAL_RANK"]
+
+    assert [port({"port": 9464}, r) for r in (0, 1)] == [9464, 9465]  # the README's example, two ranks
+    assert [port(True, r) for r in (0, 1)] == [9464, 9465]  # the default port too
+    assert port({"port": 9464, "add_local_rank": False}, 1) == 9464
+    assert port({"port": 0}, 1) == 0

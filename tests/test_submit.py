@@ -280,7 +280,7 @@ def test_a_bug_inside_log_is_counted_inline_and_when_queued(tel, monkeypatch, ca
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in the write path")
 
-    monkeypatch.setattr(tel, "_write_metrics", broken)
+    monkeypatch.setattr(tel, "_prepare", broken)
     with caplog.at_level(logging.WARNING, logger="rl_otel"):
         tel.log({"critic/score/mean": 0.5}, step=0)  # inline
         gate = threading.Event()

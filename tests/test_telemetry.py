@@ -2,7 +2,11 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import rl_otel
 from rl_otel import ConfigurationError, PortInUseError
 from tests.promtools import scrape
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def samples(tel) -> dict[tuple, float]:
@@ -283,3 +289,95 @@ def test_a_failing_init_step_closes_what_was_already_built(tmp_path, monkeypatch
                      tracing={"exporter": "jsonl", "path": str(tmp_path / "spans.jsonl")}, handle_sigterm=False)
     left = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
     assert left == []  # the tracer provider's span thread was shut down, not leaked
+
+
+def test_store_delete_removes_one_series_and_a_step_never_goes_back():
+    from rl_otel.catalog import meta
+    from rl_otel.core.store import SeriesStore
+
+    store = SeriesStore({"run": "r", "rank": "0"}, max_series_per_metric=10, ttl_s=None,
+                        dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None)
+    spec = rl_otel.default_catalog().resolve("critic/score/mean").spec
+    store.write([(spec, (("stat", "mean"),), 1.0), (spec, (("stat", "max"),), 2.0)])
+    version = store.version
+    assert store.delete(spec, (("stat", "mean"),)) is True
+    assert store.version > version
+    assert store.value(spec.name, {"stat": "mean"}) is None and store.value(spec.name, {"stat": "max"}) == 2.0
+    version = store.version
+    assert store.delete(spec, (("stat", "mean"),)) is False and store.version == version  # gone already
+    assert store.delete(meta.STEP, ()) is False  # a family never written
+    # with a step, a series keeps the newest step's value; without one, a write always lands
+    store.write([(spec, (("stat", "max"),), 5.0)], step=5)
+    store.write([(spec, (("stat", "max"),), 3.0), (spec, (("stat", "min"),), 3.0)], step=3)
+    assert store.value(spec.name, {"stat": "max"}) == 5.0 and store.value(spec.name, {"stat": "min"}) == 3.0
+    store.write([(spec, (("stat", "max"),), 1.0)])
+    assert store.value(spec.name, {"stat": "max"}) == 1.0
+
+
+def test_none_removes_a_gauge_series_instead_of_leaving_it_stale(tel):
+    """TRL logs None for a window whose values were all NaN: the last value must not look current."""
+    tel.log({"rewards/flaky/mean": 0.5, "critic/score/mean": 0.25, "system/samples": 10, "my/new_key": 1.0}, step=1)
+    tel.log({"rewards/flaky/mean": None, "critic/score/mean": 0.5, "system/samples": None, "my/new_key": None,
+             "never/seen_before": None}, step=2)
+    got = samples(tel)
+    assert value(tel, "rl_function_reward", reward_func="flaky", stat="mean") is None  # removed, not 0.5
+    assert not any(name == "rl_my_new_key" for name, _ in got)  # a fallback gauge too
+    assert not any(name == "rl_never_seen_before" for name, _ in got)  # nothing created for it
+    assert value(tel, "rl_critic_score", stat="mean") == 0.5
+    assert value(tel, "rl_system_samples_total") == 10  # a counter keeps its total
+    tel.log({"rewards/flaky/mean": 0.75}, step=3)  # the next value brings the series back
+    assert value(tel, "rl_function_reward", reward_func="flaky", stat="mean") == 0.75
+
+
+def test_an_older_step_sets_no_series_back_and_reaches_the_trackers():
+    """A step below the highest one logged (a replay after a restart, racing new steps): rl_step, gauges,
+    counters and histograms keep the newer step's values, a None removes nothing, a key only the old step has
+    is stored; the trackers get the step. An equal step is current."""
+    from tests._sinks import Recorder
+
+    Recorder.instances.clear()
+    with rl_otel.init(run="test", prometheus={"host": "127.0.0.1", "port": 0}, trackers=["recorder"],
+                      handle_sigterm=False) as t:
+        t.log({"critic/score/mean": 0.9, "system/samples": 500, "env/reward_dist": [1.0], "actor/kl_loss": 0.5},
+              step=5)
+        t.log({"critic/score/mean": 0.1, "system/samples": 100, "env/reward_dist": [1.0, 2.0], "actor/kl_loss": None,
+               "actor/pg_loss": 3.0}, step=3)  # history
+        assert value(t, "rl_step") == 5 and t.step == 5
+        assert value(t, "rl_critic_score", stat="mean") == 0.9
+        assert value(t, "rl_system_samples_total") == 500  # a counter never decreases
+        assert value(t, "rl_env_reward_dist_bucket", le="+Inf") == 1
+        assert value(t, "rl_actor_kl_loss") == 0.5  # a replayed None does not remove step 5's value
+        assert value(t, "rl_actor_pg_loss") == 3.0  # no newer value: the old step's is the latest known
+        t.log({"eval/gsm8k/accuracy/mean@4": 0.5, "critic/score/mean": 0.8}, step=5)  # equal: current
+        assert value(t, "rl_eval_metric", taskset="gsm8k", metric="accuracy", stat="mean", k="4") == 0.5
+        assert value(t, "rl_critic_score", stat="mean") == 0.8
+        t.log({"critic/score/mean": 0.7})  # step=None continues from the highest step
+        assert value(t, "rl_step") == 6 and t.step == 6 and value(t, "rl_critic_score", stat="mean") == 0.7
+        assert t.flush(10)
+        (rec,) = Recorder.instances
+        assert [step for step, _ in rec.steps] == [5, 3, 5, 6]
+        assert rec.steps[1][1] == {"critic/score/mean": 0.1, "system/samples": 100.0,
+                                   "env/reward_dist": pytest.approx(np.array([1.0, 2.0])), "actor/pg_loss": 3.0}
+
+
+def test_telemetry_closes_itself_at_exit_without_close(tmp_path):
+    """A framework that never closes (ROLL never calls finish()): the exit hook flushes the trackers, including
+    steps still queued behind a submitted job."""
+    script = f"""
+import threading, rl_otel
+tel = rl_otel.init(run="exit", prometheus={{"host": "127.0.0.1", "port": 0}},
+                   trackers={{"tensorboard": {{"log_dir": {str(tmp_path)!r}}}}})
+for step in range(3):
+    tel.log({{"critic/score/mean": float(step)}}, step=step)
+gate = threading.Event()
+tel.submit(lambda: gate.wait(10) and {{}}, step=3)
+tel.log({{"critic/score/mean": 4.0}}, step=4)  # queued behind the job
+gate.set()
+print("logged", flush=True)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0 and "logged" in proc.stdout, proc.stderr
+    from tests._readers import tensorboard_scalars
+
+    assert tensorboard_scalars(str(tmp_path))["critic/score/mean"] == [(0, 0.0), (1, 1.0), (2, 2.0), (4, 4.0)]

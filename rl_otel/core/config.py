@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rl_otel.core.options import boolean, check_known, positive_seconds
+from rl_otel.core.ranks import serving_port
 from rl_otel.errors import ConfigurationError
 from rl_otel.exporters.otlp import OtlpConfig, otlp_config
 from rl_otel.exporters.webconfig import WebConfig, load_web_config
@@ -27,7 +28,8 @@ _PROMETHEUS_KEYS = ("host", "port", "add_local_rank", "port_search", "file_sd", 
 
 @dataclass(frozen=True)
 class PrometheusConfig:
-    """Where and how the scrape endpoint serves; ``port`` already includes the local rank when asked."""
+    """Where and how the scrape endpoint serves; ``port`` already includes the local rank (see
+    :func:`rl_otel.core.ranks.serving_port`)."""
 
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
@@ -69,7 +71,7 @@ def _prometheus(value: object, local_rank: int) -> PrometheusConfig | None:
     if value is None or value is False:
         return None
     if value is True:
-        return PrometheusConfig()
+        return PrometheusConfig(port=serving_port(DEFAULT_PORT, local_rank))
     if not isinstance(value, Mapping):
         raise ConfigurationError(f"prometheus must be a dict like {{'host': ..., 'port': ...}}, True or False; "
                                  f"got {value!r}")
@@ -80,14 +82,9 @@ def _prometheus(value: object, local_rank: int) -> PrometheusConfig | None:
         raise ConfigurationError(f"prometheus host must be a str, got {host!r}")
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ConfigurationError(f"prometheus port must be an int in 0..65535 (0 = a free port), got {port!r}")
-    if boolean("prometheus add_local_rank", value.get("add_local_rank", False)):
-        if port == 0:
-            raise ConfigurationError("prometheus add_local_rank needs a base port, got port 0 (port 0 is a free "
-                                     "port for every rank already)")
-        offset = local_rank
-        if port + offset > 65535:
-            raise ConfigurationError(f"prometheus port {port} + LOCAL_RANK {offset} is past 65535")
-        port += offset
+    add_local_rank = value.get("add_local_rank")
+    port = serving_port(port, local_rank,
+                        None if add_local_rank is None else boolean("prometheus add_local_rank", add_local_rank))
     search = value.get("port_search", 0)
     if isinstance(search, bool) or not isinstance(search, int) or search < 0 or port + search > 65535:
         raise ConfigurationError(f"prometheus port_search must be an int >= 0 (how many next ports to try) with "

@@ -50,6 +50,28 @@ def env_ranks(env: Mapping[str, str] | None = None) -> ProcessRanks:
     return ranks
 
 
+def serving_port(port: int, local_rank: int, add_local_rank: bool | None = None) -> int:
+    """The port this process serves its scrape endpoint on: ``port`` is a base, offset by ``LOCAL_RANK``.
+
+    Processes of one host share its ports, so ``torchrun --nproc_per_node N`` with ``port`` 9464 (given or the
+    default) serves local ranks 0..N-1 on 9464..9463+N - no two take the same port, and a host is scraped at a fixed
+    range. Outside a launcher ``LOCAL_RANK`` is unset (0): the port as given. ``add_local_rank=False`` serves on
+    ``port`` itself (one network namespace per process, e.g. a pod per rank); ``None`` (not given) means True. Port
+    0 (a free port) is never offset: every process already gets its own. Raises ConfigurationError for
+    ``add_local_rank=True`` with port 0, and past 65535.
+    """
+    if add_local_rank is None:
+        add_local_rank = port != 0
+    if not add_local_rank:
+        return port
+    if port == 0:
+        raise ConfigurationError("prometheus add_local_rank needs a base port, got port 0 (port 0 is a free "
+                                 "port for every rank already)")
+    if port + local_rank > 65535:
+        raise ConfigurationError(f"prometheus port {port} + LOCAL_RANK {local_rank} is past 65535")
+    return port + local_rank
+
+
 def check_tracker_ranks(policy: object) -> int | str | frozenset[int]:
     """``policy`` in its checked form: an int rank, ``"all"``, or a frozenset of ranks. Raises ConfigurationError."""
     if policy == "all":

@@ -53,6 +53,19 @@ class Router:
                     self._cache[key] = found
         return found
 
+    def existing(self, key: str) -> Route | None:
+        """The route of a key that may already have a series, or None; unlike :meth:`route`, a key without a
+        catalog entry claims no fallback name (a ``None`` value has no series to make)."""
+        found = self._cache.get(key)
+        if found is not None:
+            return found if found.__class__ is Route else None
+        res = self._catalog.resolve(key)
+        if res.known:
+            return self.route(key)
+        with self._lock:
+            owned = self._fallback_owner.get(res.spec.name) == res.key
+        return Route(res.spec, (), False) if owned else None
+
     def _decide(self, res: Resolution) -> Route | Refusal:
         if res.known:
             return Route(res.spec, res.labels, True)

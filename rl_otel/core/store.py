@@ -56,8 +56,8 @@ class FamilyView:
 class _Family:
     spec: MetricSpec
     expires: bool
-    # labels -> [value or BulkHistogram, time_ns]; keyed by the router's label pairs as they are, so that a
-    # write builds no tuple (the per-step path)
+    # labels -> [value or BulkHistogram, time_ns, step of the value or None]; keyed by the router's label pairs
+    # as they are, so that a write builds no tuple (the per-step path)
     points: dict[Labels, list] = field(default_factory=dict)
     start_ns: int = field(default_factory=time.time_ns)
 
@@ -121,7 +121,7 @@ class SeriesStore:
                 self._count_dropped(spec.name)
                 self._on_drop(spec.name)  # must not touch the store: we hold its lock
                 return None
-            point = fam.points[labels] = [None, 0]
+            point = fam.points[labels] = [None, 0, None]
         return point
 
     def _count_dropped(self, metric_name: str) -> None:
@@ -134,10 +134,14 @@ class SeriesStore:
             self._version += 1
 
     def write(self, items: Iterable[tuple[MetricSpec, tuple[tuple[str, str], ...], object]], *,
-              expires: bool = True) -> list[tuple[MetricSpec, int]]:
+              expires: bool = True, step: int | None = None) -> list[tuple[MetricSpec, int]]:
         """Store ``(spec, labels, value)`` items: a float for gauges and counters, a float, a 1-d float array or
         ``BucketCounts`` (bucketed against the entry's bounds) for histograms. Returns ``(spec, n)`` for each
-        histogram item that had ``n`` non-finite values left out."""
+        histogram item that had ``n`` non-finite values left out.
+
+        With ``step``, a series already holding a newer step's value keeps it (a gauge is not set back, a counter
+        does not decrease, a histogram does not take the older step's values): the step of a series' value never
+        goes back. ``step=None`` always writes."""
         now = time.time_ns()
         dropped_non_finite = []
         with self._lock:
@@ -146,6 +150,10 @@ class SeriesStore:
                 point = self._point(spec, labels, expires)
                 if point is None:
                     continue
+                if step is not None:
+                    if point[2] is not None and step < point[2]:
+                        continue
+                    point[2] = step
                 if spec.kind is Kind.HISTOGRAM:
                     if point[0] is None:
                         point[0] = BulkHistogram(spec.buckets)
@@ -165,6 +173,16 @@ class SeriesStore:
             if point is not None:
                 point[0] = (point[0] or 0.0) + amount
                 point[1] = time.time_ns()
+
+    def delete(self, spec: MetricSpec, labels: Labels) -> bool:
+        """Remove one series (``labels`` as :meth:`write` got them): the next scrape no longer has it, so
+        Prometheus marks it stale instead of repeating its last value. True if it existed."""
+        with self._lock:
+            fam = self._families.get(spec.name)
+            if fam is None or fam.points.pop(labels, None) is None:
+                return False
+            self._version += 1
+            return True
 
     def value(self, name: str, labels: dict[str, str] | None = None) -> object:
         """The stored value of one series (tests and the CLI); ``None`` if absent."""
@@ -229,7 +247,7 @@ class SeriesStore:
 def _frozen(fam: _Family) -> list[tuple[Labels, float | HistogramValue]]:
     if fam.spec.kind is Kind.HISTOGRAM:
         return [(labels, HistogramValue(h.counts.tolist(), h.sum, h.count, h.min, h.max))
-                for labels, (h, _) in fam.points.items()]
+                for labels, (h, *_) in fam.points.items()]
     return [(labels, point[0]) for labels, point in fam.points.items()]  # floats: write() and increment() store floats
 
 

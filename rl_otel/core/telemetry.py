@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -60,7 +62,10 @@ class Telemetry:
         self._warned: set[tuple[str, str]] = set()
         self._warn_lock = threading.Lock()
         self._step_lock = threading.Lock()
-        self._step: int | None = None
+        self._step: int | None = None  # the highest step handed out (log/submit), what step=None continues from
+        self._stored_lock = threading.Lock()
+        self._stored: int | None = None  # the highest step stored: a step below it is history (see log())
+        self._history_noted = False
         self._closed = False
         self._close_lock = threading.Lock()
         self._store = SeriesStore({"run": config.run, "rank": str(config.rank)},
@@ -95,6 +100,10 @@ class Telemetry:
         except BaseException:
             self.close()
             raise
+        # closed at interpreter exit unless closed before (frameworks that never call finish(), like ROLL): the
+        # metrics worker drains, the trackers write what is queued, the endpoint and file_sd target go away
+        self._pid = os.getpid()
+        atexit.register(self._close_at_exit)
 
     # -- public surface -------------------------------------------------------------------------------------
 
@@ -105,19 +114,37 @@ class Telemetry:
 
     @property
     def step(self) -> int | None:
-        """The step of the last ``log()`` call."""
+        """The highest step logged so far (``None`` before the first ``log()``); ``step=None`` continues from it."""
         return self._step
 
-    def log(self, metrics: Mapping[str, object], step: int | None = None) -> None:
-        """Record one step's metrics. ``step=None`` means the previous step + 1 (0 for the first call).
+    def log(self, metrics: Mapping[str, object], step: int | None = None, *, wait_for_trackers: bool = False) -> None:
+        """Record one step's metrics. ``step=None`` means the highest step so far + 1 (0 for the first call).
 
         Accepts int/float/bool, numpy scalars, 0-d tensors, 1-d tensors/arrays/lists for distribution keys, and
-        nested dicts (keys joined with "/"). NaN and ±Inf pass through; ``None`` is skipped. A 1-d tensor for a
+        nested dicts (keys joined with "/"). NaN and ±Inf pass through. ``None`` means "no value this step" (TRL
+        logs it for a window whose values were all NaN): the key's gauge series is removed from the endpoint, so
+        its previous value does not look current (Prometheus marks it stale; the next real value brings it back);
+        a counter or histogram keeps its total, and trackers get nothing for the key. A 1-d tensor for a
         histogram key is bucketed on its device (only the counts reach the host), and ``BucketCounts`` from
         ``rl_otel.stats`` (``ppo_stats(distributions=True)``) are merged as they are.
 
+        Steps never go back on the endpoint. A step below the highest one logged is history (ROLL's
+        ``resume_metrics`` replaying the run from a thread after a restart, possibly while new steps are logged):
+        the trackers get all of it, since they keep a point per step; on the Prometheus side, where a scrape can
+        only show a value as current, a series keeps a newer step's value - ``rl_step`` stays at the highest
+        step, a gauge is not set back to an old value, a counter does not decrease (Prometheus would read a
+        reset), a histogram does not take the old step's values - and a ``None`` removes nothing. A series that
+        no newer step has written (a key only the old step has) takes the value. Equal steps are current
+        (several ``log()`` calls per step, an evaluation logged at the last training step). A new training that
+        counts from 0 again belongs in a new Telemetry: until it passes the old highest step, its values would
+        not replace the old ones.
+
         Stored before it returns - unless :meth:`submit` jobs are still running: then the step queues behind
         them (its tensors and arrays copied first), so steps reach Prometheus and the trackers in call order.
+        Never waits for the trackers: one ``sink_queue_size`` steps behind loses its oldest step (counted). With
+        ``wait_for_trackers=True`` the call waits while a tracker is half that far behind (``close_timeout_s`` at
+        most; not for a hung tracker), so a burst loses no step and leaves room for the calls that never wait:
+        for a thread that can wait, such as a replay of history.
         """
         if self._closed:
             self._warn_once("closed", "", "log() after close() is ignored")
@@ -126,7 +153,7 @@ class Telemetry:
         if signals is not None:
             signals.hold()  # a SIGTERM/SIGINT now is handled once this step is fully logged
         try:
-            self._log(metrics, step)
+            self._log(metrics, step, wait_for_trackers)
         except Exception:  # the training step must go on
             self._log_failed()
         finally:
@@ -248,6 +275,7 @@ class Telemetry:
             if self._closed:
                 return
             self._closed = True
+        atexit.unregister(self._close_at_exit)
         for step, attr, method in _CLOSE_STEPS:
             resource = getattr(self, attr, None)
             if resource is None:
@@ -258,6 +286,10 @@ class Telemetry:
                 self._count_error("close", step)
                 self._warn_once("close", step, f"rl_otel: closing {step} failed ({type(exc).__name__}: {exc}); "
                                                "the other parts are closed")
+
+    def _close_at_exit(self) -> None:
+        if os.getpid() == self._pid:  # a forked child's copy is not ours to close (its threads are the parent's)
+            self.close()
 
     def __enter__(self) -> Telemetry:
         return self
@@ -316,39 +348,59 @@ class Telemetry:
                                         f"{host}:{self._endpoint.port}",
                                         {"run": self.config.run, "rank": str(self.config.rank)})
 
-    def _log(self, metrics: Mapping[str, object], step: int | None) -> None:
+    def _log(self, metrics: Mapping[str, object], step: int | None, wait: bool = False) -> None:
         if not isinstance(metrics, Mapping):
             self._bad("", f"log() takes a dict of metrics, got {type(metrics).__name__}")
             return
         step = self._advance(step)
         if not self._worker.pending:
-            self._ingest(flatten(metrics), step, time.time(), None)
+            self._ingest(flatten(metrics), step, time.time(), None, wait)
             return
         # submitted jobs are still running: queue behind them, so steps land in call order; the values are
         # copied now (the caller may reuse its buffers once log() returns)
         pairs = [(key, owned(value)) for key, value in flatten(metrics)]
         phases = self.take_phase_metrics() if self._bridge.active else None
-        job = partial(self._ingest_on_streams, caller_streams(v for _, v in pairs), pairs, step, time.time(), phases)
+        job = partial(self._ingest_on_streams, caller_streams(v for _, v in pairs), pairs, step, time.time(), phases,
+                      wait)
         self._worker.submit(job)
 
     def _ingest(self, pairs: Iterable[tuple[str, object]], step: int, timestamp: float,
-                phases: dict[str, float] | None) -> None:
+                phases: dict[str, float] | None, wait: bool = False) -> None:
         """Store one step's ``(key, value)`` pairs and hand them to the trackers with the phases finished since
-        the last step (``phases``: taken when the step was logged; ``None``: take them now)."""
-        mirrored = self._write_metrics(pairs, mirror=self._bridge.active)
-        self._store.write([(meta.STEP, (), float(step)), (meta.LAST_STEP_TIMESTAMP, (), timestamp)], expires=False)
+        the last step (``phases``: taken when the step was logged; ``None``: take them now). A step below the
+        highest one stored is history: it sets no series back and removes none (see :meth:`log`)."""
+        items, gone, mirrored = self._prepare(pairs, mirror=self._bridge.active)
+        with self._stored_lock:
+            current = self._stored is None or step >= self._stored
+            if current:
+                self._stored = step
+        # the store keeps, per series, the newest step's value: whatever order concurrent writes land in
+        self._store_items(items, gone if current else (), step)
+        self._store.write([(meta.STEP, (), float(step))], expires=False, step=step)
+        self._store.write([(meta.LAST_STEP_TIMESTAMP, (), timestamp)], expires=False)
+        if not current:
+            self._note_history(step)
         if mirrored is not None:
-            # the phases finished since the last step reach the trackers at this step, as in ROLL
-            mirrored = {**(self.take_phase_metrics() if phases is None else phases), **mirrored}
+            # the phases finished since the last step reach the trackers at this step, as in ROLL (a history
+            # step takes none: they belong to the step being trained)
+            if phases is None and current:
+                phases = self.take_phase_metrics()
+            mirrored = {**phases, **mirrored} if phases else mirrored
             if mirrored:
-                self._bridge.submit(mirrored, step)
+                self._bridge.submit(mirrored, step, wait)
+
+    def _note_history(self, step: int) -> None:
+        if not self._history_noted:
+            self._history_noted = True
+            _log.info("rl_otel: step %d is below the highest step logged (%s): the trackers get it; on the endpoint "
+                      "series keep the newer steps' values (said once)", step, self._stored)
 
     def _ingest_on_streams(self, streams: tuple[object, ...], pairs: list[tuple[str, object]], step: int,
-                           timestamp: float, phases: dict[str, float] | None) -> None:
+                           timestamp: float, phases: dict[str, float] | None, wait: bool = False) -> None:
         """A ``log()`` queued behind submitted jobs, run by the metrics worker (never raises)."""
         try:
             with on_streams(streams):
-                self._ingest(pairs, step, timestamp, phases)
+                self._ingest(pairs, step, timestamp, phases, wait)
         except Exception:
             self._log_failed()
 
@@ -393,12 +445,18 @@ class Telemetry:
         if self._worker.pending:
             self._worker.wait_idle(_SETTLE_S)
 
-    def _write_metrics(self, pairs: Iterable[tuple[str, object]], *,
-                       mirror: bool = False) -> dict[str, float | np.ndarray] | None:
-        """Route ``(key, value)`` pairs through the catalog into the store (scaled to base units): the one path
-        of user metrics and phase metrics. With ``mirror``, return what the trackers get: every accepted value,
-        in the user's keys and units."""
-        items = []
+    def _write_metrics(self, pairs: Iterable[tuple[str, object]]) -> None:
+        """Route ``(key, value)`` pairs through the catalog into the store (phase metrics: current, no mirror)."""
+        items, gone, _ = self._prepare(pairs)
+        self._store_items(items, gone, None)
+
+    def _prepare(self, pairs: Iterable[tuple[str, object]], *, mirror: bool = False,
+                 ) -> tuple[list, list, dict[str, float | np.ndarray] | None]:
+        """Route ``(key, value)`` pairs through the catalog: the one path of user metrics and phase metrics.
+        Returns the store's items (scaled to base units), the gauge series a ``None`` removes and, with
+        ``mirror``, what the trackers get: every accepted value, in the user's keys and units."""
+        items: list = []
+        gone: list = []
         append, route_of = items.append, self._router.route  # locals: this loop runs once per key and step
         mirrored: dict[str, float | np.ndarray] | None = {} if mirror else None
         for key, raw in pairs:
@@ -407,7 +465,10 @@ class Telemetry:
             except BadValue as exc:
                 self._bad(key, str(exc))
                 continue
-            if value is None:
+            if value is None:  # no value this step: the gauge's last one must not look current
+                known = self._router.existing(key)
+                if known is not None and known.spec.kind is Kind.GAUGE:
+                    gone.append((known.spec, known.labels))
                 continue
             route = route_of(key)
             if route.__class__ is Refusal:
@@ -435,11 +496,15 @@ class Telemetry:
             append((spec, route.labels, value * spec.scale if spec.scale != 1.0 else value))
             if mirrored is not None:  # trackers get what Prometheus gets, in the user's units and keys
                 mirrored[key] = value
-        for spec, n in self._store.write(items):
+        return items, gone, mirrored
+
+    def _store_items(self, items: list, gone: Iterable, step: int | None) -> None:
+        for spec, n in self._store.write(items, step=step):
             self._count_error("input", "non_finite_in_distribution", n)
             self._warn_once("non_finite", spec.name, f"rl_otel: {n} NaN/Inf values left out of the histogram "
                                                      f"{spec.name} (Prometheus buckets cannot hold them)")
-        return mirrored
+        for spec, labels in gone:
+            self._store.delete(spec, labels)
 
     def _record_phase(self, cluster: str, phase: str, metrics: dict[str, float], durations: dict[str, float]) -> None:
         self._write_metrics(metrics.items())
@@ -473,8 +538,10 @@ class Telemetry:
                         step = None
             if step is None:
                 step = 0 if self._step is None else self._step + 1
-            self._step = int(step)
-            return self._step
+            step = int(step)
+            if self._step is None or step > self._step:
+                self._step = step
+            return step
 
     def _start_bridge(self) -> Bridge | NullBridge:
         from rl_otel.core.ranks import mirrors_to_trackers

@@ -4,11 +4,16 @@
 Trinity-RFT ``Monitor``), ``accelerate`` (an accelerate ``GeneralTracker``), ``transformers`` (a
 ``TrainerCallback`` for TRL's and transformers' trainers). Each builds its :class:`rl_otel.Telemetry` with
 :func:`telemetry_from_options`, so every integration takes the same options as :func:`rl_otel.init`.
+
+verl and Trinity-RFT are selected from their own configs, with no code in the launcher and none in their Ray
+actors: ``trainer.logger=[console,rl_otel]`` in verl (a ``verl.plugins`` entry point that ``import verl`` loads),
+``monitor.monitor_type: rl_otel.integrations.trinity.RLOtelMonitor`` in Trinity-RFT (its registry imports a
+dotted name by itself).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rl_otel.errors import ConfigurationError
@@ -19,6 +24,15 @@ if TYPE_CHECKING:
 
 # rl_otel.init()'s options an integration passes through: a config file's keys, the file itself, tracing.
 INIT_OPTIONS = (*FILE_KEYS, "config", "tracing")
+
+
+def plain_options(value: Any) -> Any:
+    """A framework's config node (OmegaConf, a dataclass-ish mapping) as plain dicts, lists and scalars."""
+    if isinstance(value, Mapping):
+        return {str(k): plain_options(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [plain_options(v) for v in value]
+    return value
 
 
 def telemetry_from_options(where: str, run: str | None, options: Mapping[str, Any]) -> Telemetry:

@@ -9,8 +9,17 @@ Prometheus, beside (or instead of) accelerate's own trackers::
     accelerator.log({"train/loss": loss}, step=step)
     accelerator.end_training()
 
-``accelerator.log`` runs on the main process only; other ranks can log through ``tracker.tracker.log(...)``
-(``main_process_only`` is False, so the tracker starts on every rank and each serves its own endpoint).
+What each rank does: accelerate runs ``init_trackers`` and ``log`` on the main process only (they are
+``@on_main_process``), and ``end_training`` finishes only the trackers ``init_trackers`` started. So under
+``accelerate launch``/``torchrun`` the main process (rank 0) starts the Telemetry, serves on the port and mirrors
+to the trackers; on every other rank the tracker is never started - no endpoint, nothing logged, and
+``accelerator.get_tracker("rl_otel")`` hands back accelerate's blank tracker. To serve a rank's own values from
+every rank, call the tracker directly there (``tracker.log(values, step)``, or ``tracker.tracker`` for the
+:class:`rl_otel.Telemetry`): it starts on first use on any rank, serves on the port + ``LOCAL_RANK`` and
+mirrors to no tracker except on rank 0 (``tracker_ranks=``). ``main_process_only = False`` says that these
+direct calls are not gated (accelerate's decorator reads it only on methods it wraps, which ours are not); it
+does not make accelerate call the tracker on other ranks. A tracker that ``end_training`` does not finish is
+closed at process exit.
 """
 
 from __future__ import annotations
@@ -31,7 +40,8 @@ if TYPE_CHECKING:
 
 
 class RLOtelTracker(GeneralTracker):
-    """accelerate's ``GeneralTracker`` over a :class:`rl_otel.Telemetry`, started lazily in ``start()``.
+    """accelerate's ``GeneralTracker`` over a :class:`rl_otel.Telemetry`, started by ``start()`` (which
+    ``init_trackers`` calls on the main process) or on first use.
 
     ``options`` are :func:`rl_otel.init` options. ``store_init_configuration`` keeps the hyper-parameters on
     ``self.config`` only: Prometheus has no place for them (use a mirrored tracker's own hparams).
@@ -61,7 +71,8 @@ class RLOtelTracker(GeneralTracker):
         self.config = dict(values)
 
     def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
-        """One step's metrics. Never raises."""
+        """One step's metrics; on a rank accelerate did not start the tracker on, the first call starts it
+        (raising as :func:`rl_otel.init` does for a bad option or a taken port). Never raises after that."""
         self.tracker.log(values, step)
 
     def finish(self) -> None:

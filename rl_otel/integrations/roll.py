@@ -13,10 +13,23 @@ and in the YAML (``tracker_kwargs`` are :func:`rl_otel.init` options; ``trackers
     tracker_kwargs:
       prometheus: {port: 9464}
       trackers: {tensorboard: {log_dir: ./tb}}
+
+- **Resume**: with ``resume_from_checkpoint``, ROLL's ``resume_metrics`` replays the saved ``log_history`` through
+  ``log()`` from a thread pool, possibly while the first resumed steps are logged (the DPO pipeline logs before
+  its first ``do_checkpoint`` waits for the replay). The mirrored trackers get every replayed step; on the
+  endpoint a replayed step below the highest step logged sets nothing back - ``rl_step`` never goes back, no
+  counter decreases, no gauge returns to an old value (see :meth:`rl_otel.Telemetry.log`). A replay that comes
+  before the first new step, as in RLVR and agentic, is in step order and exported as it goes, ending at the
+  checkpoint's step. The replay's thread waits for a mirrored
+  tracker that falls behind (``sink_queue_size`` steps) instead of dropping steps; the pipeline thread never
+  waits.
+- **Shutdown**: ROLL never calls ``finish()``. The Telemetry closes itself at interpreter exit - the trackers
+  write what is queued and close, the endpoint stops - so nothing logged is lost on a normal exit.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -36,17 +49,21 @@ class RLOtelTracker:
     def __init__(self, config: dict | None = None, **kwargs: Any) -> None:
         run = config.get("exp_name") if isinstance(config, dict) else None
         self.telemetry = telemetry_from_options("ROLL's tracker_kwargs", run, kwargs)
+        self._pipeline_thread = threading.get_ident()  # ROLL builds the tracker where the pipeline runs
 
     def log(self, values: dict, step: int | None, **kwargs: Any) -> None:
-        """One step's metrics (extra keyword arguments ROLL may pass are ignored). Never raises."""
-        self.telemetry.log(values, step)
+        """One step's metrics (extra keyword arguments ROLL may pass are ignored). Never raises. A call from
+        another thread than the pipeline's - ``resume_metrics`` on ROLL's executor, a burst of the whole history -
+        waits for a mirrored tracker that falls behind instead of losing steps; the pipeline's own never waits."""
+        self.telemetry.log(values, step, wait_for_trackers=threading.get_ident() != self._pipeline_thread)
 
     def log_traces(self, name: str, records: list[dict], step: int | None = None) -> None:
         """ROLL's ``BaseTracker.log_traces`` (conversation records for trace viewers such as Trackio): not
         metrics, so there is nothing to export; accepted so a pipeline calling it on every tracker keeps running."""
 
     def finish(self) -> None:
-        """Flush the mirrored trackers and stop serving. Idempotent."""
+        """Flush the mirrored trackers and stop serving. Idempotent. ROLL itself never calls it: the Telemetry
+        does the same at interpreter exit."""
         self.telemetry.close()
 
 

@@ -7,7 +7,9 @@ instead takes the ``{key: value}`` that ``Telemetry.log`` has already flattened,
 same checks that admit a value to Prometheus: one data path, two views.
 
 Fault isolation: ``submit`` never blocks and never raises. Each worker owns a bounded queue; when a sink falls
-behind (hung, slow disk) the oldest step is dropped and counted (``reason="queue_full"``). A call into a sink that
+behind (hung, slow disk) the oldest step is dropped and counted (``reason="queue_full"``). Only a caller that asks
+to (``wait=True``: a replay of history, from a thread that may wait) waits for a slow sink instead - half its
+queue, never for a hung one. A call into a sink that
 runs longer than ``close_timeout_s`` is counted once as ``reason="timeout"`` (seen at the next ``submit``: no
 watchdog thread); a thread cannot be killed, so the call is left to finish, and the sink goes on if it ever
 returns. A sink that raises is counted and logged once per reason; the other sinks go on. ``close()`` drains every
@@ -58,10 +60,20 @@ class _Worker:
         self.thread = threading.Thread(target=self._run, name=f"rl_otel-sink-{name}", daemon=True)
         self.thread.start()
 
-    def submit(self, metrics: Metrics, step: int) -> None:
+    def _stuck(self) -> bool:
+        return self._busy and time.monotonic() - self._started > self._timeout_s
+
+    def submit(self, metrics: Metrics, step: int, wait_until: float | None = None) -> None:
         with self._cond:
             if self._closing:
                 return
+            room = max(1, self._maxlen // 2)  # a waiting caller fills half the queue: the rest is for those that
+            if wait_until is not None and len(self._items) >= room and not self._stuck():  # never wait (training)
+                # a caller that may wait: for room, unless the sink is hung (then the oldest step goes, as always)
+                self._cond.wait_for(lambda: self._closing or len(self._items) < room or self._stuck(),
+                                    timeout=max(0.0, wait_until - time.monotonic()))
+                if self._closing:
+                    return
             hung = self._busy and not self._timed_out and time.monotonic() - self._started > self._timeout_s
             if hung:
                 self._timed_out = True
@@ -69,7 +81,7 @@ class _Worker:
             if dropped:
                 self._items.popleft()
             self._items.append((metrics, step))
-            self._cond.notify()
+            self._cond.notify_all()  # the worker, whatever else waits on the condition (flush, a waiting submit)
         if hung:
             self._on_error(self.name, "timeout", None)
         if dropped:
@@ -90,6 +102,7 @@ class _Worker:
                     self._cond.wait()
                 if self._items:
                     job: tuple[Metrics, int] | None = self._items.popleft()
+                    self._cond.notify_all()  # room: a submit waiting for it goes on
                 elif self._flush_wanted:
                     job, self._flush_wanted = None, False
                 else:  # closing, and nothing left to write
@@ -153,10 +166,13 @@ class Bridge:
     def sink_names(self) -> tuple[str, ...]:
         return tuple(w.name for w in self._workers)
 
-    def submit(self, metrics: Metrics, step: int) -> None:
-        """Queue one step for every sink. Never blocks, never raises; ``metrics`` must not change afterwards."""
+    def submit(self, metrics: Metrics, step: int, wait: bool = False) -> None:
+        """Queue one step for every sink. Never raises; ``metrics`` must not change afterwards. Never blocks
+        unless ``wait``: then a sink half its queue behind is waited for (``close_timeout_s`` at most in all; a
+        hung sink is not), so that a burst loses no step and leaves room for the callers that never wait."""
+        until = time.monotonic() + self._close_timeout_s if wait else None
         for worker in self._workers:
-            worker.submit(metrics, step)
+            worker.submit(metrics, step, until)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every queued step is written (or ``timeout_s`` passes). True if all were."""
@@ -184,7 +200,7 @@ class NullBridge:
     active = False
     sink_names: tuple[str, ...] = ()
 
-    def submit(self, metrics: Metrics, step: int) -> None:
+    def submit(self, metrics: Metrics, step: int, wait: bool = False) -> None:
         pass
 
     def flush(self, timeout_s: float | None = None) -> bool:
