@@ -1,7 +1,9 @@
 """rl_otel: RL training observable like a production service - OpenTelemetry data, a Prometheus endpoint.
 
 ``import rl_otel`` is light: the OTel SDK, the exporter and numpy load on first use of ``init``/``Telemetry``;
-torch, tensorboard, wandb, swanlab and pynvml only when a feature needs them.
+torch, tensorboard, wandb, swanlab and pynvml only when a feature needs them. The public names are
+``__all__`` (what ``dir(rl_otel)`` lists); ``Telemetry``, ``HistogramValue``, ``Catalog`` and ``default_catalog``
+are resolved on first access.
 """
 
 from __future__ import annotations
@@ -14,11 +16,16 @@ from rl_otel.errors import ConfigurationError, PortInUseError
 from rl_otel.sinks.base import Sink, register_sink
 
 if TYPE_CHECKING:
-    from rl_otel.catalog import Catalog
+    from rl_otel.catalog import Catalog, default_catalog
+    from rl_otel.core.store import HistogramValue
     from rl_otel.core.telemetry import Telemetry
 
-__all__ = ["Catalog", "ConfigurationError", "PortInUseError", "Sink", "Telemetry", "__version__", "default_catalog",
-           "init", "register_sink"]
+__all__ = ["Catalog", "ConfigurationError", "HistogramValue", "PortInUseError", "Sink", "Telemetry", "__version__",
+           "default_catalog", "init", "register_sink"]
+
+# public names whose modules load the OTel SDK or numpy: imported on first access (module __getattr__)
+_LAZY = {"Telemetry": "rl_otel.core.telemetry", "HistogramValue": "rl_otel.core.store", "Catalog": "rl_otel.catalog",
+         "default_catalog": "rl_otel.catalog"}
 
 
 class _Default:
@@ -52,6 +59,8 @@ def init(
     close_timeout_s: float = _Default(10.0),  # type: ignore[assignment]
     tracing: Any = _Default(None),  # type: ignore[assignment]
     otlp: str | dict[str, Any] | None = _Default(None),  # type: ignore[assignment]
+    resource: dict[str, Any] | None = _Default(None),  # type: ignore[assignment]
+    tracer_provider: Any = _Default(None),  # type: ignore[assignment]
 ) -> Telemetry:
     """Create the process's :class:`Telemetry`, start its scrape endpoint and its tracker sinks.
 
@@ -77,9 +86,16 @@ def init(
         tracing: where ``phase()`` spans go: ``None`` (nowhere), ``"console"`` (JSON lines on stderr),
             ``{"exporter": "jsonl", "path": ...}``, ``{"exporter": "otlp", "endpoint": ..., "protocol":
             "http/protobuf" | "grpc"}`` (needs ``pip install 'rl-otel[otlp]'``) or a ``SpanExporter``.
-        otlp: push metrics and phase spans to an OpenTelemetry Collector: its OTLP/HTTP base URL, or
-            ``{"endpoint": ..., "interval_s": 10, "timeout_s": 10, "headers": {...}, "traces": True}`` (needs
-            ``pip install 'rl-otel[otlp]'``).
+        otlp: push metrics and phase spans to an OpenTelemetry Collector: its base URL, ``True`` (everything
+            from the ``OTEL_EXPORTER_OTLP_*`` variables), ``{"endpoint": ..., "protocol": "http/protobuf" | "grpc",
+            "interval_s": 10, "timeout_s": 10, "headers": {...}, "traces": True, "temporality": "cumulative" |
+            "delta" | "lowmemory"}``, or your own ``MetricExporter`` (needs ``pip install 'rl-otel[otlp]'``).
+            Settings not given come from the standard ``OTEL_*`` variables; not given at all (``None``),
+            ``OTEL_METRICS_EXPORTER=otlp`` / ``OTEL_TRACES_EXPORTER=otlp`` turn the push on; ``False``: never.
+        resource: OTel resource attributes (``{"service.name": "grpo-7b", ...}``), over ``OTEL_SERVICE_NAME`` and
+            ``OTEL_RESOURCE_ATTRIBUTES``, which are over rl_otel's defaults (``service.name="rl_otel"``).
+        tracer_provider: your own OTel ``TracerProvider``: phases become spans of your traces (a phase opened
+            inside your span is its child), exported by your provider's processors (not with ``tracing=``).
         track_with: ROLL's option: a tracker name (``"tensorboard"``, ``"wandb"``, ``"swanlab"``, ``"stdout"``
             or one added with :func:`register_sink`), or a list of names.
         tracker_kwargs: with one tracker, its kwargs (flat, as in ROLL); with a list, kwargs keyed by name.
@@ -108,7 +124,7 @@ def init(
                  tracker_kwargs=tracker_kwargs, trackers=trackers, tracker_ranks=tracker_ranks,
                  handle_sigterm=handle_sigterm, sink_queue_size=sink_queue_size,
                  submit_queue_size=submit_queue_size, close_timeout_s=close_timeout_s,
-                 tracing=tracing, otlp=otlp)
+                 tracing=tracing, otlp=otlp, resource=resource, tracer_provider=tracer_provider)
     options = {k: v.value for k, v in given.items() if isinstance(v, _Default)}
     from_file = load_config_file(config) if config is not None else {}
     if any(not isinstance(given[k], _Default) for k in ("track_with", "tracker_kwargs", "trackers")):
@@ -121,12 +137,15 @@ def init(
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Telemetry":
-        from rl_otel.core.telemetry import Telemetry
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rl_otel' has no attribute {name!r}")
+    import importlib
 
-        return Telemetry
-    if name in ("Catalog", "default_catalog"):
-        from rl_otel import catalog
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # found directly from now on
+    return value
 
-        return getattr(catalog, name)
-    raise AttributeError(f"module 'rl_otel' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return list(__all__)

@@ -9,6 +9,16 @@ import rl_otel
 DATA = Path(__file__).parent / "data"
 
 
+@pytest.fixture(autouse=True)
+def _no_otel_environment(monkeypatch):
+    """The standard OTEL_* variables change what init() does (rl_otel honours them): a test sets the ones it
+    means, none leak in from the machine running the suite."""
+    import os
+
+    for name in [n for n in os.environ if n.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+
+
 @pytest.fixture
 def tel():
     """A Telemetry serving on a free loopback port, closed after the test."""

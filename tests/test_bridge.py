@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import select
 import signal
 
 import numpy as np
 import pytest
 import torch
-from tests._readers import scrape_series, tensorboard_scalars
-from tests._sinks import Recorder, run_script, tel_errors
 
 import rl_otel
 from rl_otel.catalog import Kind, default_catalog
+from tests._readers import scrape_series, tensorboard_scalars
+from tests._sinks import Recorder, run_script, tel_errors
 
 # rl_otel's own series (liveness, self-monitoring, live gauges sampled at scrape time) are not step values
 META = ("target_info", *(name for spec in default_catalog() if spec.key.startswith("rl_otel/")
@@ -26,7 +28,8 @@ def _errors(url: str) -> dict[tuple[str, str], float]:
 
 
 def test_trackers_and_prometheus_see_the_same_values():
-    """One data path: each tracker value is one Prometheus series (in base units), and nothing else is exported."""
+    """Two views of one step: the trackers get every key as logged; each key Prometheus accepts is one series (in
+    base units), and nothing else is exported."""
     Recorder.instances.clear()
     tel = rl_otel.init("same", prometheus={"host": "127.0.0.1", "port": 0}, trackers={"recorder": {}},
                        max_unknown_keys=2, handle_sigterm=False)
@@ -46,14 +49,18 @@ def test_trackers_and_prometheus_see_the_same_values():
         [(step, mirrored)] = rec.steps
         series = {k: v for k, v in scrape_series(tel.metrics_url).items() if not k[0].startswith(META)}
     assert step == 4
+    refused = {"my.custom.metric", "unknown/b"}  # a collision, and past the cap: trackers only
     assert set(mirrored) == {"actor/pg_loss", "critic/score/mean", "system/samples",
                              "memory/actor_train/train_step/end/onload/allocated/3",
                              "time/actor_train/train_step/execute", "my/custom_metric", "unknown/a",
-                             "env/reward_dist", "actor/clipfrac"}
+                             "env/reward_dist", "actor/clipfrac", *refused}
+    assert mirrored["my.custom.metric"] == 8.0 and mirrored["unknown/b"] == 2.0
     base = (("rank", "0"), ("run", "same"))
     expected: dict = {}
     sums: dict = {}
     for key, value in mirrored.items():
+        if key in refused:
+            continue
         res = default_catalog().resolve(key)
         labels = tuple(sorted(base + res.labels))
         if res.spec.kind is Kind.HISTOGRAM:  # one series per key: its +Inf bucket is the count
@@ -135,7 +142,7 @@ def test_wait_for_trackers_loses_no_step_of_a_burst_and_never_waits_for_a_hung_s
     thread = threading.Thread(target=burst, args=(20,))
     thread.start()
     with worker._cond:  # the sink holds step 0, half the queue (2 steps) waits behind it: the burst waits
-        assert worker._cond.wait_for(lambda: worker._busy and len(worker._items) == 2, timeout=30)
+        assert worker._cond.wait_for(lambda: worker.busy and worker.queued == 2, timeout=30)
     slow.release.set()
     thread.join(timeout=60)
     assert not thread.is_alive() and tel.flush(30)
@@ -277,3 +284,79 @@ def test_a_float64_cpu_tensor_changed_after_log_reaches_the_trackers_as_logged()
         rec.release.set()
         assert tel.flush(10)
         assert rec.steps[0][1]["actor/ratio_dist"].tolist() == [0.5, 1.5, 2.5]
+
+
+def _in_forked_child(child) -> bytes:
+    """Run ``child()`` (returns bytes) in a forked child; its answer, or b"" if it gave none within 60 s."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, child())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        answered, _, _ = select.select([read], [], [], 60)
+        return os.read(read, 1 << 16) if answered else b""
+    finally:
+        os.close(read)
+        if not answered:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_forked_child_mirrors_its_own_steps_to_the_trackers(tmp_path):
+    """A forked child (a dataloader or rollout worker) logs through the inherited Telemetry: its tracker workers
+    start over with threads of their own, its flush() finishes, and TensorBoard and the stdout file get its steps."""
+    tb, out = tmp_path / "tb", tmp_path / "out.log"
+    tel = rl_otel.init("fork", prometheus=False, handle_sigterm=False,
+                       trackers={"tensorboard": {"log_dir": str(tb), "flush_secs": 3600}, "stdout": {"file": str(out)}})
+    try:
+        for step in range(3):
+            tel.log({"actor/pg_loss": float(step)}, step=step)
+        assert tel.flush(30)
+
+        def child() -> bytes:
+            for step in (10, 11):
+                tel.log({"actor/pg_loss": float(step)}, step=step)
+            return b"1" if tel.flush(30) else b"0"
+
+        assert _in_forked_child(child) == b"1"
+        assert tensorboard_scalars(str(tb))["actor/pg_loss"] == [(s, float(s)) for s in (0, 1, 2, 10, 11)]
+        lines = [json.loads(line[len("metrics_tag: "):]) for line in out.read_text().splitlines()]
+        assert [line["step"] for line in lines] == [0, 1, 2, 10, 11]
+        tel.log({"actor/pg_loss": 12.0}, step=12)  # the parent's trackers go on
+        assert tel.flush(30)
+        assert [json.loads(line[len("metrics_tag: "):])["step"] for line in out.read_text().splitlines()][-1] == 12
+    finally:
+        tel.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_forked_child_starts_with_an_empty_queue_even_when_the_parents_sink_is_stuck():
+    """At the fork the parent's sink is busy (hung) with steps queued behind it: the child writes only its own
+    steps, and the parent's steps are written by the parent once its sink returns."""
+    Recorder.instances.clear()
+    tel = rl_otel.init(prometheus=False, trackers=["hang"], handle_sigterm=False, close_timeout_s=30)
+    (rec,) = Recorder.instances
+    try:
+        for step in range(3):  # step 0 is in the sink's hands (hung), 1 and 2 wait
+            tel.log({"actor/pg_loss": float(step)}, step=step)
+        (worker,) = tel._bridge._workers
+        with worker._cond:
+            assert worker._cond.wait_for(lambda: worker.busy and worker.queued == 2, timeout=30)
+
+        def child() -> bytes:
+            rec.release.set()  # the child's copy of the sink is not hung
+            tel.log({"actor/pg_loss": 10.0}, step=10)
+            ok = tel.flush(30)
+            return json.dumps({"ok": ok, "steps": [s for s, _ in rec.steps]}).encode()
+
+        assert json.loads(_in_forked_child(child) or b"{}") == {"ok": True, "steps": [10]}
+        rec.release.set()
+        assert tel.flush(30) and [s for s, _ in rec.steps] == [0, 1, 2]
+    finally:
+        rec.release.set()
+        tel.close()

@@ -385,8 +385,8 @@ def test_user_spans_parent_under_execute_in_both_modes(tel, recording):
     assert trace.get_current_span() is trace.INVALID_SPAN  # the context is restored after the block
 
 
-def test_unreadable_processor_list_records_spans_as_before(tel, sdk_spans, monkeypatch):
-    monkeypatch.delattr(tel.tracer_provider, "_active_span_processor")  # an SDK whose internals moved
+def test_recording_is_decided_without_sdk_internals(tel, sdk_spans, monkeypatch):
+    monkeypatch.delattr(tel.tracer_provider, "_active_span_processor")  # whatever the SDK keeps inside
     with tel.phase("actor_train", "train_step"):
         pass
-    assert sorted(sdk_spans) == sorted([INFIX, "onload", "execute", "offload"])
+    assert sdk_spans == []  # rl_otel's provider knows it got no processor: it asks nothing of the SDK

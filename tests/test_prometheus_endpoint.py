@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import collections
+import copy
 import re
 import threading
 
+import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.metrics._internal.exemplar import AlwaysOffExemplarFilter
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
+import rl_otel
 from rl_otel.catalog import Kind, default_catalog
+from rl_otel.exporters.exposition import families
 from tests.promtools import OPENMETRICS, promtool_check, scrape
 
 
@@ -22,8 +30,10 @@ def test_no_duplicate_help_or_type_even_when_provoked(tel):
     # 1. keys that sanitize to one name, and a key that sanitizes onto a catalog name
     tel.log({"custom/a-x": 1.0, "custom/a_x": 2.0, "custom/A.X": 3.0, "rl_critic/loss": 4.0, "critic/loss": 5.0,
              "actor/pg_loss": 1.0, "actor/pg_loss@sum": 2.0, "actor/pg_loss@mean": 3.0}, step=0)
-    # 2. SDK instruments on the same provider: one with a catalog name, two sharing a name with other units
-    meter = tel._meter_provider.get_meter("intruder")
+    # 2. a user's SDK instruments on the same endpoint (a PrometheusMetricReader on its registry, with a target_info
+    # of its own): one with a catalog name, two sharing a name with other units
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=tel._scrape_registry)])
+    meter = provider.get_meter("intruder")
     meter.create_observable_gauge("rl_critic_loss", description="another description", unit="1",
                                   callbacks=[lambda _o: [trace_free_observation(7.0)]])
     meter.create_observable_gauge("rl_critic_loss", description="a third one", unit="s",
@@ -42,6 +52,8 @@ def test_no_duplicate_help_or_type_even_when_provoked(tel):
     assert "rl_critic_loss 5.0" in text.replace('{rank="0",run="test"}', "")
     assert re.search(r'rl_telemetry_errors_total\{rank="0",reason="duplicate_family",run="test",sink="prometheus"\}',
                      text)
+    assert text.count("target_info{") == 1 and 'rl_run="test"' in text  # rl_otel's, not the intruder's
+    provider.shutdown()
 
 
 def trace_free_observation(v):
@@ -67,13 +79,13 @@ def test_histograms_use_the_catalogs_explicit_buckets(tel):
 
 
 def test_exemplars_are_off(tel):
-    assert isinstance(tel._meter_provider._sdk_config.exemplar_filter, AlwaysOffExemplarFilter)
-    hist = tel._meter_provider.get_meter("probe").create_histogram("rl_probe_seconds", unit="s")
     ctx = SpanContext(trace_id=0x1234, span_id=0x5678, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
-    with trace.use_span(NonRecordingSpan(ctx)):
-        hist.record(0.5)
+    with trace.use_span(NonRecordingSpan(ctx)):  # values recorded inside a sampled span
+        tel.log({"env/reward_dist": [0.5, 2.0], "actor/lr": 1.0}, step=0)
+        with tel.phase("actor_train", "train_step"):
+            pass
     text = scrape(tel.metrics_url, accept=OPENMETRICS)
-    assert "rl_probe_seconds_bucket" in text
+    assert "rl_env_reward_dist_bucket" in text and "rl_phase_duration_seconds_bucket" in text
     assert " # {" not in text and "trace_id" not in text
 
 
@@ -117,3 +129,47 @@ def test_gzip_is_served_when_asked(tel):
     with urllib.request.urlopen(req) as resp:
         assert resp.headers.get("Content-Encoding") == "gzip"
         assert b"rl_actor_learning_rate" in gzip.decompress(resp.read())
+
+
+def test_build_info_and_target_info_are_store_families():
+    """One pipeline: build_info and target_info (the OTel resource as Prometheus' target_info convention says: an
+    info family in OpenMetrics, a gauge in the text format, the resource's attributes as labels, no run/rank) are
+    written into the series store at init, served like every other family and readable with Telemetry.value."""
+    with rl_otel.init(run="info", rank=3, role="actor", prometheus={"host": "127.0.0.1", "port": 0},
+                      handle_sigterm=False) as tel:
+        attrs = {k.replace(".", "_"): str(v) for k, v in tel.resource.attributes.items()}
+        assert attrs["rl_run"] == "info" and attrs["rl_rank"] == "3" and attrs["rl_role"] == "actor"
+        assert tel.value("rl_otel_build_info", version=rl_otel.__version__) == 1.0
+        assert tel.value("target_info", **attrs) == 1.0
+        text, om = scrape(tel.metrics_url), scrape(tel.metrics_url, accept=OPENMETRICS)
+        assert promtool_check(text) == ""
+    labels = ",".join(f'{k}="{v}"' for k, v in sorted(attrs.items()))
+    assert f"# TYPE target_info gauge\ntarget_info{{{labels}}} 1.0\n" in text
+    assert f"# HELP target Target metadata\n# TYPE target info\ntarget_info{{{labels}}} 1.0\n" in om
+    build = f'rl_otel_build_info{{rank="3",run="info",version="{rl_otel.__version__}"}} 1.0\n'
+    assert f"# TYPE rl_otel_build_info gauge\n{build}" in text and build in om
+
+
+@pytest.mark.parametrize("accept", [None, OPENMETRICS])
+def test_name_filters_serve_what_prometheus_clients_restricted_registry_does(tel, accept):
+    """``?name[]=`` cuts the rendered scrape to the named samples, as prometheus_client's restricted registry
+    does to the full scrape's families (what the endpoint served when it parsed its own rendering back)."""
+    tel.log({"actor/lr": 1.0, "critic/score/mean": 0.5, "env/reward_dist": [0.5, 2.0], "system/samples": 3,
+             "tokens/responses_dist": [3, 100], "custom/x": 2.0}, step=0)
+    tel.log({"actor/kl_loss": "bad"}, step=1)  # a counter sample: rl_telemetry_errors_total
+    full = list(text_string_to_metric_families(scrape(tel.metrics_url, accept=OPENMETRICS)))
+    encode = generate_openmetrics if accept else generate_latest
+    filters = [["rl_actor_learning_rate"], ["rl_step", "rl_custom_x"], ["rl_env_reward_dist_bucket"],
+               ["rl_tokens_responses_length_dist_count", "rl_tokens_responses_length_dist_sum"],
+               ["rl_telemetry_errors_total", "rl_system_samples_total"], ["target_info", "rl_otel_build_info"],
+               ["no_such_metric"]]
+    for names in filters:
+        kept = []
+        for family in full:
+            samples = [s for s in family.samples if s.name in names]
+            if samples and not family.name.startswith("rl_process_"):  # live values move between scrapes
+                family = copy.copy(family)
+                family.samples = samples
+                kept.append(family)
+        query = "&".join(f"name[]={name}" for name in names)
+        assert scrape(f"{tel.metrics_url}?{query}", accept=accept) == encode(families(*kept)).decode(), names

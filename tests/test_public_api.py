@@ -1,18 +1,62 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
+
+import pytest
 
 import rl_otel
 from rl_otel.cli import main
 
 
+PUBLIC = ["Catalog", "ConfigurationError", "HistogramValue", "PortInUseError", "Sink", "Telemetry", "__version__",
+          "default_catalog", "init", "register_sink"]
+
+
 def test_public_names_are_pinned():
-    assert rl_otel.__all__ == ["Catalog", "ConfigurationError", "PortInUseError", "Sink", "Telemetry", "__version__",
-                               "default_catalog", "init", "register_sink"]
+    assert rl_otel.__all__ == PUBLIC
     for name in rl_otel.__all__:
         assert getattr(rl_otel, name) is not None
+
+
+def test_dir_shows_the_public_names_and_they_resolve_lazily():
+    """``dir(rl_otel)`` is the public surface (the lazily imported names included), and listing it imports nothing
+    heavy; each name resolves on access, to the object its module defines."""
+    code = ("import sys, json, rl_otel; names = dir(rl_otel); "
+            "heavy = sorted({'numpy', 'opentelemetry.sdk'} & set(sys.modules)); "
+            "from rl_otel.core.telemetry import Telemetry; from rl_otel.core.store import HistogramValue; "
+            "from rl_otel.catalog import Catalog, default_catalog; "
+            "same = [rl_otel.Telemetry is Telemetry, rl_otel.HistogramValue is HistogramValue, "
+            "rl_otel.Catalog is Catalog, rl_otel.default_catalog is default_catalog]; "
+            "print(json.dumps([names, heavy, same]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    names, heavy, same = json.loads(out)
+    assert names == PUBLIC and heavy == [] and all(same)
+    assert {"Telemetry", "Catalog", "init"} <= set(dir(rl_otel))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        rl_otel.nope  # noqa: B018
+
+
+def test_wheel_ships_py_typed(tmp_path):
+    """PEP 561: the package says it is typed, in a wheel built from this checkout (setuptools' own backend, no
+    network, no install)."""
+    root = Path(__file__).resolve().parent.parent
+    src = tmp_path / "src"
+    shutil.copytree(root / "rl_otel", src / "rl_otel", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, src / name)
+    code = "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))"
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=src, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    wheel = tmp_path / "dist" / proc.stdout.strip().splitlines()[-1]
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+    assert "rl_otel/py.typed" in names and "rl_otel/core/telemetry.py" in names
 
 
 def test_import_is_light():

@@ -29,11 +29,25 @@ from tests.promtools import promtool_check, scrape
 
 def stock_text(views, fmt: str) -> str:
     """What the stock path writes for the store's families: OTel Metrics (``SeriesStore.collect()``) -> the
-    exporter's translation -> prometheus_client's encoder (rl_otel's scrape path before it rendered directly)."""
-    collector = _CustomCollector(disable_target_info=True, scope_info_enabled=False)
-    metrics = [_to_metric(view, time.time_ns()) for view in views]
+    exporter's translation -> prometheus_client's encoder (rl_otel's scrape path before it rendered directly);
+    an info family (``target_info``) is the exporter's target_info of a resource with the series' labels."""
+    chunks = []
+    for info, group in itertools.groupby(views, key=lambda view: view.spec.kind is Kind.INFO):
+        for part in ([[view] for view in group] if info else [list(group)]):
+            text = _stock(part, fmt, info)
+            chunks.append(text[:-len(EOF)] if fmt == OPENMETRICS else text)
+    return "".join(chunks) + (EOF if fmt == OPENMETRICS else "")
+
+
+def _stock(views, fmt: str, info: bool) -> str:
+    collector = _CustomCollector(disable_target_info=not info, scope_info_enabled=False)
+    if info:
+        ((labels, _value),) = views[0].points
+        metrics, resource = [], Resource(dict(views[0].base + labels))
+    else:
+        metrics, resource = [_to_metric(view, time.time_ns()) for view in views], Resource.create({})
     scope = ScopeMetrics(scope=InstrumentationScope("rl_otel"), metrics=metrics, schema_url="")
-    collector.add_metrics_data(MetricsData([ResourceMetrics(Resource.create({}), [scope], schema_url="")]))
+    collector.add_metrics_data(MetricsData([ResourceMetrics(resource, [scope], schema_url="")]))
     fams = families(*collector.collect())
     return (generate_openmetrics(fams) if fmt == OPENMETRICS else generate_latest(fams)).decode()
 
@@ -63,7 +77,7 @@ def test_direct_render_is_byte_for_byte_the_stock_exporters(fed, seed_keys, fmt)
     renderer = Renderer()  # one renderer across steps: its per-series caches must follow every change
     for step in range(3):
         views = [*fed._store.live(), *fed._store.snapshot()[1]]  # one collection for both (live values move)
-        assert {view.spec.kind for view in views} == {Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM}
+        assert {view.spec.kind for view in views} == {Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM, Kind.INFO}
         assert any(view.spec is live.PROCESS_RSS for view in views)
         ours = "".join(renderer.render(views, fmt, set())) + (EOF if fmt == OPENMETRICS else "")
         assert ours.count("\n") > 500

@@ -114,14 +114,13 @@ def test_log_buckets_tensors_on_their_device_and_never_raises(caplog):
     try:
         x = torch.randn(10_000, dtype=torch.float64)
         tel.log({"ppo/policy/advantages": x, "env/reward_dist": x.numpy()}, step=0)
-        via_tensor = tel._store.value("rl_ppo_policy_advantages_dist")
-        via_array = tel._store.value("rl_env_reward_dist")
-        assert via_tensor.counts.tolist() == via_array.counts.tolist() and via_tensor.count == 10_000
+        via_tensor = tel.value("ppo/policy/advantages")  # rl_ppo_policy_advantages_dist
+        via_array = tel.value("env/reward_dist")
+        assert via_tensor.counts == via_array.counts and via_tensor.count == 10_000
         # bucketed with other bounds, or a distribution for a gauge: skipped and counted, not raised
         tel.log({"ppo/policy/ratio": bucket(x, SIGNED_BUCKETS), "actor/ratio_mean": torch.ones(3)}, step=1)
-        errors = tel._store.value("rl_telemetry_errors", {"sink": "input", "reason": "bad_value"})
-        assert errors == 2.0
-        assert tel._store.value("rl_ppo_policy_ratio_dist") is None
+        assert tel.value("rl_telemetry_errors_total", sink="input", reason="bad_value") == 2.0
+        assert tel.value("ppo/policy/ratio") is None
     finally:
         tel.close()
 
@@ -210,8 +209,8 @@ def test_trackers_get_the_values_of_a_tensor_histogram(tmp_path):
     with rl_otel.init(run="m", prometheus=False, trackers={"stdout": {"file": str(out)}}) as tel:
         tel.log({"ppo/policy/ratio": x, "env/reward_dist": [1.0, -1.0],
                  "actor/ratio_dist": bucket(x, IMPORTANCE_RATIO_BUCKETS), "actor/ratio_mean": 1.5}, step=3)
-        assert tel._store.value("rl_actor_importance_ratio_dist").count == 4  # Prometheus has all three
-        assert tel._store.value("rl_ppo_policy_ratio_dist").count == 4
+        assert tel.value("actor/ratio_dist").count == 4  # Prometheus has all three
+        assert tel.value("ppo/policy/ratio").count == 4
     line = out.read_text().splitlines()[-1]
     metrics = json.loads(line.split("metrics_tag: ", 1)[1])["metrics"]
     assert metrics["ppo/policy/ratio"] == {"count": 4, "mean": 1.5, "min": 0.5, "max": 3.0}

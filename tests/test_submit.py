@@ -13,7 +13,7 @@ import torch
 
 import rl_otel
 from rl_otel import ConfigurationError
-from rl_otel.core.worker import MetricsWorker, caller_streams, on_streams
+from rl_otel.core.worker import Worker, caller_streams, on_streams
 from rl_otel.stats import ppo_stats
 from tests._sinks import Recorder, tel_errors
 from tests.test_telemetry import value
@@ -178,25 +178,74 @@ def test_bad_submit_queue_size_fails_at_init(bad):
 
 def test_a_job_that_reads_the_store_does_not_wait_for_itself(tel):
     def reads():
-        return {"critic/score/mean": float(tel._store.value("rl_step") or 0.0) + 1.0}
+        return {"critic/score/mean": float(tel.value("rl_step") or 0.0) + 1.0}
 
     assert tel.submit(reads, step=1).result(timeout=5) == {"critic/score/mean": 1.0}
 
 
-def test_worker_wait_idle_counts_dropped_jobs_as_finished():
+def test_worker_flush_counts_dropped_jobs_as_finished():
     errors = []
-    worker = MetricsWorker(queue_size=1, timeout_s=0.05, on_error=errors.append)
+    worker = Worker(name="t", queue_size=1, timeout_s=0.05, on_error=errors.append)
     gate = threading.Event()
     dropped = []
     worker.submit(lambda: gate.wait(10))
-    assert not worker.wait_idle(0.05)
-    worker.submit(lambda: None, on_drop=lambda: dropped.append(1))
-    worker.submit(lambda: None)  # full for 0.05 s: the queued one is dropped
-    assert errors == ["queue_full"] and dropped == [1]
+    assert not worker.flush(0.05)  # the job in progress is now older than timeout_s: hung
+    worker.submit(lambda: None, on_drop=lambda: dropped.append(1))  # counted once as a hung call
+    worker.submit(lambda: None)  # full, and the call in progress is hung: the queued one is dropped at once
+    assert errors == ["timeout", "queue_full"] and dropped == [1]
     gate.set()
-    assert worker.wait_idle(5) and not worker.pending
+    assert worker.flush(5) and not worker.pending
     assert worker.close(5)
     assert not worker.submit(lambda: None)
+
+
+def test_a_full_queue_makes_the_producer_wait_for_room_not_drop():
+    """Backpressure: with room coming before timeout_s, a producer of a full queue waits and nothing is lost."""
+    errors, ran = [], []
+    worker = Worker(name="t", queue_size=1, timeout_s=30, on_error=errors.append)
+    gate = threading.Event()
+    worker.submit(lambda: gate.wait(30))
+    worker.submit(lambda: ran.append(1))  # fills the queue
+    timer = threading.Timer(0.2, gate.set)  # room comes later (or at once, on a loaded machine: the same result)
+    timer.start()
+    assert worker.submit(lambda: ran.append(2))  # waits for room instead of dropping job 1
+    assert worker.flush(30) and ran == [1, 2] and errors == []
+    assert worker.close(30)
+    timer.join()
+
+
+def test_close_abandons_a_stuck_worker_at_its_deadline_and_drops_what_is_queued():
+    errors, dropped = [], []
+    worker = Worker(name="t", queue_size=4, timeout_s=30, on_error=errors.append)
+    gate = threading.Event()
+    try:
+        worker.submit(lambda: gate.wait(30))
+        worker.submit(lambda: None, on_drop=lambda: dropped.append(1))
+        assert worker.close(0.05) is False and dropped == [1] and errors == ["close_timeout"]
+        assert worker.close(0.0) is False and errors == ["close_timeout"]  # counted once
+        assert worker.submit(lambda: None) is False
+    finally:
+        gate.set()
+
+
+def test_flush_runs_the_hook_after_the_items_before_it_and_close_runs_on_close():
+    calls = []
+    worker = Worker(name="t", queue_size=8, timeout_s=30, on_error=calls.append, handle=calls.append,
+                    when_full="drop_oldest", on_flush=lambda: calls.append("flush"),
+                    on_close=lambda: calls.append("close"))
+    assert worker.flush(1) and calls == []  # nothing submitted: no thread, no hook
+    for i in range(3):
+        worker.submit(i)
+    assert worker.flush(30) and calls == [0, 1, 2, "flush"]
+    assert worker.close(30) and calls == [0, 1, 2, "flush", "close"]
+    assert worker.flush(1)  # after close: nothing left to wait for
+
+
+def test_close_without_any_item_still_runs_on_close_within_the_deadline():
+    closed = []
+    worker = Worker(name="t", queue_size=1, timeout_s=30, on_error=closed.append, when_full="drop_oldest",
+                    on_close=lambda: closed.append("close"))
+    assert worker.close(30) and closed == ["close"]
 
 
 class _CudaLooking(torch.Tensor):
@@ -257,7 +306,7 @@ def test_a_forked_child_gets_a_fresh_worker(tel):
     if pid == 0:  # the child: its own jobs run on its own thread, the parent's pending one is not waited for
         try:
             ok = tel.submit(lambda: {"critic/score/mean": 0.7}, step=1).result(timeout=10) == {"critic/score/mean": 0.7}
-            ok = ok and tel.flush(10) and tel._store.value("rl_critic_score", {"stat": "mean"}) == 0.7
+            ok = ok and tel.flush(10) and tel.value("critic/score/mean") == 0.7
             os.write(write, b"1" if ok else b"0")
         finally:
             os._exit(0)

@@ -261,18 +261,18 @@ def test_a_failing_close_step_is_counted_and_the_later_steps_still_run(caplog):
     def fail():
         raise RuntimeError("shutdown exploded")
 
-    t._live.close = fail  # the first resource closed, and the SDK's MeterProvider.shutdown, raise
-    t._meter_provider.shutdown = fail
+    t._live.close = fail  # the first resource closed, and a later one (the CPU probe), raise
+    t._cpu.close = fail
     with caplog.at_level(logging.WARNING, logger="rl_otel"):
         t.close()  # never raises
     (rec,) = Recorder.instances
     assert rec.closed  # the steps after the failing ones ran: trackers closed, endpoint stopped
     with pytest.raises(OSError):
         scrape(url)
-    assert t.tracer_provider._atexit_handler is None  # the tracer provider was shut down, after the meter provider
+    assert t.tracer_provider._atexit_handler is None  # the tracer provider was shut down, the last step
     errors = tel_errors(t)
-    assert errors[("close", "live")] == 1 and errors[("close", "meter_provider")] == 1
-    assert "closing meter_provider failed (RuntimeError: shutdown exploded)" in caplog.text
+    assert errors[("close", "live")] == 1 and errors[("close", "cpu_probe")] == 1
+    assert "closing cpu_probe failed (RuntimeError: shutdown exploded)" in caplog.text
 
 
 def test_a_failing_init_step_closes_what_was_already_built(tmp_path, monkeypatch):
@@ -381,3 +381,72 @@ print("logged", flush=True)
     from tests._readers import tensorboard_scalars
 
     assert tensorboard_scalars(str(tmp_path))["critic/score/mean"] == [(0, 0.0), (1, 1.0), (2, 2.0), (4, 4.0)]
+
+
+def test_trackers_get_every_logged_key_before_any_prometheus_rule(tmp_path, caplog):
+    """The trackers' view of a step is the step as logged: keys the endpoint refuses (past max_unknown_keys, a
+    fallback name collision, a name taken by rl_otel's own series, a distribution for a gauge) still reach
+    TensorBoard (read back with its own reader) and stdout."""
+    import json
+
+    from tests._readers import tensorboard_scalars
+
+    out = tmp_path / "stdout.log"
+    with rl_otel.init(run="test", prometheus={"host": "127.0.0.1", "port": 0}, max_unknown_keys=3,
+                      trackers={"tensorboard": {"log_dir": str(tmp_path / "tb")}, "stdout": {"file": str(out)}},
+                      handle_sigterm=False) as t:
+        with caplog.at_level(logging.WARNING, logger="rl_otel"):
+            t.log({f"custom/m{i}": float(i) for i in range(8)}, step=0)  # 3 fallbacks, 5 past the cap
+        with rl_otel.init(run="test", prometheus=False, trackers={"tensorboard": {"log_dir": str(tmp_path / "tb2")}},
+                          handle_sigterm=False) as t2:
+            with caplog.at_level(logging.WARNING, logger="rl_otel"):
+                t2.log({"custom/my-loss": 1.0, "custom/my_loss": 2.0}, step=0)  # one fallback name for both
+        t.log({"step": 7.0, "critic/loss": np.ones(3), "actor/pg_loss": 0.5}, step=1)
+        assert t.flush(10)
+        served = samples(t)
+    scalars = tensorboard_scalars(str(tmp_path / "tb"))
+    assert {key: scalars[key] for key in scalars if key.startswith("custom/")} == {
+        f"custom/m{i}": [(0, float(i))] for i in range(8)}
+    assert scalars["step"] == [(1, 7.0)] and scalars["actor/pg_loss"] == [(1, 0.5)]
+    collided = tensorboard_scalars(str(tmp_path / "tb2"))
+    assert collided["custom/my-loss"] == [(0, 1.0)] and collided["custom/my_loss"] == [(0, 2.0)]
+    lines = [json.loads(line[len("metrics_tag: "):]) for line in out.read_text().splitlines()]
+    assert [line["step"] for line in lines] == [0, 1]
+    assert lines[0]["metrics"] == {f"custom/m{i}": float(i) for i in range(8)}
+    assert lines[1]["metrics"]["step"] == 7.0 and lines[1]["metrics"]["actor/pg_loss"] == 0.5
+    assert lines[1]["metrics"]["critic/loss"]["count"] == 3  # a distribution for a gauge: a tracker can draw it
+    # Prometheus still applies its rules: 3 fallback families, rl_step is the step, no gauge for a distribution
+    base = frozenset({"run": "test", "rank": "0"}.items())
+    assert len({name for name, _ in served if name.startswith("rl_custom_m")}) == 3
+    assert served[("rl_step", base)] == 1.0 and served[("rl_actor_pg_loss", base)] == 0.5
+    assert ("rl_critic_loss", base) not in served
+    assert "is past the cap of 3 keys" in caplog.text and "already used by key 'custom/my-loss'" in caplog.text
+
+
+def test_value_reads_back_what_the_endpoint_serves(tel):
+    """Telemetry.value: a logged key (its labels from the key, base units) or a served family's name with labels;
+    the same numbers a scrape gives."""
+    tel.log({"critic/score/mean": 0.41, "memory/cpu/actor_train/train_step/start/rss": 1.5, "system/samples": 64,
+             "env/reward_dist": [0.5, 2.0, float("nan")], "custom/myLoss": 3.0, "custom/my-loss": 4.0,
+             "actor/kl_loss": "bad"}, step=3)
+    assert tel.value("critic/score/mean") == 0.41 == value(tel, "rl_critic_score", stat="mean")
+    assert tel.value("rl_critic_score", stat="mean") == 0.41
+    assert tel.value("memory/cpu/actor_train/train_step/start/rss") == 1.5 * 2**30  # bytes; the trackers got GiB
+    assert tel.value("system/samples") == 64.0 == tel.value("rl_system_samples_total")  # a counter, either name
+    assert tel.value("custom/myLoss") == 3.0 == tel.value("rl_custom_my_loss")  # the fallback gauge
+    assert tel.value("custom/my-loss") is None  # refused on the endpoint (its fallback name is taken)
+    assert tel.value("rl_telemetry_dropped_series_total", metric="rl_custom_my_loss") == 1.0
+    assert tel.value("rl_telemetry_errors_total", sink="input", reason="bad_value") == 1.0
+    assert tel.value("rl_step") == 3.0 == value(tel, "rl_step")
+    hist = tel.value("env/reward_dist")
+    assert isinstance(hist, rl_otel.HistogramValue)
+    assert (hist.count, hist.sum, hist.min, hist.max, sum(hist.counts)) == (2, 2.5, 0.5, 2.0, 2)
+    assert value(tel, "rl_env_reward_dist_bucket", le="+Inf") == 2.0
+    assert tel.value("rl_process_resident_memory_bytes") > 0  # a live gauge, sampled now
+    assert tel.value("actor/pg_loss") is None and tel.value("no/such/key") is None
+    assert tel.value("rl_critic_score", stat="max") is None
+    tel.log({"critic/score/mean": None}, step=4)  # no value this step: the series leaves the endpoint
+    assert tel.value("critic/score/mean") is None and value(tel, "rl_critic_score", stat="mean") is None
+    with rl_otel.init(run="quiet", prometheus=False) as t:  # no endpoint: the store is read all the same
+        t.log({"actor/lr": 1e-6}, step=0)
+        assert t.value("actor/lr") == 1e-6

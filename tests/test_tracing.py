@@ -90,3 +90,84 @@ def test_id_generator_ignores_random_seed():
 def test_carrier_round_trip():
     assert extract(None) is None and extract({}) is None
     assert inject() == {}  # no span running: nothing to carry
+
+
+# -- the user's own TracerProvider ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def user_provider():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    provider.shutdown()
+
+
+def test_phases_become_spans_of_the_users_traces(user_provider):
+    provider, exporter = user_provider
+    tel = rl_otel.init(run="t", prometheus=False, tracer_provider=provider)
+    assert tel.tracer_provider is provider
+    tracer = provider.get_tracer("trainer")
+    with tracer.start_as_current_span("epoch") as epoch, tel.phase("actor_train", "train_step", step=4), \
+            tracer.start_as_current_span("forward"):
+        pass
+    tel.close()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"epoch", "actor_train/train_step", "onload", "execute", "offload", "forward"}
+    root = spans["actor_train/train_step"]
+    assert root.parent.span_id == epoch.get_span_context().span_id  # a child of the user's span
+    assert {s.context.trace_id for s in spans.values()} == {epoch.get_span_context().trace_id}
+    assert spans["forward"].parent.span_id == spans["execute"].context.span_id
+    assert root.attributes["step"] == 4 and root.instrumentation_scope.name == "rl_otel"
+
+    with provider.get_tracer("trainer").start_as_current_span("after_close"):  # close() left the provider alone
+        pass
+    assert "after_close" in {s.name for s in exporter.get_finished_spans()}
+
+
+def test_the_global_provider_can_be_given():
+    from opentelemetry import trace
+
+    tel = rl_otel.init(run="t", prometheus=False, tracer_provider=trace.get_tracer_provider())
+    with tel.phase("a", "b"):  # a proxy or no-op provider: phases still run
+        pass
+    tel.close()
+
+
+def test_own_tracer_provider_is_checked(user_provider):
+    provider, _ = user_provider
+    with pytest.raises(rl_otel.ConfigurationError, match="tracer_provider must be an opentelemetry TracerProvider"):
+        rl_otel.init(run="t", prometheus=False, tracer_provider="sdk")
+    with pytest.raises(rl_otel.ConfigurationError, match="leave tracing= out"):
+        rl_otel.init(run="t", prometheus=False, tracer_provider=provider, tracing="console")
+    with pytest.raises(rl_otel.ConfigurationError, match="add processors to it"):
+        rl_otel.init(run="t", prometheus=False, tracer_provider=provider,
+                     otlp={"endpoint": "http://127.0.0.1:9", "traces": True})
+
+
+def test_otlp_push_adds_no_processor_to_the_users_provider(user_provider, monkeypatch):
+    provider, _ = user_provider
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    tel = rl_otel.init(run="t", prometheus=False, tracer_provider=provider,
+                       otlp={"endpoint": "http://127.0.0.1:9", "interval_s": 60})
+    assert tel.config.otlp.traces is None
+    tel.close()
+    tel = rl_otel.init(run="t", prometheus=False, tracer_provider=provider)
+    tel.close()
+    assert tel.config.otlp is None  # OTEL_TRACES_EXPORTER=otlp is the user's provider's business
+
+
+def test_tracing_otlp_reads_the_environment(monkeypatch):
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "Authorization=Bearer%20x")
+    config = tracing_config({"exporter": "otlp"})
+    assert (config.otlp.protocol, config.otlp.endpoint) == ("grpc", "http://collector:4317")
+    assert config.otlp.headers == (("authorization", "Bearer x"),)
+    explicit = tracing_config({"exporter": "otlp", "endpoint": "http://c:4318/v1/traces", "protocol": "http/protobuf"})
+    assert (explicit.otlp.protocol, explicit.otlp.endpoint) == ("http/protobuf", "http://c:4318/v1/traces")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rl_otel.catalog.define import counter, gauge
+from rl_otel.catalog.spec import Kind, MetricSpec
 
 _S = "rl_otel"
 
@@ -19,3 +20,8 @@ BUILD_INFO = gauge("rl_otel/build_info/{version}", "rl_otel_build_info",
                    "Always 1; the version label says which rl_otel serves the endpoint.", _S)
 
 SPECS = (STEP, LAST_STEP_TIMESTAMP, ERRORS, DROPPED_SERIES, BUILD_INFO)
+
+# Prometheus' target_info: the OTel resource's attributes as labels (no run/rank: rl_run and rl_rank are among them).
+# Not a catalog entry: no key logs it; the Telemetry writes it into its store at init.
+TARGET_INFO = MetricSpec(key="rl_otel/target_info", name="target_info", kind=Kind.INFO, unit="",
+                         description="Target metadata", source=_S)

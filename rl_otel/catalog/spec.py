@@ -41,6 +41,9 @@ class Kind(str, enum.Enum):
     GAUGE = "gauge"
     COUNTER = "counter"
     HISTOGRAM = "histogram"
+    # an OpenMetrics info family (``target_info``): always 1, its labels are the facts; a gauge in the text format
+    # 0.0.4, served on the scrape endpoint only (OTLP carries the same facts as its resource). No catalog entry.
+    INFO = "info"
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,11 @@ class MetricSpec:
     placeholders: tuple[tuple[str, str | None], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_name(self.name)
+        if self.kind is Kind.INFO:  # a name fixed by convention (target_info), not an rl_ metric name
+            if not re.fullmatch(r"[a-z][a-z0-9_]*_info", self.name):
+                raise ValueError(f"info family {self.name!r} must be snake_case ending in '_info'")
+        else:
+            check_name(self.name)
         if self.kind is Kind.COUNTER and self.name.endswith("_total"):
             raise ValueError(f"{self.name!r}: give counters their name without '_total'; it is added on export")
         suffix = _UCUM_TO_SUFFIX.get(self.unit)

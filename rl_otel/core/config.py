@@ -7,14 +7,15 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rl_otel.core.options import boolean, check_known, positive_seconds
 from rl_otel.core.ranks import serving_port
 from rl_otel.errors import ConfigurationError
+from rl_otel.exporters.otel_env import resource_attributes
 from rl_otel.exporters.otlp import OtlpConfig, otlp_config
 from rl_otel.exporters.webconfig import WebConfig, load_web_config
-from rl_otel.phases.tracing import TracingConfig, tracing_config
+from rl_otel.phases.tracing import TracingConfig, check_tracer_provider, tracing_config
 
 if TYPE_CHECKING:
     from rl_otel.sinks.config import TrackerSpec
@@ -59,6 +60,8 @@ class TelemetryConfig:
     otlp: OtlpConfig | None = None
     local_rank: int = 0  # from LOCAL_RANK (see rl_otel.core.ranks); on the OTel resource, not a label
     world_size: int = 1
+    resource: tuple[tuple[str, object], ...] = ()  # init(resource=...): OTel resource attributes, over OTEL_*
+    tracer_provider: Any = None  # init(tracer_provider=...): the user's, used instead of rl_otel's own
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -115,7 +118,7 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
                  tracker_kwargs: object = None, trackers: object = None, tracker_ranks: object = 0,
                  handle_sigterm: bool = True, sink_queue_size: int = 64, submit_queue_size: int = 4,
                  close_timeout_s: float = 10.0, tracing: object = None,
-                 otlp: object = None) -> TelemetryConfig:
+                 otlp: object = None, resource: object = None, tracer_provider: object = None) -> TelemetryConfig:
     from rl_otel.core.ranks import check_tracker_ranks, env_ranks
     from rl_otel.sinks.config import normalize_trackers
 
@@ -129,6 +132,7 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
                                      or series_ttl_s <= 0):
         raise ConfigurationError(f"series_ttl_s must be a positive number of seconds or None, got {series_ttl_s!r}")
     env = env_ranks()
+    tracer_provider = check_tracer_provider(tracer_provider, tracing)
     return TelemetryConfig(
         run=run,
         rank=_rank(rank, env.rank),
@@ -145,7 +149,9 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
         sink_queue_size=_positive_int("sink_queue_size", sink_queue_size),
         submit_queue_size=_positive_int("submit_queue_size", submit_queue_size),
         close_timeout_s=positive_seconds("close_timeout_s", close_timeout_s),
-        otlp=otlp_config(otlp),
+        otlp=otlp_config(otlp, tracer_provider_given=tracer_provider is not None),
         local_rank=env.local_rank,
         world_size=env.world_size,
+        resource=resource_attributes("resource", resource),
+        tracer_provider=tracer_provider,
     )

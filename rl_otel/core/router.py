@@ -26,7 +26,7 @@ class Route:
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a key's value cannot reach Prometheus (nor the trackers: one data path)."""
+    """Why a key's value cannot reach Prometheus (the trackers still get it: they take every key as logged)."""
 
     reason: str  # "collision" | "unknown_key_cap"
     metric: str  # the name counted in rl_telemetry_dropped_series_total{metric=...}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -32,7 +32,9 @@ Collector = Callable[[], Iterable[Item]]
 
 
 class HistogramValue(NamedTuple):
-    """A histogram series frozen at collection time (what a scrape renders)."""
+    """A histogram series frozen at collection time (what a scrape renders; ``Telemetry.value`` returns one):
+    ``counts`` per bucket, not cumulative, one more than the bounds (the last counts values above the highest
+    bound); ``sum``, ``count``, ``min``, ``max`` of the finite values observed (NaN/Inf are left out)."""
 
     counts: list[int]
     sum: float
@@ -44,12 +46,14 @@ class HistogramValue(NamedTuple):
 @dataclass(frozen=True)
 class FamilyView:
     """One family at collection time: ``points`` pairs a series' labels (besides the ``base`` ones, run and
-    rank) with a float or a :class:`HistogramValue`."""
+    rank; none for ``target_info``) with a float or a :class:`HistogramValue`. ``scrape_only``: an info family
+    (:meth:`SeriesStore.write_info`), which the OTLP push leaves out."""
 
     spec: MetricSpec
     base: Labels
     start_ns: int
     points: list[tuple[Labels, float | HistogramValue]]
+    scrape_only: bool = False
 
 
 @dataclass
@@ -60,6 +64,8 @@ class _Family:
     # as they are, so that a write builds no tuple (the per-step path)
     points: dict[Labels, list] = field(default_factory=dict)
     start_ns: int = field(default_factory=time.time_ns)
+    base: Labels | None = None  # labels on every series besides its own: None for the store's (run, rank)
+    scrape_only: bool = False
 
 
 class SeriesStore:
@@ -174,6 +180,20 @@ class SeriesStore:
                 point[0] = (point[0] or 0.0) + amount
                 point[1] = time.time_ns()
 
+    def write_info(self, spec: MetricSpec, labels: Labels, *, base_labels: bool = True) -> None:
+        """Set a constant series (1.0, never expires, outside the series cap) whose labels state facts about the
+        process: ``rl_otel_build_info{version}``, and ``target_info`` from the OTel resource (``base_labels=False``:
+        the series has only ``labels``). Info families are the scrape endpoint's: :meth:`collect` (the OTLP push)
+        leaves them out - over OTLP the resource travels as itself, and build_info is an instrument of the OTLP
+        pipeline's meter provider."""
+        with self._lock:
+            self._version += 1
+            fam = self._families.get(spec.name)
+            if fam is None:
+                fam = self._families[spec.name] = _Family(spec, False, base=None if base_labels else (),
+                                                          scrape_only=True)
+            fam.points[labels] = [1.0, time.time_ns(), None]
+
     def delete(self, spec: MetricSpec, labels: Labels) -> bool:
         """Remove one series (``labels`` as :meth:`write` got them): the next scrape no longer has it, so
         Prometheus marks it stale instead of repeating its last value. True if it existed."""
@@ -184,18 +204,38 @@ class SeriesStore:
             self._version += 1
             return True
 
-    def value(self, name: str, labels: dict[str, str] | None = None) -> object:
-        """The stored value of one series (tests and the CLI); ``None`` if absent."""
+    def value(self, name: str, labels: Mapping[str, object] | Labels | None = None) -> float | HistogramValue | None:
+        """What a scrape would serve now for one series, ``None`` for none: ``name`` is the family's name or its
+        samples' (``_total`` of a counter), ``labels`` the series' labels besides the base ones (run, rank), as a
+        dict or as the pairs :meth:`write` got. A histogram gives a :class:`HistogramValue` (a copy). Waits for
+        pending writes (:meth:`settle`); live series are computed now."""
         self.settle()
+        want = {str(k): str(v) for k, v in (labels.items() if isinstance(labels, Mapping) else labels or ())}
+        now = time.time_ns()
         with self._lock:
             fam = self._families.get(name)
             if fam is None:
+                fam = next((f for f in self._families.values() if f.spec.prometheus_name == name), None)
+            if fam is not None:
+                for key, point in fam.points.items():
+                    if len(key) == len(want) and dict(key) == want:
+                        if self._ttl_ns is not None and fam.expires and now - point[1] > self._ttl_ns:
+                            return None  # expired: the next scrape leaves it out
+                        value = point[0]
+                        if fam.spec.kind is Kind.HISTOGRAM:
+                            return HistogramValue(value.counts.tolist(), value.sum, value.count, value.min,
+                                                  value.max)
+                        return value
                 return None
-            want = labels or {}
-            for key, point in fam.points.items():
-                if dict(key) == want:
-                    return point[0]
-            return None
+            if name in (self._dropped_spec.name, self._dropped_spec.prometheus_name) and list(want) == ["metric"]:
+                dropped = self._dropped.get(want["metric"])
+                return None if dropped is None else float(dropped)
+        for view in self.live():
+            if name in (view.spec.name, view.spec.prometheus_name):
+                for key, value in view.points:
+                    if dict(key) == want:
+                        return value
+        return None
 
     def series_count(self, name: str | None = None) -> int:
         with self._lock:
@@ -231,7 +271,8 @@ class SeriesStore:
                         oldest = min(p[1] for p in fam.points.values()) + self._ttl_ns + 1
                         next_expiry = oldest if next_expiry is None else min(next_expiry, oldest)
                 if fam.points:
-                    families.append(FamilyView(fam.spec, self._base, fam.start_ns, _frozen(fam)))
+                    families.append(FamilyView(fam.spec, self._base if fam.base is None else fam.base, fam.start_ns,
+                                               _frozen(fam), fam.scrape_only))
             if self._dropped:
                 families.append(FamilyView(self._dropped_spec, self._base, self._start_ns,
                                            [((("metric", name),), float(n)) for name, n in self._dropped.items()]))
@@ -239,9 +280,9 @@ class SeriesStore:
 
     def collect(self) -> list[Metric]:
         """Every family as an OTel ``Metric`` (cumulative), expiring stale series first: the live ones, then
-        the stored ones."""
+        the stored ones; not the info families (:meth:`write_info`), which are the scrape endpoint's."""
         now = time.time_ns()
-        return [_to_metric(fam, now) for fam in (*self.live(), *self.snapshot()[1])]
+        return [_to_metric(fam, now) for fam in (*self.live(), *self.snapshot()[1]) if not fam.scrape_only]
 
 
 def _frozen(fam: _Family) -> list[tuple[Labels, float | HistogramValue]]:

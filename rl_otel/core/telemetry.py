@@ -13,10 +13,8 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Observation
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics._internal.exemplar import AlwaysOffExemplarFilter
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -25,11 +23,13 @@ from rl_otel.catalog import Catalog, Kind, live, meta
 from rl_otel.core.config import PrometheusConfig, TelemetryConfig
 from rl_otel.core.router import Refusal, Router
 from rl_otel.core.signals import SignalFlush
-from rl_otel.core.store import SeriesStore
+from rl_otel.core.store import HistogramValue, SeriesStore
 from rl_otel.core.values import BadValue, as_histogram, coerce, flatten, owned, to_tracker_array
-from rl_otel.core.worker import MetricsWorker, caller_streams, on_streams
+from rl_otel.core.worker import Worker, caller_streams, on_streams
 from rl_otel.exporters import otlp
+from rl_otel.exporters.otel_env import build_resource
 from rl_otel.exporters.file_sd import TargetsFile, targets_path
+from rl_otel.exporters.exposition import target_info_labels
 from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel.phases.live import LiveGauges
 from rl_otel.phases.memory import CpuProbe, GpuProbe
@@ -45,7 +45,8 @@ _SETTLE_S = 2.0  # how long a scrape or an OTLP export waits for submitted jobs 
 _CLOSE_STEPS = (("signals", "_signals", "uninstall"), ("live", "_live", "close"), ("metrics_worker", "_worker", "close"),
                 ("cpu_probe", "_cpu", "close"), ("trackers", "_bridge", "close"),
                 ("targets_file", "_targets", "close"), ("endpoint", "_endpoint", "close"),
-                ("meter_provider", "_meter_provider", "shutdown"), ("tracer_provider", "_tracer_provider", "shutdown"))
+                ("meter_provider", "_meter_provider", "shutdown"), ("tracer_provider", "_tracer_provider", "shutdown"),
+                ("user_meter_provider", "_user_meter_provider", "shutdown"))
 
 
 class Telemetry:
@@ -73,20 +74,25 @@ class Telemetry:
                                   dropped_spec=meta.DROPPED_SERIES, on_drop=self._warn_dropped)
         self._router = Router(catalog, config.max_unknown_keys)
         # submit()'s jobs, and log()s queued behind them; every store read waits for those submitted before it
-        self._worker = MetricsWorker(queue_size=config.submit_queue_size, timeout_s=config.close_timeout_s,
-                                     on_error=lambda reason: self._count_error("submit", reason))
+        self._worker: Worker = Worker(name="rl_otel-metrics", queue_size=config.submit_queue_size,
+                                      timeout_s=config.close_timeout_s, when_full="wait",
+                                      on_error=lambda reason: self._count_error("submit", reason))
         self._store.set_settle(self._settle)
-        self.resource = Resource.create({
-            "service.name": "rl_otel", "service.version": __version__, "service.instance.id":
-                f"{config.host_name}/{config.run}/{config.rank}", "host.name": config.host_name,
-            "rl.run": config.run, "rl.rank": config.rank, "rl.role": config.role,
-            "rl.local_rank": config.local_rank, "rl.world_size": config.world_size,
-        })
+        # explicit (init's resource=) > OTEL_SERVICE_NAME > OTEL_RESOURCE_ATTRIBUTES > rl_otel's defaults
+        self.resource: Resource = build_resource(  # type: ignore[assignment]
+            {"service.name": "rl_otel", "service.version": __version__, "service.instance.id":
+                f"{config.host_name}/{config.run}/{config.rank}", "host.name": config.host_name},
+            {"rl.run": config.run, "rl.rank": config.rank, "rl.role": config.role,
+             "rl.local_rank": config.local_rank, "rl.world_size": config.world_size},
+            dict(config.resource))
         # every resource close() looks at exists (None) before the first is created, so that a failure in any
         # later step can close what was built so far: no jsonl file, span thread, endpoint or reader left behind
         self._endpoint: ScrapeEndpoint | None = None
         self._meter_provider: MeterProvider | None = None
-        self._tracer_provider: TracerProvider | None = None
+        self._tracer_provider: TracerProvider | None = None  # rl_otel's own (closed by close())
+        self._user_tracer_provider: Any = config.tracer_provider  # init(tracer_provider=...): never closed here
+        self._user_meter_provider: Any = None  # built at the first read of meter_provider
+        self._user_meter_lock = threading.Lock()
         self._phase_lock = threading.Lock()
         self._phase_metrics: dict[str, float] = {}
         self._live: LiveGauges | None = None
@@ -117,6 +123,30 @@ class Telemetry:
         """The highest step logged so far (``None`` before the first ``log()``); ``step=None`` continues from it."""
         return self._step
 
+    def value(self, key: str, /, **labels: str) -> float | HistogramValue | None:
+        """What the scrape endpoint serves now for one series, in base units (bytes, seconds); ``None`` when it
+        serves none (never logged, refused by the catalog routing, removed by a ``None``, expired)::
+
+            tel.log({"critic/score/mean": 0.41, "memory/cpu/actor_train/train_step/start/rss": 1.5}, step=3)
+            tel.value("critic/score/mean")                           # 0.41
+            tel.value("memory/cpu/actor_train/train_step/start/rss")  # 1610612736.0: bytes, the tracker got GiB
+            tel.value("rl_step")                                      # 3.0
+            tel.value("rl_telemetry_errors_total", sink="input", reason="bad_value")
+
+        ``key`` is a key as logged (its labels come from the key), or the name of a family the endpoint serves
+        (``rl_step``, a counter's ``..._total``) with the series' labels besides ``run`` and ``rank`` as keyword
+        arguments; given labels, ``key`` is a family name. A gauge or counter gives a float; a histogram a
+        :class:`~rl_otel.HistogramValue` (``counts`` per bucket, the last one above the highest bound, then
+        ``sum``, ``count``, ``min`` and ``max`` of the finite values). Like a scrape, it waits for the
+        :meth:`submit` jobs submitted before it (a bounded wait; a job reading it does not wait for itself).
+        Works with or without a scrape endpoint; meant for tests, checks and tools, not the per-step path.
+        """
+        if not labels:
+            route = self._router.existing(key)
+            if route is not None:
+                return self._store.value(route.spec.name, route.labels)
+        return self._store.value(key, labels)
+
     def log(self, metrics: Mapping[str, object], step: int | None = None, *, wait_for_trackers: bool = False) -> None:
         """Record one step's metrics. ``step=None`` means the highest step so far + 1 (0 for the first call).
 
@@ -126,7 +156,9 @@ class Telemetry:
         its previous value does not look current (Prometheus marks it stale; the next real value brings it back);
         a counter or histogram keeps its total, and trackers get nothing for the key. A 1-d tensor for a
         histogram key is bucketed on its device (only the counts reach the host), and ``BucketCounts`` from
-        ``rl_otel.stats`` (``ppo_stats(distributions=True)``) are merged as they are.
+        ``rl_otel.stats`` (``ppo_stats(distributions=True)``) are merged as they are. The trackers get every key
+        as logged, before any Prometheus rule: a key the endpoint refuses (a name collision, past
+        ``max_unknown_keys``) is still mirrored; :meth:`value` reads back what the endpoint serves.
 
         Steps never go back on the endpoint. A step below the highest one logged is history (ROLL's
         ``resume_metrics`` replaying the run from a thread after a restart, possibly while new steps are logged):
@@ -249,8 +281,31 @@ class Telemetry:
 
     @property
     def tracer_provider(self) -> Any:
-        """This Telemetry's own ``TracerProvider`` (never the global one); add span processors to it."""
-        return self._tracer_provider
+        """The ``TracerProvider`` phases use: the one given as ``init(tracer_provider=...)``, else this
+        Telemetry's own (never the global one unless given), to which span processors may be added."""
+        return self._user_tracer_provider if self._user_tracer_provider is not None else self._tracer_provider
+
+    @property
+    def meter_provider(self) -> Any:
+        """An OTel ``MeterProvider`` for the user's own instruments (``None`` with neither a scrape endpoint nor an
+        OTLP push): they are served on ``/metrics`` beside rl_otel's series::
+
+            meter = tel.meter_provider.get_meter("my_trainer")
+            meter.create_counter("my_restarts", unit="1").add(1)    # -> my_restarts_total on /metrics
+
+        Built at the first read (no SDK pipeline behind the endpoint until then); also pushed over OTLP when
+        rl_otel pushes to a collector through its own OTLP exporter. They follow the OTel SDK's rules (NaN/Inf
+        dropped, a histogram's default buckets are for milliseconds); a name rl_otel already serves is dropped
+        from the scrape and counted (``duplicate_family``). See :mod:`rl_otel.exporters.instruments`."""
+        if self._user_meter_provider is None:
+            from rl_otel.exporters.instruments import build_meter_provider
+
+            with self._user_meter_lock:
+                if self._user_meter_provider is None and not self._closed:
+                    self._user_meter_provider = build_meter_provider(
+                        self.resource, self._scrape_registry, self.config.otlp,
+                        on_error=lambda reason: self._count_error("otlp", reason))
+        return self._user_meter_provider
 
     @property
     def trackers(self) -> tuple[str, ...]:
@@ -261,7 +316,7 @@ class Telemetry:
         """Wait until every submitted job has run and the trackers have written every logged step. True if all
         of it finished within the timeout."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        ran = self._worker.wait_idle(timeout_s)
+        ran = self._worker.flush(timeout_s)
         return self._bridge.flush(None if deadline is None else max(0.0, deadline - time.monotonic())) and ran
 
     def close(self) -> None:
@@ -301,36 +356,43 @@ class Telemetry:
 
     def _start(self, config: TelemetryConfig) -> None:
         """The steps of ``__init__`` that create resources (threads, files, sockets), in order."""
-        self._tracer_provider = build_tracer_provider(config.tracing, self.resource)
+        if config.tracer_provider is None:
+            self._tracer_provider = build_tracer_provider(config.tracing, self.resource)
+        tracer_provider = self.tracer_provider
         self._cpu = cpu = CpuProbe()
         self._phases = PhaseRuntime(
-            tracer=PhaseTracer(self._tracer_provider, self._tracer_provider.get_tracer("rl_otel", __version__)),
+            tracer=PhaseTracer(tracer_provider, tracer_provider.get_tracer("rl_otel", __version__)),
             rank=config.rank, gpu=GpuProbe(),
             cpu=cpu, next_step=lambda: 0 if self._step is None else self._step + 1, record=self._record_phase,
             fail=self._phase_failed)
+        # build_info and target_info (the OTel resource, Prometheus' convention) are ordinary store families
+        self._store.write_info(meta.BUILD_INFO, (("version", __version__),))
+        self._store.write_info(meta.TARGET_INFO, target_info_labels(self.resource.attributes), base_labels=False)
         readers = []
         registry = None
         if config.prometheus is not None:
             registry = ScrapeRegistry(on_duplicate=lambda name: self._count_error("prometheus", "duplicate_family"),
                                       store=self._store,
                                       on_error=lambda reason: self._count_error("prometheus", reason))
-            readers.append(PrometheusMetricReader(disable_target_info=False, scope_info_enabled=False,
-                                                  registry=registry))
             self._scrape_registry = registry
         if config.otlp is not None:
-            readers.append(otlp.metric_reader(config.otlp, self._store.collect, self.resource,
-                                              on_error=lambda reason: self._count_error("otlp", reason)))
-            if config.otlp.traces:
+            reader = otlp.metric_reader(config.otlp, self._store.collect, self.resource,
+                                        on_error=lambda reason: self._count_error("otlp", reason))
+            if reader is not None:
+                readers.append(reader)
+            if config.otlp.traces is not None and self._tracer_provider is not None:
                 self._tracer_provider.add_span_processor(otlp.span_processor(config.otlp))
         if readers:
             self._meter_provider = MeterProvider(resource=self.resource, metric_readers=readers,
                                                  exemplar_filter=AlwaysOffExemplarFilter())
             # An SDK instrument of our own keeps every collection flowing through the readers (the SDK skips
-            # readers when it has no data of its own), and is the conventional build-info series.
+            # readers when it has no data of its own), and is OTLP's build-info series (the store's info families
+            # are the scrape endpoint's).
             info_attrs = {"run": config.run, "rank": str(config.rank), "version": __version__}
             self._meter_provider.get_meter("rl_otel", __version__).create_observable_gauge(
                 meta.BUILD_INFO.name, callbacks=[lambda _options: [Observation(1, info_attrs)]],
                 unit=meta.BUILD_INFO.unit, description=meta.BUILD_INFO.description)
+        if readers or registry is not None:
             self._live = LiveGauges(self._store.add_collector, cpu, lambda reason: self._count_error("live", reason))
         if registry is not None and config.prometheus is not None:
             self._serve(registry, config.prometheus)
@@ -443,7 +505,7 @@ class Telemetry:
 
     def _settle(self) -> None:
         if self._worker.pending:
-            self._worker.wait_idle(_SETTLE_S)
+            self._worker.flush(_SETTLE_S)
 
     def _write_metrics(self, pairs: Iterable[tuple[str, object]]) -> None:
         """Route ``(key, value)`` pairs through the catalog into the store (phase metrics: current, no mirror)."""
@@ -452,9 +514,12 @@ class Telemetry:
 
     def _prepare(self, pairs: Iterable[tuple[str, object]], *, mirror: bool = False,
                  ) -> tuple[list, list, dict[str, float | np.ndarray] | None]:
-        """Route ``(key, value)`` pairs through the catalog: the one path of user metrics and phase metrics.
-        Returns the store's items (scaled to base units), the gauge series a ``None`` removes and, with
-        ``mirror``, what the trackers get: every accepted value, in the user's keys and units."""
+        """Split ``(key, value)`` pairs into the two views of a step: the one path of user metrics and phase
+        metrics. With ``mirror``, what the trackers get: every key as logged (flattened), in the user's units,
+        taken before any Prometheus rule - a key the catalog routing refuses (a name collision, past
+        ``max_unknown_keys``) or a distribution logged for a gauge still reaches them. Then the Prometheus view,
+        routed through the catalog: the store's items (scaled to base units) and the gauge series a ``None``
+        removes."""
         items: list = []
         gone: list = []
         append, route_of = items.append, self._router.route  # locals: this loop runs once per key and step
@@ -470,6 +535,16 @@ class Telemetry:
                 if known is not None and known.spec.kind is Kind.GAUGE:
                     gone.append((known.spec, known.labels))
                 continue
+            scalar = value.__class__ is float or isinstance(value, float)
+            if mirrored is not None:  # the trackers' view: the key as logged, whatever Prometheus makes of it
+                if scalar:
+                    mirrored[key] = value
+                else:
+                    # trackers draw their own histograms from the values: a tensor's values cross once more (only
+                    # when trackers are on); BucketCounts have no values left and stay Prometheus-only
+                    tracked = to_tracker_array(value)
+                    if tracked is not None:
+                        mirrored[key] = tracked
             route = route_of(key)
             if route.__class__ is Refusal:
                 self._store.note_dropped(route.metric)
@@ -481,21 +556,14 @@ class Telemetry:
                     append((spec, route.labels, as_histogram(value, spec.buckets, spec.scale)))
                 except BadValue as exc:
                     self._bad(key, str(exc))
-                    continue
-                if mirrored is not None:
-                    # trackers draw their own histograms from the values: a tensor's values cross once more (only
-                    # when trackers are on); BucketCounts have no values left and stay Prometheus-only
-                    tracked = to_tracker_array(value)
-                    if tracked is not None:
-                        mirrored[key] = tracked
+                if scalar and mirrored is not None:  # one value of a distribution: a histogram for the trackers too
+                    mirrored[key] = to_tracker_array(value)
                 continue
-            if value.__class__ is not float and not isinstance(value, float):
+            if not scalar:
                 self._bad(key, f"a distribution, but {spec.prometheus_name} is a {spec.kind.value}: log its "
                                "mean/max/min, or a *_dist key")
                 continue
             append((spec, route.labels, value * spec.scale if spec.scale != 1.0 else value))
-            if mirrored is not None:  # trackers get what Prometheus gets, in the user's units and keys
-                mirrored[key] = value
         return items, gone, mirrored
 
     def _store_items(self, items: list, gone: Iterable, step: int | None) -> None:

@@ -1,15 +1,47 @@
-"""The metrics worker: one thread that computes and stores metrics off the training thread.
+"""The one queue worker of rl_otel: a bounded FIFO run by one daemon thread, for the metrics worker and the trackers.
 
-``Telemetry.submit(fn, ...)`` hands a statistics function (``ppo_stats``, an evaluation aggregation) and its
-tensors to this thread, which calls it and stores the dict it returns: the training thread pays for the hand-off
-(a few microseconds), not for the statistics' hundred small tensor ops and their host sync. Jobs run one at a time
-in submission order, so steps reach the store and the trackers in the order they were logged.
+Two uses, one class (:class:`Worker`) and one policy:
 
-Nothing is lost and nothing goes stale: readers (a scrape, an OTLP export, ``flush()``, ``close()``) first wait for
-the jobs submitted before them (:meth:`MetricsWorker.wait_idle`). The queue is bounded: a producer that outruns
-the worker waits for room - backpressure, the cost then shows in the step time - and only a worker stuck for
-longer than ``timeout_s`` makes it drop the oldest job (counted). The thread starts with the first job: a process
-that never submits has no extra thread.
+- ``Telemetry.submit(fn, ...)`` and a ``log()`` queued behind submitted jobs run on the *metrics worker*: the
+  training thread pays for the hand-off (a few microseconds), not for the statistics' hundred small tensor ops and
+  their host sync. Readers (a scrape, an OTLP export, ``flush()``, ``close()``) first wait for the jobs submitted
+  before them (:meth:`Worker.flush`), so nothing goes stale.
+- Each tracker sink has a worker of its own in the tracker bridge (:mod:`rl_otel.sinks.bridge`): ``log()`` never
+  waits on a hung or slow tracker.
+
+The policy, for both:
+
+- **Order and bound.** Items run one at a time in submission order. At most ``queue_size`` wait. The thread
+  starts with the first submit: a process that never submits has no extra thread.
+- **A full queue.** A producer that may wait waits for room (backpressure: the cost then shows in its step
+  time). It stops waiting when its time is up, or at once when the call in progress has run longer than
+  ``timeout_s``, because waiting for a hung call is pointless. Then, if the queue is still full, the oldest queued
+  item is dropped: its ``on_drop`` runs and ``on_error("queue_full")`` counts it. A producer that may not wait
+  drops the oldest at once. Which producers wait is the one choice a use makes (``when_full``):
+
+  - ``"wait"`` (the metrics worker: "backpressure, not loss"): every submit waits, for up to ``timeout_s``, for
+    room in the whole queue.
+  - ``"drop_oldest"`` (the trackers: the training loop never waits on a tracker): a submit drops at once, unless
+    its caller gives ``wait_until`` (a replay of history, from a thread that may wait). That caller waits for
+    room in *half* the queue, so the producers that never wait still find room.
+- **A hung call.** A call running longer than ``timeout_s`` is reported once, ``on_error("timeout")``, at the
+  next submit (no watchdog thread). A thread cannot be killed: the call is left to finish.
+- **Errors.** A handler catches its own errors (a tracker's are counted by the bridge per reason). The thread's
+  last guard reports anything that escapes, ``on_error("internal")``, and goes on. Nothing raises to a producer.
+- **flush(timeout_s).** Waits until every item submitted before the call has run or been dropped, then for the
+  ``on_flush`` hook (a sink's own buffer, e.g. TensorBoard's), run on the worker thread after them. Returns True
+  if it finished in time. On the worker thread itself it returns True at once, because a job must not wait for
+  itself.
+- **close(timeout_s).** Later submits are refused (False). The thread runs what is queued, then ``on_close``, and
+  ends. ``close()`` joins it, all under one deadline. A thread still busy at the deadline is abandoned (a daemon:
+  a call stuck in user code cannot hold the process): what is still queued is dropped (each ``on_drop`` runs)
+  and ``on_error("close_timeout")`` counts it once.
+- **fork().** In a forked child only the forking thread exists, and the parent's worker thread may have held the
+  lock. The child's worker starts over with a fresh lock and an empty queue (the parent's queued items are the
+  parent's to run). It starts a thread of its own at its first submit, so the child's ``flush()`` works and its
+  items reach the handler. The hooks act on the parent's objects (a sink's open file or run), so in a child
+  ``close()`` runs ``on_flush`` in place of ``on_close``: the child writes what it logged, and the parent closes
+  what it opened.
 """
 
 from __future__ import annotations
@@ -21,128 +53,273 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from time import monotonic
+from typing import Generic, Literal, TypeVar
 
+T = TypeVar("T")
 Job = Callable[[], None]
-_WORKERS: weakref.WeakSet[MetricsWorker] = weakref.WeakSet()
+
+_FORK_AWARE: weakref.WeakSet = weakref.WeakSet()
 
 
-def _reset_after_fork() -> None:
-    for worker in list(_WORKERS):
-        worker._after_fork()
+def reset_in_forked_child(obj: object) -> None:
+    """Have ``obj._after_fork()`` called in every forked child (``obj`` held weakly)."""
+    _FORK_AWARE.add(obj)
+
+
+def _after_fork_in_child() -> None:
+    for obj in list(_FORK_AWARE):
+        try:
+            obj._after_fork()
+        except Exception:  # a child must never fail to start because of telemetry
+            pass
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_after_fork)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class MetricsWorker:
-    """A bounded FIFO of jobs run by one daemon thread. Thread-safe; never raises to a producer."""
+def _call(job: Job) -> None:
+    job()
 
-    def __init__(self, *, queue_size: int, timeout_s: float, on_error: Callable[[str], None],
-                 name: str = "rl_otel-metrics") -> None:
-        self._jobs: deque[tuple[Job, Callable[[], None] | None]] = deque()
-        self._cond = threading.Condition()
+
+class Worker(Generic[T]):
+    """A bounded FIFO of items handed to ``handle`` by one daemon thread, with the policy in this module's doc.
+
+    ``handle(item)`` runs each item (default: items are jobs, called with no argument); it should catch its own
+    errors. ``on_error(reason)`` is called outside the lock with ``"queue_full"``, ``"timeout"``,
+    ``"close_timeout"`` or ``"internal"``. ``on_flush``/``on_close`` run on the worker thread (see
+    :meth:`flush` and :meth:`close`). Thread-safe; never raises to a producer.
+    """
+
+    def __init__(self, *, name: str, queue_size: int, timeout_s: float, on_error: Callable[[str], None],
+                 handle: Callable[[T], object] | None = None, when_full: Literal["wait", "drop_oldest"] = "wait",
+                 on_flush: Callable[[], object] | None = None, on_close: Callable[[], object] | None = None) -> None:
+        if when_full not in ("wait", "drop_oldest"):
+            raise ValueError(f"when_full must be 'wait' or 'drop_oldest', got {when_full!r}")
+        if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
+            raise ValueError(f"queue_size must be a positive int, got {queue_size!r}")
+        self.name = name
+        self._handle: Callable[[T], object] = handle if handle is not None else _call  # type: ignore[assignment]
         self._maxlen = queue_size
+        self._waits = when_full == "wait"  # whether every submit may wait for room
+        # a waiting producer waits for room in the whole queue if every producer waits, else in half of it
+        self._room = queue_size if self._waits else max(1, queue_size // 2)
         self._timeout_s = timeout_s
-        self._on_error = on_error  # (reason) -> None; called outside the lock
-        self._name = name
-        self._thread: threading.Thread | None = None
-        self._submitted = 0  # jobs accepted
-        self._finished = 0  # jobs run or dropped
+        self._on_error = on_error
+        self._on_flush = on_flush
+        self._on_close = on_close
+        self._owner = os.getpid()  # the process whose objects the hooks act on
         self._closing = False
-        _WORKERS.add(self)
+        self._reset()
+        reset_in_forked_child(self)
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition()
+        self._items: deque[tuple[T, Callable[[], None] | None]] = deque()
+        self._thread: threading.Thread | None = None
+        self._submitted = 0  # items accepted
+        self._finished = 0  # items run or dropped
+        self._busy = False  # a call (an item or a hook) is in progress...
+        self._started = 0.0  # ...since then (time.monotonic)
+        self._timed_out = False  # ...and was already reported as hung
+        self._asks: deque[tuple[int, int]] = deque()  # flushes waiting for their hook: (items before it, number)
+        self._asked = 0  # flushes numbered so far
+        self._flushed = 0  # the highest flush number whose hook has run
+        self._ended = False  # the thread has left its loop: nobody will serve a flush again
+        self._abandoned = False  # close() gave up on the thread (counted once)
 
     def _after_fork(self) -> None:
-        """In a forked child the thread is gone (only the forking thread survives) and the lock may be held:
-        start over empty - the parent's queued jobs are the parent's to run."""
-        self._jobs = deque()
-        self._cond = threading.Condition()
-        self._thread = None
-        self._submitted = self._finished = 0
+        """In a forked child: a fresh lock, an empty queue, no thread (one starts at the first submit)."""
+        self._reset()
+
+    # -- producers ---------------------------------------------------------------------------------------------
 
     @property
     def pending(self) -> bool:
-        """Whether accepted jobs have not finished yet (a racy read: a hint for the fast path, not a barrier)."""
+        """Whether accepted items have not finished yet (a racy read: a hint for a fast path, not a barrier)."""
         return self._finished != self._submitted
 
-    def submit(self, job: Job, on_drop: Callable[[], None] | None = None) -> bool:
-        """Queue ``job`` (it must not raise). Waits up to ``timeout_s`` while the queue is full, then drops the
-        oldest queued job (its ``on_drop`` is called). False after :meth:`close` (the job is not run)."""
+    @property
+    def queued(self) -> int:
+        """How many items wait (not counting the one in progress)."""
+        return len(self._items)
+
+    @property
+    def busy(self) -> bool:
+        """Whether the thread is in a call (an item or a hook)."""
+        return self._busy
+
+    def submit(self, item: T, on_drop: Callable[[], None] | None = None, wait_until: float | None = None) -> bool:
+        """Queue ``item``; if the queue is full, wait or drop the oldest as the policy says (``wait_until``: a
+        ``time.monotonic()`` a ``"drop_oldest"`` caller may wait until, or that replaces ``"wait"``'s
+        ``timeout_s``). False after :meth:`close` (the item is not run, ``on_drop`` is not called)."""
         dropped: Callable[[], None] | None = None
         dropped_any = False
         with self._cond:
             if self._closing:
                 return False
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
-            if len(self._jobs) >= self._maxlen and not self._cond.wait_for(
-                    lambda: len(self._jobs) < self._maxlen or self._closing, self._timeout_s):
-                _, dropped = self._jobs.popleft()
+                self._start()
+            items = self._items
+            if len(items) >= self._room and (self._waits or wait_until is not None) \
+                    and threading.current_thread() is not self._thread:  # the worker cannot make room for itself
+                self._wait_for_room(monotonic() + self._timeout_s if wait_until is None else wait_until)
+                if self._closing:
+                    return False
+            hung = self._busy and not self._timed_out and monotonic() - self._started > self._timeout_s
+            if hung:
+                self._timed_out = True
+            if len(items) >= self._maxlen:
+                _, dropped = items.popleft()
                 dropped_any = True
                 self._finished += 1
-                self._cond.notify_all()
-            if self._closing:
-                return False
-            self._jobs.append((job, on_drop))
+            items.append((item, on_drop))
             self._submitted += 1
-            self._cond.notify_all()
+            self._cond.notify_all()  # the thread, and whatever else waits (a flush, a waiting producer)
+        if hung:
+            self._report("timeout")
         if dropped_any:
-            self._on_error("queue_full")
+            self._report("queue_full")
             if dropped is not None:
                 dropped()
         return True
 
-    def wait_idle(self, timeout_s: float | None = None) -> bool:
-        """Wait until every job submitted before this call has run. True if they did within ``timeout_s``.
-        Returns at once on the worker thread itself (a job that reads the store must not wait for itself)."""
-        if threading.current_thread() is self._thread:
-            return True
+    def _wait_for_room(self, until: float) -> None:
+        """Under the lock: wait until there is room, ``until`` passes, or the call in progress is hung."""
+        while len(self._items) >= self._room and not self._closing:
+            now = monotonic()
+            limit = until
+            if self._busy:
+                hung_at = self._started + self._timeout_s
+                if now >= hung_at:
+                    return
+                limit = min(limit, hung_at)
+            if now >= until:
+                return
+            self._cond.wait(limit - now)
+
+    def _start(self) -> None:
+        """Under the lock: start the thread."""
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    # -- readers -----------------------------------------------------------------------------------------------
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every item submitted before this call has run (or was dropped), then for ``on_flush`` run
+        after them on the worker thread. True if that finished within ``timeout_s`` (``None``: no limit). True at
+        once on the worker thread itself, and where nothing was ever submitted (in this process)."""
         with self._cond:
+            thread = self._thread
+            if thread is None or threading.current_thread() is thread:
+                return True
             target = self._submitted
-            return self._cond.wait_for(lambda: self._finished - target >= 0, timeout_s)
+            if self._on_flush is None or self._ended:  # nothing to run after the items: they are the flush
+                return self._cond.wait_for(lambda: self._finished >= target, timeout_s)
+            self._asked += 1
+            number = self._asked
+            self._asks.append((target, number))
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._flushed >= number or self._ended, timeout_s)
+            # once the thread has ended (closed) nobody is left to wait for: done if every item ran
+            return self._flushed >= number or (self._ended and self._finished >= target)
+
+    def begin_close(self) -> None:
+        """Refuse later submits; the thread runs what is queued, then ``on_close`` (``on_flush`` in a forked
+        child), and ends. Does not wait (:meth:`close` does)."""
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            if self._thread is None and self._on_close is not None and os.getpid() == self._owner:
+                self._start()  # nothing was submitted: the thread only runs on_close, under close()'s deadline
+            self._cond.notify_all()
 
     def close(self, timeout_s: float | None = None) -> bool:
-        """Run what is queued (up to ``timeout_s``, default the worker's ``timeout_s``), then stop the thread. Later submits are refused. True if
-        every job ran; jobs still queued at the deadline are dropped (the thread is a daemon: a job stuck in
-        user code cannot hold the process)."""
-        timeout_s = self._timeout_s if timeout_s is None else timeout_s
-        drained = self.wait_idle(timeout_s)
+        """:meth:`begin_close`, then join the thread within ``timeout_s`` (default: the worker's ``timeout_s``).
+        True if it ended in time. If not, it is abandoned (a daemon), what is still queued is dropped (their
+        ``on_drop`` run) and ``on_error("close_timeout")`` is called once. Idempotent."""
+        deadline = monotonic() + (self._timeout_s if timeout_s is None else timeout_s)
+        self.begin_close()
+        thread = self._thread
+        if thread is None:
+            return True
+        if thread is threading.current_thread():  # closed from one of its own items: it drains after this one
+            return False
+        thread.join(max(0.0, deadline - monotonic()))
+        if not thread.is_alive():
+            return True
         with self._cond:
-            self._closing = True
-            left = list(self._jobs)
-            self._jobs.clear()
+            left = list(self._items)
+            self._items.clear()
             self._finished += len(left)
             self._cond.notify_all()
-            thread = self._thread
+            counted, self._abandoned = self._abandoned, True
         for _, on_drop in left:
             if on_drop is not None:
                 on_drop()
-        if left:
-            self._on_error("close_timeout")
-        if thread is not None and drained:
-            thread.join(timeout_s)
-        return drained and not left
+        if not counted:
+            self._report("close_timeout")
+        return False
+
+    # -- the thread --------------------------------------------------------------------------------------------
+
+    def _report(self, reason: str) -> None:
+        try:
+            self._on_error(reason)
+        except Exception:
+            pass
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._jobs or self._closing)
-                if not self._jobs:
-                    return
-                job, _ = self._jobs.popleft()
-                self._cond.notify_all()  # room for a waiting producer
-            try:
-                job()
-            except BaseException:  # jobs catch their own errors; this is the last guard: the thread must live
+        try:
+            self._loop()
+            # the parent's objects are the parent's to close: a forked child writes out what it logged
+            final = self._on_close if os.getpid() == self._owner else self._on_flush
+            if final is not None:
                 try:
-                    self._on_error("internal")
-                except Exception:
-                    pass
+                    final()
+                except BaseException:
+                    self._report("internal")
+        finally:
+            with self._cond:
+                self._ended = True
+                self._cond.notify_all()
+
+    def _loop(self) -> None:
+        cond, items, asks = self._cond, self._items, self._asks
+        while True:
+            with cond:
+                while True:
+                    flush = 0
+                    while asks and asks[0][0] <= self._finished:  # the items before these flushes have run
+                        flush = asks.popleft()[1]
+                    if flush or items or self._closing:
+                        break
+                    cond.wait()
+                if flush:
+                    item = None
+                elif items:
+                    item, _ = items.popleft()
+                else:  # closing, and nothing left
+                    return
+                self._busy, self._started, self._timed_out = True, monotonic(), False
+                cond.notify_all()  # room: a producer waiting for it goes on
+            try:
+                if flush:
+                    self._on_flush()  # type: ignore[misc]
+                else:
+                    self._handle(item)  # type: ignore[arg-type]
+            except BaseException:  # handlers catch their own errors; this is the last guard: the thread must live
+                self._report("internal")
             finally:
-                with self._cond:
-                    self._finished += 1
-                    self._cond.notify_all()
+                with cond:
+                    self._busy = False
+                    if flush:
+                        self._flushed = flush
+                    else:
+                        self._finished += 1
+                    cond.notify_all()
 
 
 def caller_streams(values: Iterable[object]) -> tuple[object, ...]:

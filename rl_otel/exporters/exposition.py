@@ -18,18 +18,19 @@ Sample lines are the same in the text format 0.0.4 and in OpenMetrics 1.0.0; onl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 from types import SimpleNamespace
 
-from opentelemetry.exporter.prometheus._mapping import map_unit, sanitize_full_name
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from rl_otel.catalog import Kind, MetricSpec
 from rl_otel.core.store import FamilyView
+from rl_otel.exporters.promnames import map_unit, sanitize_attribute, sanitize_full_name
 
 TEXT = "text"  # text/plain; version=0.0.4
 OPENMETRICS = "openmetrics"  # application/openmetrics-text; version=1.0.0
@@ -162,8 +163,19 @@ def go_float(value: float) -> str:
     return "NaN" if value != value else ("+Inf" if value > 0 else "-Inf")
 
 
+def target_info_labels(attributes: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
+    """The labels of ``target_info`` for an OTel resource's attributes, as the OTel exporter writes them (the
+    Prometheus compatibility spec): names sanitized, non-string values JSON-encoded."""
+    labels = {sanitize_attribute(key): value if isinstance(value, str) else json.dumps(value, default=str)
+              for key, value in attributes.items()}
+    return tuple(labels.items())
+
+
 def _make_header(spec: MetricSpec) -> _Header:
     """The family the OTel exporter builds for ``spec``, empty, encoded by prometheus_client."""
+    if spec.kind is Kind.INFO:  # the exporter's target_info: an info family "target" of samples "target_info"
+        info = InfoMetricFamily(spec.name[:-len("_info")], spec.description or "", labels=[])
+        return _Header(info.name, {fmt: encode(families(info), fmt) for fmt in (TEXT, OPENMETRICS)}, spec.name)
     cls = {Kind.GAUGE: GaugeMetricFamily, Kind.COUNTER: CounterMetricFamily,
            Kind.HISTOGRAM: HistogramMetricFamily}[spec.kind]
     family = cls(sanitize_full_name(spec.name), spec.description or "", labels=[], unit=map_unit(spec.unit or ""))

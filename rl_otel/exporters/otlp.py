@@ -1,37 +1,52 @@
 """OTLP push to a Collector: the scale-out path when one Prometheus should not scrape every rank.
 
-``init(otlp={"endpoint": "http://collector:4318", "interval_s": 10, "headers": {...}, "timeout_s": 10,
-"traces": True})`` pushes, every ``interval_s`` and once more at ``close()``, the same data the scrape endpoint
-serves (rl_otel's series store - NaN included, which the SDK's instruments would drop - plus the SDK's own
-instruments) over OTLP/HTTP protobuf to ``<endpoint>/v1/metrics``, and the phase spans to
-``<endpoint>/v1/traces`` through a BatchSpanProcessor. Export runs on the SDK's background threads: a collector
-that is down or slow costs a warning and ``rl_telemetry_errors_total{sink="otlp"}``, never an exception in the
-training loop; ``close()`` waits for the final push at most ``timeout_s``.
+``init(otlp={"endpoint": "http://collector:4318", "protocol": "http/protobuf" | "grpc", "interval_s": 10,
+"headers": {...}, "timeout_s": 10, "traces": True, "temporality": "cumulative" | "delta" | "lowmemory"})``
+pushes, every ``interval_s`` and once more at ``close()``, the same data the scrape endpoint serves (rl_otel's
+series store - NaN included, which the SDK's instruments would drop - plus the SDK's own instruments and the
+user's, see ``Telemetry.meter_provider``) over OTLP to the collector, and the phase spans through a
+BatchSpanProcessor. Each setting not given is read from the standard ``OTEL_*`` variables
+(:mod:`rl_otel.exporters.otel_env`), and with no ``otlp=`` at all, ``OTEL_METRICS_EXPORTER=otlp`` /
+``OTEL_TRACES_EXPORTER=otlp`` turn the push on. ``otlp=`` also takes the user's own ``MetricExporter`` (or
+``{"exporter": ..., "interval_s": ...}``): it gets the same data, and its temporality preference is honoured.
+
+Export runs on the SDK's background threads: a collector that is down or slow costs a warning and
+``rl_telemetry_errors_total{sink="otlp"}``, never an exception in the training loop; ``close()`` waits for the
+final push at most ``timeout_s``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from opentelemetry.sdk.metrics.export import (Metric, MetricExporter, MetricExportResult, MetricsData,
-                                              ResourceMetrics, ScopeMetrics)
+from opentelemetry.sdk.metrics import Counter, Histogram
+from opentelemetry.sdk.metrics.export import (AggregationTemporality, Metric, MetricExporter, MetricExportResult,
+                                              MetricsData, ResourceMetrics, ScopeMetrics)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from rl_otel.core.options import boolean, check_known, positive_seconds
 from rl_otel.errors import ConfigurationError
+from rl_otel.exporters import otel_env
+from rl_otel.exporters._otel_compat import exporter_preferences
+from rl_otel.exporters.otel_env import SignalConfig
+from rl_otel.exporters.temporality import DeltaConverter
 
 _log = logging.getLogger("rl_otel")
-_KEYS = ("endpoint", "interval_s", "timeout_s", "headers", "traces")
+_KEYS = ("endpoint", "protocol", "interval_s", "timeout_s", "headers", "traces", "temporality", "exporter")
+_DEFAULT_INTERVAL_S = 10.0
 SCOPE = InstrumentationScope("rl_otel")
 
 
 def merge(data: MetricsData | None, resource: Resource, extra: list[Metric]) -> MetricsData:
     """``data`` with ``extra`` as the first scope of the first resource: rl_otel's catalog-defined families
     come before any stray SDK instrument of the same name."""
+    if not extra and data is not None:
+        return data
     scope = ScopeMetrics(scope=SCOPE, metrics=extra, schema_url="")
     if data is None or not data.resource_metrics:
         return MetricsData(resource_metrics=[ResourceMetrics(resource=resource, scope_metrics=[scope],
@@ -42,53 +57,148 @@ def merge(data: MetricsData | None, resource: Resource, extra: list[Metric]) -> 
 
 @dataclass(frozen=True)
 class OtlpConfig:
-    endpoint: str
-    interval_s: float = 10.0
-    timeout_s: float = 10.0
-    headers: tuple[tuple[str, str], ...] = ()
-    traces: bool = True
+    """What ``otlp=`` and the ``OTEL_*`` variables resolved to. ``metrics``/``traces``: where each signal goes
+    (``None``: not pushed); ``exporter``: the user's own MetricExporter, used instead of an OTLP one."""
 
-    def url(self, signal: str) -> str:
-        return f"{self.endpoint.rstrip('/')}/v1/{signal}"
+    metrics: SignalConfig | None
+    traces: SignalConfig | None = None
+    interval_s: float = _DEFAULT_INTERVAL_S
+    temporality: str = "cumulative"
+    exporter: MetricExporter | None = None
+    timeout_s: float = otel_env.DEFAULT_TIMEOUT_S  # how long one metric export (and the last, at close) may take
+
+    @property
+    def pushes_metrics(self) -> bool:
+        return self.metrics is not None or self.exporter is not None
 
 
-def otlp_config(value: object) -> OtlpConfig | None:
-    """Check ``init(otlp=...)``: ``None``/``False`` (no push), an endpoint str, or a dict of options."""
-    if value is None or value is False:
+def otlp_config(value: object, *, tracer_provider_given: bool = False,
+                env: Mapping[str, str] | None = None) -> OtlpConfig | None:
+    """Check ``init(otlp=...)``: ``None`` (the default: push what ``OTEL_METRICS_EXPORTER`` /
+    ``OTEL_TRACES_EXPORTER`` select, nothing when they are unset), ``False`` (no push, whatever the environment
+    says), ``True`` (push, every setting from the environment or its default), an endpoint str, a
+    ``MetricExporter``, or a dict of options. With ``tracer_provider_given`` the spans are the user's provider's
+    business: rl_otel adds no span processor to it (an explicit ``traces: True`` is an error)."""
+    env = os.environ if env is None else env
+    if value is False:
         return None
-    if isinstance(value, str):
+    if value is None:
+        return _from_environment(env, tracer_provider_given)
+    if value is True:
+        value = {}
+    elif isinstance(value, str):
         value = {"endpoint": value}
+    elif isinstance(value, MetricExporter):
+        value = {"exporter": value}
     if not isinstance(value, Mapping):
-        raise ConfigurationError(f"otlp must be None, an endpoint like 'http://collector:4318' or a dict like "
-                                 f"{{'endpoint': ..., 'interval_s': 10}}; got {value!r}")
+        raise ConfigurationError(f"otlp must be None, True, False, an endpoint like 'http://collector:4318', a "
+                                 f"MetricExporter or a dict like {{'endpoint': ..., 'interval_s': 10}}; "
+                                 f"got {value!r}")
     check_known("otlp", value, _KEYS)
-    endpoint = value.get("endpoint")
-    if not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://")):
-        raise ConfigurationError(f"otlp endpoint must be the collector's OTLP/HTTP base URL like "
-                                 f"'http://collector:4318', got {endpoint!r}")
-    headers = value.get("headers") or {}
-    if not isinstance(headers, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
-                                                   for k, v in headers.items()):
-        raise ConfigurationError(f"otlp headers must be a dict of str to str, got {headers!r}")
-    traces = boolean("otlp traces", value.get("traces", True))
+    exporter = value.get("exporter")
+    if exporter is not None:
+        if not isinstance(exporter, MetricExporter):
+            raise ConfigurationError(f"otlp exporter must be an opentelemetry MetricExporter, got {exporter!r}")
+        given = sorted(k for k in ("endpoint", "protocol", "headers", "temporality") if k in value)
+        if given:
+            raise ConfigurationError(f"otlp option(s) {given} configure rl_otel's OTLP exporter: with your own "
+                                     "'exporter', construct it with them")
+    traces = value.get("traces")
+    if traces is not None:
+        traces = boolean("otlp traces", traces)
+        if traces and tracer_provider_given:
+            raise ConfigurationError("otlp traces=True adds a span processor to rl_otel's TracerProvider; with "
+                                     "tracer_provider= your provider exports the spans (add processors to it)")
+    elif tracer_provider_given:
+        traces = False
+    else:
+        traces = otel_env.selected(env, "traces")  # OTEL_TRACES_EXPORTER, when set, decides
+        traces = (exporter is None) if traces is None else traces
+    headers = value.get("headers")
+    headers = None if headers is None else otel_env.check_headers("otlp headers", headers)
+    timeout = value.get("timeout_s")
+    timeout = None if timeout is None else positive_seconds("otlp timeout_s", timeout)
+    options = {"env": env, "base": value.get("endpoint"), "protocol": value.get("protocol"), "headers": headers,
+               "timeout_s": timeout}
+    metrics = None if exporter is not None else otel_env.signal_config("metrics", **options)
+    spans = otel_env.signal_config("traces", **options) if traces else None
+    interval = value.get("interval_s")
+    interval = (otel_env.export_interval_s(env, _DEFAULT_INTERVAL_S) if interval is None
+                else positive_seconds("otlp interval_s", interval))
+    config = OtlpConfig(metrics=metrics, traces=spans, interval_s=interval,
+                        temporality=otel_env.temporality(env, value.get("temporality")), exporter=exporter,
+                        timeout_s=timeout if timeout is not None else
+                        metrics.timeout_s if metrics is not None else otel_env.DEFAULT_TIMEOUT_S)
+    _check_installed(config)
+    return config
+
+
+def _from_environment(env: Mapping[str, str], tracer_provider_given: bool) -> OtlpConfig | None:
+    metrics = otel_env.selected(env, "metrics") is True
+    traces = otel_env.selected(env, "traces") is True and not tracer_provider_given
+    if not (metrics or traces):
+        return None
+    signal = otel_env.signal_config("metrics", env, what="OTEL_METRICS_EXPORTER=otlp") if metrics else None
+    config = OtlpConfig(metrics=signal,
+                        traces=otel_env.signal_config("traces", env, what="OTEL_TRACES_EXPORTER=otlp")
+                        if traces else None,
+                        interval_s=otel_env.export_interval_s(env, _DEFAULT_INTERVAL_S),
+                        temporality=otel_env.temporality(env) if metrics else "cumulative",
+                        timeout_s=signal.timeout_s if signal is not None else otel_env.DEFAULT_TIMEOUT_S)
+    _check_installed(config)
+    return config
+
+
+def _check_installed(config: OtlpConfig) -> None:
+    """Fail at init, not at the first export, when the exporter package of a configured protocol is missing."""
+    for signal in (config.metrics, config.traces):
+        if signal is not None:
+            exporter_class(signal)
+
+
+def exporter_class(signal: SignalConfig) -> Any:
+    """The OTLP exporter class for ``signal``'s protocol; ConfigurationError with the install hint if absent."""
+    grpc = signal.protocol == "grpc"
+    package = "opentelemetry-exporter-otlp-proto-grpc" if grpc else "opentelemetry-exporter-otlp-proto-http"
     try:
-        import opentelemetry.exporter.otlp.proto.http  # noqa: F401
+        if signal.signal == "metrics":
+            if grpc:
+                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as cls
+            else:
+                from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as cls
+        elif grpc:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as cls
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as cls
     except ImportError as exc:
-        raise ConfigurationError("otlp needs the OTLP exporter: pip install 'rl-otel[otlp]' "
-                                 "(opentelemetry-exporter-otlp-proto-http)") from exc
-    return OtlpConfig(endpoint=endpoint,
-                      interval_s=positive_seconds("otlp interval_s", value.get("interval_s", 10.0)),
-                      timeout_s=positive_seconds("otlp timeout_s", value.get("timeout_s", 10.0)),
-                      headers=tuple(headers.items()), traces=traces)
+        raise ConfigurationError(f"OTLP over {signal.protocol} needs its exporter: pip install 'rl-otel[otlp]' "
+                                 f"({package})") from exc
+    return cls
+
+
+def temporality_map(preference: str) -> dict[type, AggregationTemporality]:
+    """The spec's ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`` table for the SDK's instrument classes
+    (what the OTLP exporters build from the variable): ``delta`` for counters and histograms (and observable
+    counters), ``lowmemory`` for the synchronous ones only; up-down counters and gauges stay cumulative."""
+    from opentelemetry.sdk.metrics import ObservableCounter, ObservableGauge, ObservableUpDownCounter, UpDownCounter
+
+    delta, cumulative = AggregationTemporality.DELTA, AggregationTemporality.CUMULATIVE
+    sync = delta if preference in ("delta", "lowmemory") else cumulative
+    return {Counter: sync, Histogram: sync, ObservableCounter: delta if preference == "delta" else cumulative,
+            UpDownCounter: cumulative, ObservableUpDownCounter: cumulative, ObservableGauge: cumulative}
 
 
 class StoreExporter(MetricExporter):
-    """Wraps an OTLP metric exporter: every export also carries rl_otel's series, and a failed one is counted."""
+    """Wraps a metric exporter: every export also carries rl_otel's series - as deltas for counters and
+    histograms when the exporter prefers delta - and a failed one is counted."""
 
     def __init__(self, inner: MetricExporter, produce: Callable[[], list[Metric]], resource: Resource,
                  on_error: Callable[[str], None]) -> None:
-        super().__init__(preferred_temporality=inner._preferred_temporality,
-                         preferred_aggregation=inner._preferred_aggregation)
+        temporality, aggregation = exporter_preferences(inner)
+        super().__init__(preferred_temporality=temporality or None, preferred_aggregation=aggregation or None)
+        delta = AggregationTemporality.DELTA
+        self._delta = DeltaConverter(counters=temporality.get(Counter) is delta,
+                                     histograms=temporality.get(Histogram) is delta)
         self._inner = inner
         self._produce = produce
         self._resource = resource
@@ -97,6 +207,8 @@ class StoreExporter(MetricExporter):
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         try:
             extra = self._produce()
+            if self._delta.counters or self._delta.histograms:
+                extra = self._delta.convert(extra)
         except Exception:  # push what the SDK has
             _log.exception("rl_otel: collecting the series store for OTLP failed")
             self._on_error("collect")
@@ -117,24 +229,37 @@ class StoreExporter(MetricExporter):
         self._inner.shutdown(timeout_millis=timeout_millis)
 
 
+def metric_exporter(signal: SignalConfig, temporality: str) -> MetricExporter:
+    """rl_otel's OTLP metric exporter for ``signal`` (http/protobuf or grpc), everything passed explicitly."""
+    cls = exporter_class(signal)
+    return cls(endpoint=signal.endpoint, headers=dict(signal.headers), timeout=signal.timeout_s,
+               preferred_temporality=temporality_map(temporality))
+
+
 def metric_reader(config: OtlpConfig, produce: Callable[[], list[Metric]], resource: Resource,
                   on_error: Callable[[str], None]) -> Any:
-    """A PeriodicExportingMetricReader pushing the store and the SDK's instruments to ``config.endpoint``."""
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    """A PeriodicExportingMetricReader pushing the store and the SDK's instruments through the user's exporter
+    or an OTLP one; ``None`` when ``config`` pushes no metrics."""
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    inner = OTLPMetricExporter(endpoint=config.url("metrics"), headers=dict(config.headers),
-                               timeout=config.timeout_s)
+    if not config.pushes_metrics:
+        return None
+    inner = config.exporter if config.exporter is not None else metric_exporter(config.metrics, config.temporality)
     return PeriodicExportingMetricReader(StoreExporter(inner, produce, resource, on_error),
                                          export_interval_millis=config.interval_s * 1000,
                                          export_timeout_millis=config.timeout_s * 1000)
 
 
+def span_exporter(signal: SignalConfig) -> Any:
+    """An OTLP span exporter for ``signal`` (http/protobuf or grpc), everything passed explicitly."""
+    cls = exporter_class(signal)
+    return cls(endpoint=signal.endpoint, headers=dict(signal.headers), timeout=signal.timeout_s)
+
+
 def span_processor(config: OtlpConfig) -> Any:
-    """A BatchSpanProcessor sending spans to ``<endpoint>/v1/traces``."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    """A BatchSpanProcessor sending the phase spans to ``config.traces``; ``None`` when spans are not pushed."""
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    return BatchSpanProcessor(OTLPSpanExporter(endpoint=config.url("traces"), headers=dict(config.headers),
-                                               timeout=config.timeout_s),
-                              export_timeout_millis=config.timeout_s * 1000)
+    if config.traces is None:
+        return None
+    return BatchSpanProcessor(span_exporter(config.traces), export_timeout_millis=config.traces.timeout_s * 1000)

@@ -1,36 +1,37 @@
-"""The Prometheus scrape endpoint, built on opentelemetry-exporter-prometheus with its pitfalls designed out.
+"""The Prometheus scrape endpoint: the series store rendered as opentelemetry-exporter-prometheus would write it,
+with its pitfalls designed out.
 
 - rl_otel's series come from its own store, not the SDK's aggregation, so NaN/Inf reach Prometheus;
-- no ``otel_scope_*`` labels (``scope_info_enabled=False``); explicit histogram buckets come from the catalog;
+- one pipeline: the store holds every family the endpoint serves, ``rl_otel_build_info`` and ``target_info`` (the
+  OTel resource, as the exporter writes it) included; no SDK meter provider behind the endpoint;
+- no ``otel_scope_*`` labels; explicit histogram buckets come from the catalog;
 - scrapes are serialized: the stock collector pops a shared deque, and two concurrent scrapes could each
   see half of the data;
-- a family name is written once per scrape: a second family with the same name (which would make Prometheus
-  reject the whole scrape) is dropped and counted;
+- a family name is written once per scrape: a second family with the same name from a collector registered on
+  the registry (which would make Prometheus reject the whole scrape) is dropped and counted;
 - the server binds 0.0.0.0 by default (a pod is scraped from outside); port 0 picks a free port; TLS, mTLS and
   basic auth come from a web-config file (``server.py``, ``webconfig.py``).
 
 Cost: the store's families (thousands of series on a node with 8 GPUs) are rendered straight to text
 (:mod:`rl_otel.exporters.exposition`) once per store version - once per training step, at the first scrape after
 it - and those bytes (and their gzip stream) are served until the store changes. What can change between two
-scrapes without a ``log()`` is rendered at every scrape: the live gauges (process and GPU memory), and the SDK's
-instruments (``rl_otel_build_info``, ``target_info``). A ``log()`` finished before a scrape starts is always in it.
+scrapes without a ``log()`` is rendered at every scrape: the live gauges (process and GPU memory), and any
+collector registered on the registry. A ``log()`` finished before a scrape starts is always in it.
 """
 
 from __future__ import annotations
 
-import copy
 import gzip
 import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted, make_wsgi_app
-from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from rl_otel.core.store import SeriesStore
 from rl_otel.exporters.exposition import EOF, OPENMETRICS, TEXT, Renderer, encode, families
@@ -61,8 +62,8 @@ class _Stored:
 
 class ScrapeRegistry(CollectorRegistry):
     """Serializes scrapes, guarantees one family per name in each one, and renders the store's families once
-    per store version. The SDK's families (``target_info``, ``rl_otel_build_info``, any instrument of the meter
-    provider) come from the PrometheusMetricReader registered on it, at every scrape."""
+    per store version. A prometheus_client collector registered on it (e.g. a ``PrometheusMetricReader`` given
+    ``registry=``) is collected at every scrape, after the store's families."""
 
     def __init__(self, on_duplicate: Callable[[str], None], store: SeriesStore | None = None,
                  on_error: Callable[[str], None] = lambda reason: None) -> None:
@@ -87,23 +88,19 @@ class ScrapeRegistry(CollectorRegistry):
                     _log.exception("rl_otel: rendering the live gauges failed")
                     self._on_error("collect")
             kept = []
-            for family in CollectorRegistry.collect(self):
+            for family in self.collect():
                 if family.name in seen:
                     self._on_duplicate(family.name)
                     continue
                 seen.add(family.name)
                 kept.append(family)
-            tail = (encode(families(*kept), fmt) + "".join(chunks) + (EOF if fmt == OPENMETRICS else "")).encode()
+            registered = encode(families(*kept), fmt) if kept else ""
+            tail = (registered + "".join(chunks) + (EOF if fmt == OPENMETRICS else "")).encode()
             if not gzipped:
                 return stored.body + tail
             head, compressor = stored.gzip_head()
             compressor = compressor.copy()  # the cached prefix stays reusable for the next scrape
             return head + compressor.compress(tail) + compressor.flush()
-
-    def collect(self) -> Iterator:
-        """prometheus_client families of one scrape (for ``?name[]=`` filters and other consumers of a
-        registry): the OpenMetrics rendering, parsed back."""
-        yield from text_string_to_metric_families(self.render(OPENMETRICS).decode())
 
     def _render_store(self, fmt: str) -> _Stored:
         if self._store is None:
@@ -117,7 +114,7 @@ class ScrapeRegistry(CollectorRegistry):
             version, views, valid_until = self._store.snapshot()
             seen: set[str] = set()
             body = "".join(self._renderer.render(views, fmt, seen)).encode()
-        except Exception:  # never break a scrape: serve what the SDK has
+        except Exception:  # never break a scrape: serve the live gauges and the registered collectors
             _log.exception("rl_otel: collecting the series store failed")
             self._on_error("collect")
             return _Stored(-1, None, b"", frozenset())
@@ -134,14 +131,14 @@ def scrape_app(registry: ScrapeRegistry, fallback: Callable) -> Callable:
     def app(environ, start_response):
         if environ.get("REQUEST_METHOD") != "GET" or environ.get("PATH_INFO") == "/favicon.ico":
             return fallback(environ, start_response)
-        encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT"))
+        content_type = choose_encoder(environ.get("HTTP_ACCEPT"))[1]
         gzipped = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING"))
         names = parse_qs(environ.get("QUERY_STRING", "")).get("name[]")
+        fmt = OPENMETRICS if content_type.startswith("application/openmetrics-text") else TEXT
         if names:
-            body = encoder(families(*restricted(registry.collect(), set(names))))
+            body = restricted(registry.render(fmt).decode(), set(names)).encode()
             body = gzip.compress(body, GZIP_LEVEL) if gzipped else body
         else:
-            fmt = OPENMETRICS if content_type.startswith("application/openmetrics-text") else TEXT
             body = registry.render(fmt, gzipped)
         headers = [("Content-Type", content_type)] + ([("Content-Encoding", "gzip")] if gzipped else [])
         start_response("200 OK", headers)
@@ -150,15 +147,29 @@ def scrape_app(registry: ScrapeRegistry, fallback: Callable) -> Callable:
     return app
 
 
-def restricted(metrics: Iterable, names: set[str]) -> Iterator:
-    """The families of ``metrics`` cut to the samples named in ``names``, as prometheus_client's
-    ``restricted_registry`` does."""
-    for metric in metrics:
-        samples = [s for s in metric.samples if s.name in names]
-        if samples:
-            metric = copy.copy(metric)
-            metric.samples = samples
-            yield metric
+def restricted(body: str, names: set[str]) -> str:
+    """The exposition ``body`` cut to the samples named in ``names``, each with its family's header lines, as
+    prometheus_client's ``restricted_registry`` does (a family with no sample left is left out)."""
+    out: list[str] = []
+    header: list[str] = []
+    in_header = False
+    for line in body.splitlines(keepends=True):
+        if line.startswith("#"):
+            if line == EOF:
+                out.append(line)
+                continue
+            if not in_header:  # the first header line after samples starts the next family
+                header, in_header = [], True
+            header.append(line)
+            continue
+        in_header = False
+        brace, space = line.find("{"), line.find(" ")
+        if line[:brace if 0 <= brace < space else space] in names:
+            if header:
+                out.extend(header)
+                header = []
+            out.append(line)
+    return "".join(out)
 
 
 class ScrapeEndpoint:

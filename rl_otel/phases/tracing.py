@@ -3,8 +3,12 @@
 ``tracing=`` of :func:`rl_otel.init` is checked here, once: ``None`` (no span processor: phases build no SDK span,
 only span contexts for carriers and parents - see :class:`PhaseTracer`),
 ``"console"`` (JSON lines on stderr), ``{"exporter": "jsonl", "path": ...}``, ``{"exporter": "otlp",
-"endpoint": ..., "protocol": "http/protobuf" | "grpc"}`` (needs ``opentelemetry-exporter-otlp``) or a
-``SpanExporter`` instance.
+"endpoint": ..., "protocol": "http/protobuf" | "grpc"}`` (needs ``opentelemetry-exporter-otlp``; the endpoint is
+the traces URL, and what is not given comes from the ``OTEL_EXPORTER_OTLP_*`` variables, see
+:mod:`rl_otel.exporters.otel_env`) or a ``SpanExporter`` instance.
+
+``tracer_provider=`` of :func:`rl_otel.init` replaces rl_otel's provider with the user's: phases become spans of
+the user's traces (a phase opened inside a user span is its child), exported by the user's processors.
 """
 
 from __future__ import annotations
@@ -16,18 +20,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, Tracer, TracerProvider
-from opentelemetry.sdk.trace.export import (BatchSpanProcessor, SimpleSpanProcessor, SpanExporter,
-                                            SpanExportResult)
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, Tracer, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import (INVALID_SPAN_ID, INVALID_TRACE_ID, NonRecordingSpan, Span, SpanContext, TraceFlags,
-                               get_current_span)
+                                 get_current_span)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from rl_otel.core.options import check_known
 from rl_otel.errors import ConfigurationError
+from rl_otel.exporters.otel_env import SignalConfig, signal_config
 
 _EXPORTERS = ("console", "jsonl", "otlp")
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -37,8 +42,7 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 class TracingConfig:
     exporter: str | SpanExporter
     path: str | None = None
-    endpoint: str | None = None
-    protocol: str = "http/protobuf"
+    otlp: SignalConfig | None = None  # exporter "otlp": where the spans go, resolved with the OTEL_* variables
 
 
 def tracing_config(value: object) -> TracingConfig | None:
@@ -59,17 +63,19 @@ def tracing_config(value: object) -> TracingConfig | None:
     if exporter not in _EXPORTERS:
         raise ConfigurationError(f"tracing exporter must be one of {list(_EXPORTERS)} or a SpanExporter, "
                                  f"got {exporter!r}")
-    path, endpoint, protocol = value.get("path"), value.get("endpoint"), value.get("protocol", "http/protobuf")
+    path, endpoint, protocol = value.get("path"), value.get("endpoint"), value.get("protocol")
     if exporter == "jsonl" and (not isinstance(path, (str, os.PathLike)) or not str(path)):
         raise ConfigurationError(f"tracing exporter 'jsonl' needs a 'path' (a file name), got {path!r}")
     if endpoint is not None and not isinstance(endpoint, str):
-        raise ConfigurationError(f"tracing endpoint must be a str like 'http://collector:4318', got {endpoint!r}")
-    if protocol not in ("http/protobuf", "grpc"):
-        raise ConfigurationError(f"tracing protocol must be 'http/protobuf' or 'grpc', got {protocol!r}")
+        raise ConfigurationError(f"tracing endpoint must be a str like 'http://collector:4318/v1/traces', got "
+                                 f"{endpoint!r}")
+    signal = None
     if exporter == "otlp":
-        _otlp_class(protocol)  # fail at init, not at the first span
-    return TracingConfig(exporter=exporter, path=None if path is None else os.fspath(path), endpoint=endpoint,
-                         protocol=protocol)
+        from rl_otel.exporters.otlp import exporter_class
+
+        signal = signal_config("traces", url=endpoint, protocol=protocol, what="tracing")
+        exporter_class(signal)  # fail at init, not at the first span
+    return TracingConfig(exporter=exporter, path=None if path is None else os.fspath(path), otlp=signal)
 
 
 class UrandomIdGenerator(IdGenerator):
@@ -94,7 +100,7 @@ class JsonLinesSpanExporter(SpanExporter):
 
     def __init__(self, stream: IO[str] | None = None, path: str | None = None) -> None:
         self._owned = path is not None
-        self._stream = open(path, "a", encoding="utf-8") if path is not None else (stream or sys.stderr)  # noqa: SIM115
+        self._stream = open(path, "a", encoding="utf-8") if path is not None else (stream or sys.stderr)
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -113,21 +119,20 @@ class JsonLinesSpanExporter(SpanExporter):
                 self._stream.close()
 
 
-def _otlp_class(protocol: str) -> Any:
-    try:
-        if protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    except ImportError as exc:
-        raise ConfigurationError("tracing exporter 'otlp' needs the OTLP exporter: pip install "
-                                 "'rl-otel[otlp]' (opentelemetry-exporter-otlp)") from exc
-    return OTLPSpanExporter
+class OwnTracerProvider(TracerProvider):
+    """rl_otel's TracerProvider: remembers whether a span processor was ever added to it, which the SDK offers
+    no public way to ask, so that a phase can skip building spans nobody would receive."""
+
+    has_span_processor = False
+
+    def add_span_processor(self, span_processor: SpanProcessor) -> None:
+        super().add_span_processor(span_processor)
+        self.has_span_processor = True
 
 
-def build_tracer_provider(config: TracingConfig | None, resource: Resource) -> TracerProvider:
+def build_tracer_provider(config: TracingConfig | None, resource: Resource) -> OwnTracerProvider:
     """A TracerProvider with random IDs and the configured exporter (none for ``config=None``)."""
-    provider = TracerProvider(resource=resource, id_generator=UrandomIdGenerator())
+    provider = OwnTracerProvider(resource=resource, id_generator=UrandomIdGenerator())
     if config is None:
         return provider
     exporter = config.exporter
@@ -136,11 +141,25 @@ def build_tracer_provider(config: TracingConfig | None, resource: Resource) -> T
     elif exporter == "jsonl":
         provider.add_span_processor(BatchSpanProcessor(JsonLinesSpanExporter(path=config.path)))
     elif exporter == "otlp":
-        cls = _otlp_class(config.protocol)
-        provider.add_span_processor(BatchSpanProcessor(cls(endpoint=config.endpoint) if config.endpoint else cls()))
+        from rl_otel.exporters.otlp import span_exporter
+
+        provider.add_span_processor(BatchSpanProcessor(span_exporter(config.otlp)))
     else:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
+
+
+def check_tracer_provider(value: object, tracing: object) -> Any:
+    """Check ``init(tracer_provider=...)``: ``None`` (rl_otel's own) or an OpenTelemetry ``TracerProvider`` (the
+    SDK's, or the global one from ``opentelemetry.trace.get_tracer_provider()``), given without ``tracing=``."""
+    if value is None:
+        return None
+    if not isinstance(value, trace_api.TracerProvider):
+        raise ConfigurationError(f"tracer_provider must be an opentelemetry TracerProvider, got {value!r}")
+    if tracing is not None and tracing is not False:
+        raise ConfigurationError("tracing= configures rl_otel's own TracerProvider; with tracer_provider= your "
+                                 "provider's span processors export the phases (leave tracing= out)")
+    return value
 
 
 class PhaseTracer:
@@ -161,15 +180,10 @@ class PhaseTracer:
         self._sdk = isinstance(tracer, Tracer)  # a no-op tracer (OTEL_SDK_DISABLED) keeps its own behaviour
 
     def recording(self) -> bool:
-        """False when the provider has no span processor (spans would reach nobody). Reads SDK internals
-        (``_active_span_processor._span_processors``, ``_is_enabled``, opentelemetry-sdk is pinned); when they
-        cannot be read, spans are recorded as the SDK makes them."""
-        if not self._sdk:
-            return True
-        try:
-            return bool(self._provider._active_span_processor._span_processors) or not self.tracer._is_enabled()
-        except Exception:
-            return True
+        """False when rl_otel's own provider has no span processor (spans would reach nobody). A user's provider
+        (``tracer_provider=``) always gets its spans: whether it can receive them is its own business."""
+        provider = self._provider
+        return not self._sdk or not isinstance(provider, OwnTracerProvider) or provider.has_span_processor
 
     def context_only(self, name: str, context: Context | None) -> Span:
         """What ``tracer.start_span(name, context)`` would return, less the recording: a :class:`NonRecordingSpan`

@@ -3,19 +3,24 @@
 Why a fan-out beside the OTel pipeline and not an OTel exporter: a metric exporter sees aggregated points in
 base units, keyed by instrument name and attributes, at collection time - not the user's keys, GiB and step.
 Turning them back would need a reverse mapping per key and would mirror a *collection*, not a step. The bridge
-instead takes the ``{key: value}`` that ``Telemetry.log`` has already flattened, coerced and routed, after the
-same checks that admit a value to Prometheus: one data path, two views.
+instead takes the ``{key: value}`` that ``Telemetry.log`` has flattened and coerced, every key as the user logged
+it, before any Prometheus rule (routing, caps, name collisions): one step, two views.
 
-Fault isolation: ``submit`` never blocks and never raises. Each worker owns a bounded queue; when a sink falls
-behind (hung, slow disk) the oldest step is dropped and counted (``reason="queue_full"``). Only a caller that asks
-to (``wait=True``: a replay of history, from a thread that may wait) waits for a slow sink instead - half its
-queue, never for a hung one. A call into a sink that
-runs longer than ``close_timeout_s`` is counted once as ``reason="timeout"`` (seen at the next ``submit``: no
-watchdog thread); a thread cannot be killed, so the call is left to finish, and the sink goes on if it ever
-returns. A sink that raises is counted and logged once per reason; the other sinks go on. ``close()`` drains every
-queue and closes every sink under one deadline; a worker still stuck then is abandoned (daemon thread) and counted
-("close_timeout"). Signals are handled by :mod:`rl_otel.core.signals`, which calls ``Telemetry.close``/``flush``.
-Thread-safe: ``submit`` may be called from several threads; ``close`` runs once.
+Fault isolation: each sink has a worker of its own, :class:`rl_otel.core.worker.Worker` (the one queue worker of
+rl_otel, with the metrics worker's policy and ``when_full="drop_oldest"``). ``submit`` never blocks and never
+raises: when a sink falls behind (hung, slow disk) and its bounded queue (``sink_queue_size``) is full, the oldest
+step is dropped and counted (``reason="queue_full"``). Only a caller that asks to (``wait=True``: a replay of
+history, from a thread that may wait) waits for a slow sink instead - for room in half its queue, never for a hung
+one. A call into a sink that runs longer than ``close_timeout_s`` is counted once as ``reason="timeout"`` (seen at
+the next ``submit``: no watchdog thread); a thread cannot be killed, so the call is left to finish, and the sink
+goes on if it ever returns. A sink that raises is counted and logged once per reason; the other sinks go on.
+``close()`` drains every queue and closes every sink under one deadline; a worker still stuck then is abandoned
+(daemon thread) and counted ("close_timeout"). Signals are handled by :mod:`rl_otel.core.signals`, which calls
+``Telemetry.close``/``flush``. Thread-safe: ``submit`` may be called from several threads; ``close`` runs once.
+
+A worker's thread starts with its sink's first step. In a forked child each worker starts over empty with a thread
+of its own, so what the child logs reaches the (inherited) sinks and its ``flush()`` works; the child flushes the
+sinks at its exit but leaves closing them to the parent that opened them.
 """
 
 from __future__ import annotations
@@ -24,11 +29,10 @@ import atexit
 import errno
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 
+from rl_otel.core.worker import Worker, reset_in_forked_child
 from rl_otel.sinks.base import Metrics, Sink, SinkError
-
 
 OnError = Callable[[str, str, "BaseException | None"], None]  # (sink, reason, exception)
 _DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
@@ -42,111 +46,6 @@ def error_reason(exc: BaseException) -> str:
     return "exception"
 
 
-class _Worker:
-    def __init__(self, name: str, sink: Sink, queue_size: int, timeout_s: float, on_error: OnError) -> None:
-        self.name = name
-        self.sink = sink
-        self._maxlen = queue_size
-        self._timeout_s = timeout_s
-        self._started = 0.0  # when the call in progress began
-        self._timed_out = False  # the call in progress was already counted as a timeout
-        self._items: deque[tuple[Metrics, int]] = deque()
-        self._cond = threading.Condition()
-        self._busy = False
-        self._flush_wanted = False
-        self._closing = False
-        self._ended = False  # the worker has left _run: nobody will ever clear _flush_wanted again
-        self._on_error = on_error
-        self.thread = threading.Thread(target=self._run, name=f"rl_otel-sink-{name}", daemon=True)
-        self.thread.start()
-
-    def _stuck(self) -> bool:
-        return self._busy and time.monotonic() - self._started > self._timeout_s
-
-    def submit(self, metrics: Metrics, step: int, wait_until: float | None = None) -> None:
-        with self._cond:
-            if self._closing:
-                return
-            room = max(1, self._maxlen // 2)  # a waiting caller fills half the queue: the rest is for those that
-            if wait_until is not None and len(self._items) >= room and not self._stuck():  # never wait (training)
-                # a caller that may wait: for room, unless the sink is hung (then the oldest step goes, as always)
-                self._cond.wait_for(lambda: self._closing or len(self._items) < room or self._stuck(),
-                                    timeout=max(0.0, wait_until - time.monotonic()))
-                if self._closing:
-                    return
-            hung = self._busy and not self._timed_out and time.monotonic() - self._started > self._timeout_s
-            if hung:
-                self._timed_out = True
-            dropped = len(self._items) >= self._maxlen
-            if dropped:
-                self._items.popleft()
-            self._items.append((metrics, step))
-            self._cond.notify_all()  # the worker, whatever else waits on the condition (flush, a waiting submit)
-        if hung:
-            self._on_error(self.name, "timeout", None)
-        if dropped:
-            self._on_error(self.name, "queue_full", None)
-
-    def _run(self) -> None:
-        try:
-            self._work()
-        finally:
-            with self._cond:
-                self._ended = True
-                self._cond.notify_all()
-
-    def _work(self) -> None:
-        while True:
-            with self._cond:
-                while not (self._items or self._closing or self._flush_wanted):
-                    self._cond.wait()
-                if self._items:
-                    job: tuple[Metrics, int] | None = self._items.popleft()
-                    self._cond.notify_all()  # room: a submit waiting for it goes on
-                elif self._flush_wanted:
-                    job, self._flush_wanted = None, False
-                else:  # closing, and nothing left to write
-                    break
-                self._busy, self._started, self._timed_out = True, time.monotonic(), False
-            try:
-                if job is not None:
-                    self.sink.log(*job)
-                elif callable(getattr(self.sink, "flush", None)):
-                    self.sink.flush()
-            except Exception as exc:
-                self._on_error(self.name, error_reason(exc), exc)
-            finally:
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
-        try:
-            self.sink.close()
-        except Exception as exc:
-            self._on_error(self.name, error_reason(exc), exc)
-
-    def flush(self, deadline: float) -> bool:
-        """Wait until every queued step is handed to the sink and the sink's own ``flush()`` (if it has one: a
-        writer with a buffer of its own, like TensorBoard's) has run after them. Once the worker has ended (after
-        ``close()``) nobody is left to wait for: done if nothing is left queued."""
-        with self._cond:
-            self._flush_wanted = True
-            self._cond.notify_all()
-            done = self._cond.wait_for(lambda: self._ended or not (self._items or self._busy or self._flush_wanted),
-                                       timeout=max(0.0, deadline - time.monotonic()))
-            return done and not self._items
-
-    def begin_close(self) -> None:
-        """Stop taking steps; the worker writes what is queued, closes its sink and ends."""
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-
-    def close(self, deadline: float) -> bool:
-        self.begin_close()
-        self.thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        return not self.thread.is_alive()
-
-
 class Bridge:
     """Fans ``(metrics, step)`` out to sinks. Build it with :func:`rl_otel.sinks.bridge.build_bridge`."""
 
@@ -156,28 +55,58 @@ class Bridge:
                  close_timeout_s: float = 10.0) -> None:
         self._on_error = on_error
         self._close_timeout_s = close_timeout_s
-        # a call longer than close() would wait for is a hung call
-        self._workers = [_Worker(name, sink, queue_size, close_timeout_s, on_error) for name, sink in sinks]
+        self._names = tuple(name for name, _ in sinks)
+        self._workers = [self._worker(name, sink, queue_size) for name, sink in sinks]
         self._closed = False
         self._close_lock = threading.Lock()
+        reset_in_forked_child(self)
         atexit.register(self.close)
+
+    def _after_fork(self) -> None:
+        self._close_lock = threading.Lock()  # the parent's may have been held by another thread
+
+    def _worker(self, name: str, sink: Sink, queue_size: int) -> Worker[tuple[Metrics, int]]:
+        on_error = self._on_error
+
+        def write(item: tuple[Metrics, int]) -> None:
+            try:
+                sink.log(*item)
+            except Exception as exc:
+                on_error(name, error_reason(exc), exc)
+
+        def guarded(call: Callable[[], object]) -> Callable[[], None]:
+            def run() -> None:
+                try:
+                    call()
+                except Exception as exc:
+                    on_error(name, error_reason(exc), exc)
+            return run
+
+        flush = getattr(sink, "flush", None)  # a writer with a buffer of its own, like TensorBoard's
+        # a call longer than close() would wait for is a hung call
+        return Worker(name=f"rl_otel-sink-{name}", handle=write, queue_size=queue_size,
+                      timeout_s=self._close_timeout_s, when_full="drop_oldest",
+                      on_error=lambda reason: on_error(name, reason, None),
+                      on_flush=guarded(flush) if callable(flush) else None, on_close=guarded(sink.close))
 
     @property
     def sink_names(self) -> tuple[str, ...]:
-        return tuple(w.name for w in self._workers)
+        return self._names
 
     def submit(self, metrics: Metrics, step: int, wait: bool = False) -> None:
         """Queue one step for every sink. Never raises; ``metrics`` must not change afterwards. Never blocks
         unless ``wait``: then a sink half its queue behind is waited for (``close_timeout_s`` at most in all; a
         hung sink is not), so that a burst loses no step and leaves room for the callers that never wait."""
         until = time.monotonic() + self._close_timeout_s if wait else None
+        item = (metrics, step)
         for worker in self._workers:
-            worker.submit(metrics, step, until)
+            worker.submit(item, None, until)
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Wait until every queued step is written (or ``timeout_s`` passes). True if all were."""
+        """Wait until every step queued before the call is written and each sink's own ``flush()`` (if it has
+        one) has run after them, or ``timeout_s`` passes (default ``close_timeout_s``). True if all were."""
         deadline = time.monotonic() + (self._close_timeout_s if timeout_s is None else timeout_s)
-        return all([w.flush(deadline) for w in self._workers])
+        return all([w.flush(max(0.0, deadline - time.monotonic())) for w in self._workers])
 
     def close(self) -> None:
         """Write what is queued, close every sink, within ``close_timeout_s`` in all. Idempotent."""
@@ -189,9 +118,8 @@ class Bridge:
         deadline = time.monotonic() + self._close_timeout_s
         for worker in self._workers:  # all drain at once; one deadline for all
             worker.begin_close()
-        for worker in self._workers:
-            if not worker.close(deadline):
-                self._on_error(worker.name, "close_timeout", None)
+        for worker in self._workers:  # a worker still stuck at the deadline counts its "close_timeout"
+            worker.close(max(0.0, deadline - time.monotonic()))
 
 
 class NullBridge:
