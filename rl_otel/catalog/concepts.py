@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 __all__ = ["CONCEPTS", "Concept", "Source", "concept"]
 
 _SELECTOR = re.compile(r'([a-z_][a-z0-9_]*)(?:\{(.*)\})?')
-_MATCHER = re.compile(r'\s*(\w+)\s*(=~|!=|!~|=)\s*"((?:[^"\\]|\\.)*)"\s*')
+_MATCHER = re.compile(r'(\w+)\s*(=~|!=|!~|=)\s*"((?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,7 @@ class Source:
         m = _SELECTOR.fullmatch(self.selector)
         if m is None or not m.group(2):
             return ()
-        return tuple(_MATCHER.fullmatch(part).groups()  # type: ignore[union-attr]
-                     for part in _split_matchers(m.group(2)))
+        return tuple(match.groups() for match in _MATCHER.finditer(m.group(2)))
 
     def promql(self, extra: str = "") -> str:
         """The selector (with ``extra`` matchers such as Grafana's ``run=~"$run"`` added) and its relabelling."""
@@ -56,28 +55,6 @@ class Source:
         for name, value in self.set_labels:
             sel = f'label_replace({sel}, "{name}", "{value}", "", "")'
         return sel
-
-
-def _split_matchers(text: str) -> list[str]:
-    parts, depth, current, quoted = [], 0, [], False
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\" and quoted:
-            current.append(text[i:i + 2])
-            i += 2
-            continue
-        if c == '"':
-            quoted = not quoted
-        if c == "," and not quoted and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(c)
-        i += 1
-    if "".join(current).strip():
-        parts.append("".join(current))
-    return parts
 
 
 @dataclass(frozen=True)
@@ -97,14 +74,10 @@ class Concept:
     sources: tuple[Source, ...]
     by: tuple[str, ...] = field(default=())
 
-    def expr(self) -> str:
-        """``agg by (job, run, ...) (s1) or agg by (job, run, ...) (s2) ...``."""
-        by = ", ".join(("job", "run", *self.by))
-        return " or ".join(f"{self.agg} by ({by}) ({s.promql()})" for s in self.sources)
-
-    def panel_expr(self, matchers: str, by: tuple[str, ...] = ("run",)) -> str:
-        """The dashboard form: each source filtered by ``matchers`` (Grafana's ``job=~"$job", run=~"$run"``),
-        reduced ``by`` the given labels plus the concept's own."""
+    def expr(self, matchers: str = "", by: tuple[str, ...] = ("job", "run")) -> str:
+        """``agg by (job, run, ...) (s1) or agg by (job, run, ...) (s2) ...``: the recording rule's form; the
+        dashboard's filters each source by ``matchers`` (Grafana's ``job=~"$job", run=~"$run"``) and reduces
+        ``by=("run",)``. The concept's own ``by`` labels are always kept."""
         labels = ", ".join(dict.fromkeys((*by, *self.by)))
         return " or ".join(f"{self.agg} by ({labels}) ({s.promql(matchers)})" for s in self.sources)
 

@@ -74,17 +74,18 @@ def fallback_name(key: str) -> str:
 
 
 # Unit spellings of keys without a catalog entry: (key pattern, UCUM unit, scale to the base unit, tracker unit).
-# The matched spelling is dropped from the name and the base unit's word appended (`step_time_ms` ->
-# `..._step_time_seconds`, x 1e-3). First match wins; the prefixes are the frameworks' timing namespaces.
+# The group ``u`` is the unit's spelling, dropped from the name, where the base unit's word is appended instead
+# (`step_time_ms` -> `..._step_time_seconds`, x 1e-3); words such as `_time` stay. First match wins; the prefixes
+# are the frameworks' timing namespaces.
 _UNIT_SPELLINGS: tuple[tuple[re.Pattern[str], str, float, str], ...] = (
-    (re.compile(r"(?i)(?:_ms|_millis(?:econds)?|\(ms\))$"), "s", 1e-3, "ms"),
-    (re.compile(r"(?i)^(?:timing|timing_per_token|time)(_ms)/"), "s", 1e-3, "ms"),
-    (re.compile(r"(?i)(?:_s|_sec|_secs|_seconds|\(s\))$"), "s", 1.0, ""),
-    (re.compile(r"(?i)^(?:time|timing|timer|timers)(_s)?/"), "s", 1.0, ""),
-    (re.compile(r"(?i)(?:[_/](?:time|runtime|duration|latency|elapsed))$"), "s", 1.0, ""),
-    (re.compile(r"(?i)(?:_gib|_gb|\(gb\)|\(gib\))$"), "By", float(2**30), "GiBy"),
-    (re.compile(r"(?i)(?:_mib|_mb|\(mb\)|\(mib\))$"), "By", float(2**20), "MiBy"),
-    (re.compile(r"(?i)(?:_bytes)$"), "By", 1.0, ""),
+    (re.compile(r"(?i)(?P<u>_ms|_millis(?:econds)?|\(ms\))$"), "s", 1e-3, "ms"),
+    (re.compile(r"(?i)^(?:timing|timing_per_token|time)(?P<u>_ms)/"), "s", 1e-3, "ms"),
+    (re.compile(r"(?i)(?P<u>_s|_sec|_secs|_seconds|\(s\))$"), "s", 1.0, ""),
+    (re.compile(r"(?i)^(?:time|timing|timer|timers)(?P<u>_s)?/"), "s", 1.0, ""),
+    (re.compile(r"(?i)[_/](?:time|runtime|duration|latency|elapsed)$"), "s", 1.0, ""),
+    (re.compile(r"(?i)(?P<u>_gib|_gb|\(gb\)|\(gib\))$"), "By", float(2**30), "GiBy"),
+    (re.compile(r"(?i)(?P<u>_mib|_mb|\(mb\)|\(mib\))$"), "By", float(2**20), "MiBy"),
+    (re.compile(r"(?i)(?P<u>_bytes)$"), "By", 1.0, ""),
 )
 _BASE_WORD = {"s": "seconds", "By": "bytes"}
 
@@ -103,16 +104,10 @@ def infer_unit(key: str) -> tuple[str, float, str, str]:
     """
     for pattern, unit, scale, tracker_unit in _UNIT_SPELLINGS:
         m = pattern.search(key)
-        if m is None:
-            continue
-        stem = key
-        suffix = m.group(0)
-        if m.start() == 0 and m.lastindex:  # a unit inside a prefix: timing_s/gen -> timing/gen
-            stem = key[: m.start(1)] + key[m.end(1):]
-        elif m.end() == len(key) and m.start() > 0 and suffix[0] in "_(" and suffix.lower().lstrip("_(").rstrip(")") \
-                not in ("time", "runtime", "duration", "latency", "elapsed"):
-            stem = key[: m.start()]
-        return unit, scale, tracker_unit, stem
+        if m is not None:
+            spelled = "u" in pattern.groupindex and m.group("u") is not None
+            stem = key[: m.start("u")] + key[m.end("u"):] if spelled else key
+            return unit, scale, tracker_unit, stem
     return "1", 1.0, "", key
 
 

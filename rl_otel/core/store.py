@@ -221,11 +221,7 @@ class SeriesStore:
                     if len(key) == len(want) and dict(key) == want:
                         if self._ttl_ns is not None and fam.expires and now - point[1] > self._ttl_ns:
                             return None  # expired: the next scrape leaves it out
-                        value = point[0]
-                        if fam.spec.kind is Kind.HISTOGRAM:
-                            return HistogramValue(value.counts.tolist(), value.sum, value.count, value.min,
-                                                  value.max)
-                        return value
+                        return _histogram_value(point[0]) if fam.spec.kind is Kind.HISTOGRAM else point[0]
                 return None
             if name in (self._dropped_spec.name, self._dropped_spec.prometheus_name) and list(want) == ["metric"]:
                 dropped = self._dropped.get(want["metric"])
@@ -285,10 +281,13 @@ class SeriesStore:
         return [_to_metric(fam, now) for fam in (*self.live(), *self.snapshot()[1]) if not fam.scrape_only]
 
 
+def _histogram_value(h: BulkHistogram) -> HistogramValue:
+    return HistogramValue(h.counts.tolist(), h.sum, h.count, h.min, h.max)
+
+
 def _frozen(fam: _Family) -> list[tuple[Labels, float | HistogramValue]]:
     if fam.spec.kind is Kind.HISTOGRAM:
-        return [(labels, HistogramValue(h.counts.tolist(), h.sum, h.count, h.min, h.max))
-                for labels, (h, *_) in fam.points.items()]
+        return [(labels, _histogram_value(h)) for labels, (h, *_) in fam.points.items()]
     return [(labels, point[0]) for labels, point in fam.points.items()]  # floats: write() and increment() store floats
 
 

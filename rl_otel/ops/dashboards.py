@@ -71,11 +71,10 @@ def _heat(metric: str, title: str, sel: str = RUN) -> Panel:
     return Panel(title, (_q(f"sum by (le) (increase({metric}_bucket{{{sel}}}[{RATE}]))", "{{le}}"),), kind="heatmap")
 
 
-def _concept(name: str, title: str, legend: str = "{{run}}", **kw: object) -> Panel:
-    """A panel of one concept: every framework's series of it, reduced per run (see rl_otel.catalog.concepts)."""
-    c = concept(name)
-    return Panel(title, (_q(c.panel_expr(RUN), legend),), concept=name, unit=kw.pop("unit", "") or _UNITS.get(c.unit, ""),
-                 description=str(kw.pop("description", "")) or c.description, **kw)  # type: ignore[arg-type]
+def _concept(name: str, title: str, legend: str = "{{run}}", threshold: float | None = None) -> Panel:
+    """A panel of one concept: every framework's series of it, reduced per run (see rl_otel.catalog.concepts);
+    its unit and description are the concept's."""
+    return Panel(title, (_q(concept(name).expr(RUN, by=("run",)), legend),), threshold=threshold, concept=name)
 
 
 _UNITS = {"s": "s", "By": "bytes", "{token}": "short", "{token}/s": "short"}
@@ -243,7 +242,7 @@ def fleet(t: Thresholds) -> Dashboard:
             _q(f"run:rl_tokens_per_second:sum{{{sel}}}", "{{run}}"),
             _q(f"run:rl_tokens_per_second:sum_avg{t.throughput_window}{{{sel}}}",
                f"{{{{run}}}} avg {t.throughput_window}")), concept="throughput"),
-        *(Panel(title, (_q(f"{concept(c).record}{{{sel}}}", legend),), concept=c, unit=_UNITS.get(concept(c).unit, ""))
+        *(Panel(title, (_q(f"{concept(c).record}{{{sel}}}", legend),), concept=c)
           for c, title, legend in (
               ("ref_kl", "KL to the reference per run", "{{run}}"),
               ("policy_loss", "Policy loss per run", "{{run}}"),
@@ -324,7 +323,8 @@ def _variables() -> list[dict[str, object]]:
 
 def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, object]:
     spec = _first_spec(panel)
-    unit = panel.unit or (grafana_unit(spec) if spec else "short")
+    unit = panel.unit or (_UNITS.get(concept(panel.concept).unit, "") if panel.concept else "") or (
+        grafana_unit(spec) if spec else "short")
     description = panel.description or (concept(panel.concept).description if panel.concept else "") or (
         spec.description if spec else "")
     defaults: dict[str, object] = {"unit": unit}
