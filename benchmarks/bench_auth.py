@@ -22,7 +22,7 @@ import yaml  # noqa: E402
 
 import rl_otel  # noqa: E402
 from common import Row  # noqa: E402
-from rl_otel.exporters.webconfig import BasicAuth  # noqa: E402
+from rl_otel._internal.exporters.webconfig import BasicAuth  # noqa: E402
 from tests.certs import make_pki  # noqa: E402
 
 

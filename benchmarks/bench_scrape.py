@@ -118,7 +118,7 @@ def measure(repeat: int) -> dict[str, float]:
 
     import node
     import rl_otel
-    from rl_otel.exporters.exposition import OPENMETRICS, TEXT
+    from rl_otel._internal.exporters.exposition import OPENMETRICS, TEXT
 
     tel = rl_otel.init(run="bench", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False)
     out: dict[str, float] = {}

@@ -17,14 +17,14 @@ from rl_otel.sinks.base import Sink, register_sink
 
 if TYPE_CHECKING:
     from rl_otel.catalog import Catalog, default_catalog
-    from rl_otel.core.store import HistogramValue
-    from rl_otel.core.telemetry import Telemetry
+    from rl_otel._internal.pipeline.store import HistogramValue
+    from rl_otel.telemetry import Telemetry
 
 __all__ = ["Catalog", "ConfigurationError", "HistogramValue", "PortInUseError", "Sink", "Telemetry", "__version__",
            "default_catalog", "init", "register_sink"]
 
 # public names whose modules load the OTel SDK or numpy: imported on first access (module __getattr__)
-_LAZY = {"Telemetry": "rl_otel.core.telemetry", "HistogramValue": "rl_otel.core.store", "Catalog": "rl_otel.catalog",
+_LAZY = {"Telemetry": "rl_otel.telemetry", "HistogramValue": "rl_otel._internal.pipeline.store", "Catalog": "rl_otel.catalog",
          "default_catalog": "rl_otel.catalog"}
 
 
@@ -115,9 +115,9 @@ def init(
         ImportError when a tracker's package is missing (the message says what to install).
     """
     from rl_otel.catalog import default_catalog as _default_catalog
-    from rl_otel.core.config import build_config
-    from rl_otel.core.telemetry import Telemetry as _Telemetry
-    from rl_otel.sinks.config import load_config_file
+    from rl_otel._internal.runtime.config import build_config
+    from rl_otel.telemetry import Telemetry as _Telemetry
+    from rl_otel._internal.trackers.config import load_config_file
 
     given = dict(run=run, rank=rank, role=role, prometheus=prometheus, max_series_per_metric=max_series_per_metric,
                  max_unknown_keys=max_unknown_keys, series_ttl_s=series_ttl_s, track_with=track_with,

@@ -22,7 +22,7 @@ from tests.promtools import promtool_check, samples, scrape
 from tests._sinks import Recorder, run_script, tel_errors
 
 import rl_otel
-from rl_otel.phases import live
+from rl_otel._internal.probes import live
 
 
 def test_hung_sink_call_is_counted_as_a_timeout_and_log_never_waits():

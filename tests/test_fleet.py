@@ -127,7 +127,7 @@ def test_file_sd_close_leaves_a_successor_file_alone(tmp_path):
 
 
 def test_file_sd_close_leaves_a_successor_file_with_the_same_bytes_alone(tmp_path):
-    from rl_otel.exporters.file_sd import TargetsFile
+    from rl_otel._internal.exporters.file_sd import TargetsFile
 
     path = tmp_path / "rl_otel-r-rank1.json"
     old = TargetsFile(path, "node-1:9464", {"run": "r", "rank": "1"})

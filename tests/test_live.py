@@ -13,7 +13,7 @@ from tests.promtools import promtool_check, samples, scrape
 
 import rl_otel
 from rl_otel.catalog import live as specs
-from rl_otel.phases.live import NvmlPoller, torch_process_memory, visible_devices
+from rl_otel._internal.probes.live import NvmlPoller, torch_process_memory, visible_devices
 
 
 def served(monkeypatch, nvml=None, cuda=None):

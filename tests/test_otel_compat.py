@@ -1,4 +1,4 @@
-"""The one adapter over a dependency's private API (rl_otel/exporters/_otel_compat.py), and the rule that no other
+"""The one adapter over a dependency's private API (rl_otel/_internal/exporters/otel_compat.py), and the rule that no other
 module uses one. These fail loudly when an OpenTelemetry upgrade moves what the adapter reads - or adds the public
 hook that makes it unnecessary."""
 
@@ -12,9 +12,9 @@ from opentelemetry.sdk.metrics.export import (AggregationTemporality, ConsoleMet
                                               PeriodicExportingMetricReader)
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation
 
-from rl_otel.exporters._otel_compat import exporter_preferences
-from rl_otel.exporters.otel_env import signal_config
-from rl_otel.exporters.otlp import metric_exporter, temporality_map
+from rl_otel._internal.exporters.otel_compat import exporter_preferences
+from rl_otel._internal.exporters.otel_env import signal_config
+from rl_otel._internal.exporters.otlp import metric_exporter, temporality_map
 
 PACKAGE = Path(__file__).resolve().parent.parent / "rl_otel"
 DELTA, CUMULATIVE = AggregationTemporality.DELTA, AggregationTemporality.CUMULATIVE
@@ -31,7 +31,7 @@ def test_exporter_preferences_are_read_as_the_sdk_stores_them():
 
 def test_the_sdk_still_has_no_public_getter():
     """When this fails, the SDK grew a public way to read an exporter's preferences: use it in otlp.py and delete
-    rl_otel/exporters/_otel_compat.py."""
+    rl_otel/_internal/exporters/otel_compat.py."""
     public = {name for name in dir(MetricExporter) if not name.startswith("_")}
     assert public == {"export", "force_flush", "shutdown"}
     reader = PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=float("inf"))

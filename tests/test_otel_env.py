@@ -6,7 +6,7 @@ import pytest
 
 import rl_otel
 from rl_otel import ConfigurationError
-from rl_otel.exporters.otel_env import export_interval_s, parse_headers, selected, signal_config, temporality
+from rl_otel._internal.exporters.otel_env import export_interval_s, parse_headers, selected, signal_config, temporality
 from tests.promtools import samples, scrape
 
 

@@ -18,7 +18,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 import rl_otel
 from rl_otel.catalog import Kind, default_catalog
-from rl_otel.exporters.exposition import families
+from rl_otel._internal.exporters.exposition import families
 from tests.promtools import OPENMETRICS, promtool_check, scrape
 
 

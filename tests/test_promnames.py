@@ -7,7 +7,7 @@ import pytest
 from opentelemetry.exporter.prometheus import _mapping as stock
 
 from rl_otel.catalog import default_catalog
-from rl_otel.exporters import promnames
+from rl_otel._internal.exporters import promnames
 
 UNITS = ["", "1", "s", "ms", "By", "GiBy", "KiBy", "%", "Cel", "Hz", "{token}", "{token}/s", "By/s", "m/s", "1/s",
          "/s", "s/", "{a}/{b}", "tokens/s", "foo-bar", "_x_", "1/{step}", "W", "mo", "km/h", "x/mo"]

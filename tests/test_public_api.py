@@ -28,7 +28,7 @@ def test_dir_shows_the_public_names_and_they_resolve_lazily():
     heavy; each name resolves on access, to the object its module defines."""
     code = ("import sys, json, rl_otel; names = dir(rl_otel); "
             "heavy = sorted({'numpy', 'opentelemetry.sdk'} & set(sys.modules)); "
-            "from rl_otel.core.telemetry import Telemetry; from rl_otel.core.store import HistogramValue; "
+            "from rl_otel.telemetry import Telemetry; from rl_otel._internal.pipeline.store import HistogramValue; "
             "from rl_otel.catalog import Catalog, default_catalog; "
             "same = [rl_otel.Telemetry is Telemetry, rl_otel.HistogramValue is HistogramValue, "
             "rl_otel.Catalog is Catalog, rl_otel.default_catalog is default_catalog]; "
@@ -56,7 +56,7 @@ def test_wheel_ships_py_typed(tmp_path):
     wheel = tmp_path / "dist" / proc.stdout.strip().splitlines()[-1]
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-    assert "rl_otel/py.typed" in names and "rl_otel/core/telemetry.py" in names
+    assert "rl_otel/py.typed" in names and "rl_otel/telemetry.py" in names
 
 
 def test_import_is_light():

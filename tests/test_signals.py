@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from rl_otel.core.signals import SignalFlush
+from rl_otel._internal.runtime.signals import SignalFlush
 
 
 @pytest.fixture

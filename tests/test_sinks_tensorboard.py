@@ -95,7 +95,7 @@ def test_a_failed_write_then_a_failed_reopen_then_recovery(tmp_path, monkeypatch
     import errno
     import shutil
 
-    from rl_otel.sinks.bridge import error_reason
+    from rl_otel._internal.trackers.bridge import error_reason
     from rl_otel.sinks.tfevents import EventFileWriter
 
     log_dir = tmp_path / "tb"

@@ -13,7 +13,7 @@ import torch
 
 import rl_otel
 from rl_otel import ConfigurationError
-from rl_otel.core.worker import Worker, caller_streams, on_streams
+from rl_otel._internal.pipeline.worker import Worker, caller_streams, on_streams
 from rl_otel.stats import ppo_stats
 from tests._sinks import Recorder, tel_errors
 from tests.test_telemetry import value

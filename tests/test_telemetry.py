@@ -231,7 +231,7 @@ def test_port_in_use_is_a_clear_error(tel):
 
 
 def test_default_endpoint_binds_all_interfaces_on_9464():
-    from rl_otel.core.config import DEFAULT_HOST, DEFAULT_PORT, build_config
+    from rl_otel._internal.runtime.config import DEFAULT_HOST, DEFAULT_PORT, build_config
 
     config = build_config(run="r", rank=0, role="trainer", prometheus=True, max_series_per_metric=1,
                           max_unknown_keys=1, series_ttl_s=None)
@@ -276,7 +276,7 @@ def test_a_failing_close_step_is_counted_and_the_later_steps_still_run(caplog):
 
 
 def test_a_failing_init_step_closes_what_was_already_built(tmp_path, monkeypatch):
-    import rl_otel.core.telemetry as telemetry_module
+    import rl_otel.telemetry as telemetry_module
 
     def broken_live_gauges(*args, **kwargs):
         raise RuntimeError("live gauges exploded")
@@ -293,7 +293,7 @@ def test_a_failing_init_step_closes_what_was_already_built(tmp_path, monkeypatch
 
 def test_store_delete_removes_one_series_and_a_step_never_goes_back():
     from rl_otel.catalog import meta
-    from rl_otel.core.store import SeriesStore
+    from rl_otel._internal.pipeline.store import SeriesStore
 
     store = SeriesStore({"run": "r", "rank": "0"}, max_series_per_metric=10, ttl_s=None,
                         dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None)

@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import rl_otel
-from rl_otel.phases.tracing import UrandomIdGenerator, extract, inject, tracing_config
+from rl_otel._internal.tracing.tracing import UrandomIdGenerator, extract, inject, tracing_config
 
 
 @pytest.mark.parametrize("bad, words", [

@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from rl_otel.core.uniform_histogram import uniform_histogram
+from rl_otel._internal.pipeline.uniform_histogram import uniform_histogram
 
 FLOAT_DTYPES = st.sampled_from([np.float64, np.float32, np.float16])
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_otel.core.values import SMALL_CPU_TENSOR, BadValue, as_histogram, coerce, flatten
+from rl_otel._internal.pipeline.values import SMALL_CPU_TENSOR, BadValue, as_histogram, coerce, flatten
 
 
 def test_flatten_joins_nested_dicts_with_slashes():
@@ -52,7 +52,7 @@ def test_small_and_large_cpu_tensors_bucket_alike(n):
     float32 values on a bound and NaN/Inf left out and counted."""
     import torch
 
-    from rl_otel.core.histogram import BulkHistogram
+    from rl_otel._internal.pipeline.histogram import BulkHistogram
     from rl_otel.stats.histogram import bucket
 
     bounds = (-1.0, 0.0, 0.1, 0.5, 2.0)

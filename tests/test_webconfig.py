@@ -14,7 +14,7 @@ import yaml
 
 import rl_otel
 from rl_otel import ConfigurationError
-from rl_otel.exporters.webconfig import BasicAuth, load_web_config
+from rl_otel._internal.exporters.webconfig import BasicAuth, load_web_config
 from tests.certs import Pki, make_pki
 from tests.promtools import PrometheusServer, promtool_check, samples
 
@@ -100,7 +100,7 @@ def test_client_allowed_sans(tmp_path, pki):
 
 
 def test_client_allowed_sans_with_non_ascii_names_compare_without_raising():
-    from rl_otel.exporters.webconfig import WebConfig
+    from rl_otel._internal.exporters.webconfig import WebConfig
 
     config = WebConfig(path="web.yml", allowed_sans=frozenset({"nœud-7.cluster", "prometheus.test"}))
     assert config.san_allowed({"subjectAltName": (("DNS", "nœud-7.cluster"),)}) is True

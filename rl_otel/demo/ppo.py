@@ -25,7 +25,7 @@ from rl_otel.demo.models import Critic, Offloader, Policy
 from rl_otel.demo.task import CountingTask
 
 if TYPE_CHECKING:
-    from rl_otel.core.telemetry import Telemetry
+    from rl_otel.telemetry import Telemetry
 
 
 @dataclass(frozen=True)

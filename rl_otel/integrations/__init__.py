@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rl_otel.errors import ConfigurationError
-from rl_otel.sinks.config import FILE_KEYS
+from rl_otel._internal.trackers.config import FILE_KEYS
 
 if TYPE_CHECKING:
-    from rl_otel.core.telemetry import Telemetry
+    from rl_otel.telemetry import Telemetry
 
 # rl_otel.init()'s options an integration passes through: a config file's keys, the file itself, tracing.
 INIT_OPTIONS = (*FILE_KEYS, "config", "tracing")

@@ -36,7 +36,7 @@ except ImportError as e:
 from rl_otel.integrations import telemetry_from_options
 
 if TYPE_CHECKING:
-    from rl_otel.core.telemetry import Telemetry
+    from rl_otel.telemetry import Telemetry
 
 
 class RLOtelTracker(GeneralTracker):

@@ -48,7 +48,7 @@ except ImportError as e:
 from rl_otel.integrations import telemetry_from_options
 
 if TYPE_CHECKING:
-    from rl_otel.core.telemetry import Telemetry
+    from rl_otel.telemetry import Telemetry
 
 _log = logging.getLogger("rl_otel")
 

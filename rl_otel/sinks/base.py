@@ -2,7 +2,7 @@
 
 A sink receives one step's metrics - the keys the user logged, values in the user's units: a float for a
 scalar, a 1-d float64 ``numpy`` array for a distribution - and writes them to one tracker. Sinks run on a
-worker thread of their own (see :mod:`rl_otel.sinks.bridge`), so ``log`` may block or raise without harming
+worker thread of their own (see :mod:`rl_otel._internal.trackers.bridge`), so ``log`` may block or raise without harming
 training; it is never called from two threads at once. A sink with a buffer of its own may also have a
 ``flush()``, which ``Telemetry.flush()`` runs on that thread after the steps queued before it.
 """

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rl_otel.core.histogram import BucketCounts
+from rl_otel._internal.pipeline.histogram import BucketCounts
 from rl_otel.stats.trinity import (bootstrap_best_worst, eval_step_metrics, rollout_step_metrics, run_metrics,
                                    task_metrics)
 

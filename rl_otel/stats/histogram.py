@@ -3,7 +3,7 @@
 The per-value path (``Histogram.record`` in a loop) costs microseconds a value; here a 262,144-value tensor is
 one ``torch.bucketize`` plus a ``bincount`` and three reductions, and only ``len(bounds) + 5`` numbers reach the
 host. The counts are exact: for float32 inputs the bounds are rounded *down* to float32, so ``v <= bound``
-holds in float32 exactly when it holds in float64 (what :class:`~rl_otel.core.histogram.BulkHistogram`
+holds in float32 exactly when it holds in float64 (what :class:`~rl_otel._internal.pipeline.histogram.BulkHistogram`
 computes from the same values).
 """
 
@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import torch
 
-from rl_otel.core.histogram import BucketCounts
+from rl_otel._internal.pipeline.histogram import BucketCounts
 
 _HALF = (torch.float16, torch.bfloat16)
 

@@ -9,16 +9,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rl_otel.core.options import boolean, check_known, positive_seconds
-from rl_otel.core.ranks import serving_port
+from rl_otel._internal.checks import boolean, check_known, positive_seconds
+from rl_otel._internal.runtime.ranks import serving_port
 from rl_otel.errors import ConfigurationError
-from rl_otel.exporters.otel_env import resource_attributes
-from rl_otel.exporters.otlp import OtlpConfig, otlp_config
-from rl_otel.exporters.webconfig import WebConfig, load_web_config
-from rl_otel.phases.tracing import TracingConfig, check_tracer_provider, tracing_config
+from rl_otel._internal.exporters.otel_env import resource_attributes
+from rl_otel._internal.exporters.otlp import OtlpConfig, otlp_config
+from rl_otel._internal.exporters.webconfig import WebConfig, load_web_config
+from rl_otel._internal.tracing.tracing import TracingConfig, check_tracer_provider, tracing_config
 
 if TYPE_CHECKING:
-    from rl_otel.sinks.config import TrackerSpec
+    from rl_otel._internal.trackers.config import TrackerSpec
 
 DEFAULT_PORT = 9464
 DEFAULT_HOST = "0.0.0.0"
@@ -30,7 +30,7 @@ _PROMETHEUS_KEYS = ("host", "port", "add_local_rank", "port_search", "file_sd", 
 @dataclass(frozen=True)
 class PrometheusConfig:
     """Where and how the scrape endpoint serves; ``port`` already includes the local rank (see
-    :func:`rl_otel.core.ranks.serving_port`)."""
+    :func:`rl_otel._internal.runtime.ranks.serving_port`)."""
 
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
@@ -58,7 +58,7 @@ class TelemetryConfig:
     submit_queue_size: int = 4
     close_timeout_s: float = 10.0
     otlp: OtlpConfig | None = None
-    local_rank: int = 0  # from LOCAL_RANK (see rl_otel.core.ranks); on the OTel resource, not a label
+    local_rank: int = 0  # from LOCAL_RANK (see rl_otel._internal.runtime.ranks); on the OTel resource, not a label
     world_size: int = 1
     resource: tuple[tuple[str, object], ...] = ()  # init(resource=...): OTel resource attributes, over OTEL_*
     tracer_provider: Any = None  # init(tracer_provider=...): the user's, used instead of rl_otel's own
@@ -119,8 +119,8 @@ def build_config(*, run: str | None, rank: int | None, role: str, prometheus: ob
                  handle_sigterm: bool = True, sink_queue_size: int = 64, submit_queue_size: int = 4,
                  close_timeout_s: float = 10.0, tracing: object = None,
                  otlp: object = None, resource: object = None, tracer_provider: object = None) -> TelemetryConfig:
-    from rl_otel.core.ranks import check_tracker_ranks, env_ranks
-    from rl_otel.sinks.config import normalize_trackers
+    from rl_otel._internal.runtime.ranks import check_tracker_ranks, env_ranks
+    from rl_otel._internal.trackers.config import normalize_trackers
 
     if run is None:
         run = os.environ.get("RL_OTEL_RUN") or time.strftime("run-%Y%m%d-%H%M%S")

@@ -1,5 +1,5 @@
 """The HTTP(S) server under the scrape endpoint: binding (with an optional search for a free port), TLS, mTLS,
-basic auth and response headers from a :class:`~rl_otel.exporters.webconfig.WebConfig`.
+basic auth and response headers from a :class:`~rl_otel._internal.exporters.webconfig.WebConfig`.
 
 prometheus_client's ``start_http_server`` wraps the listening socket, so every TLS handshake runs on the accept
 thread: one client that connects and sends nothing stalls every scrape. Here the handshake runs on the
@@ -20,7 +20,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from rl_otel.errors import PortInUseError
-from rl_otel.exporters.webconfig import WebConfig
+from rl_otel._internal.exporters.webconfig import WebConfig
 
 _log = logging.getLogger("rl_otel")
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rl_otel.catalog import live as specs
-from rl_otel.core.store import Item
-from rl_otel.phases.memory import CpuProbe
+from rl_otel._internal.pipeline.store import Item
+from rl_otel._internal.probes.memory import CpuProbe
 
 _log = logging.getLogger("rl_otel")
 

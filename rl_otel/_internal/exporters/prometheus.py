@@ -13,7 +13,7 @@ with its pitfalls designed out.
   basic auth come from a web-config file (``server.py``, ``webconfig.py``).
 
 Cost: the store's families (thousands of series on a node with 8 GPUs) are rendered straight to text
-(:mod:`rl_otel.exporters.exposition`) once per store version - once per training step, at the first scrape after
+(:mod:`rl_otel._internal.exporters.exposition`) once per store version - once per training step, at the first scrape after
 it - and those bytes (and their gzip stream) are served until the store changes. What can change between two
 scrapes without a ``log()`` is rendered at every scrape: the live gauges (process and GPU memory), and any
 collector registered on the registry. A ``log()`` finished before a scrape starts is always in it.
@@ -33,10 +33,10 @@ from urllib.parse import parse_qs
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted, make_wsgi_app
 
-from rl_otel.core.store import SeriesStore
-from rl_otel.exporters.exposition import EOF, OPENMETRICS, TEXT, Renderer, encode, families
-from rl_otel.exporters.server import serve
-from rl_otel.exporters.webconfig import WebConfig
+from rl_otel._internal.pipeline.store import SeriesStore
+from rl_otel._internal.exporters.exposition import EOF, OPENMETRICS, TEXT, Renderer, encode, families
+from rl_otel._internal.exporters.server import serve
+from rl_otel._internal.exporters.webconfig import WebConfig
 
 _log = logging.getLogger("rl_otel")
 
@@ -175,8 +175,8 @@ def restricted(body: str, names: set[str]) -> str:
 class ScrapeEndpoint:
     """An HTTP(S) server serving ``registry`` on ``host:port/metrics``; ``close()`` is idempotent.
 
-    ``web`` adds TLS, mTLS and basic auth (:mod:`rl_otel.exporters.webconfig`); ``port_search`` tries the next
-    ports when ``port`` is taken (:func:`rl_otel.exporters.server.serve`). A :class:`ScrapeRegistry` is served
+    ``web`` adds TLS, mTLS and basic auth (:mod:`rl_otel._internal.exporters.webconfig`); ``port_search`` tries the next
+    ports when ``port`` is taken (:func:`rl_otel._internal.exporters.server.serve`). A :class:`ScrapeRegistry` is served
     by :func:`scrape_app` (cached rendering), any other registry by prometheus_client's app."""
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int, *, web: WebConfig | None = None,

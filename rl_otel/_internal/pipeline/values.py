@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rl_otel.core.histogram import BucketCounts
+from rl_otel._internal.pipeline.histogram import BucketCounts
 
 if TYPE_CHECKING:
     import torch

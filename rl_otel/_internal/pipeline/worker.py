@@ -6,7 +6,7 @@ Two uses, one class (:class:`Worker`) and one policy:
   training thread pays for the hand-off (a few microseconds), not for the statistics' hundred small tensor ops and
   their host sync. Readers (a scrape, an OTLP export, ``flush()``, ``close()``) first wait for the jobs submitted
   before them (:meth:`Worker.flush`), so nothing goes stale.
-- Each tracker sink has a worker of its own in the tracker bridge (:mod:`rl_otel.sinks.bridge`): ``log()`` never
+- Each tracker sink has a worker of its own in the tracker bridge (:mod:`rl_otel._internal.trackers.bridge`): ``log()`` never
   waits on a hung or slow tracker.
 
 The policy, for both:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl_otel.core.options import read_yaml
+from rl_otel._internal.checks import read_yaml
 from rl_otel.errors import ConfigurationError
 from rl_otel.sinks.base import registered_sinks
 

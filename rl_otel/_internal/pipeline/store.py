@@ -24,7 +24,7 @@ from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, His
                                               NumberDataPoint, Sum)
 
 from rl_otel.catalog import Kind, MetricSpec
-from rl_otel.core.histogram import BulkHistogram
+from rl_otel._internal.pipeline.histogram import BulkHistogram
 
 Labels = tuple[tuple[str, str], ...]  # (name, value) pairs in the catalog entry's order, without run/rank
 Item = tuple[MetricSpec, Labels, float]

@@ -20,22 +20,22 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from rl_otel._version import __version__
 from rl_otel.catalog import Catalog, Kind, live, meta
-from rl_otel.core.config import PrometheusConfig, TelemetryConfig
-from rl_otel.core.router import Refusal, Router
-from rl_otel.core.signals import SignalFlush
-from rl_otel.core.store import HistogramValue, SeriesStore
-from rl_otel.core.values import BadValue, as_histogram, coerce, flatten, owned, to_tracker_array
-from rl_otel.core.worker import Worker, caller_streams, on_streams
-from rl_otel.exporters import otlp
-from rl_otel.exporters.otel_env import build_resource
-from rl_otel.exporters.file_sd import TargetsFile, targets_path
-from rl_otel.exporters.exposition import target_info_labels
-from rl_otel.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
-from rl_otel.phases.live import LiveGauges
-from rl_otel.phases.memory import CpuProbe, GpuProbe
-from rl_otel.phases.phase import Phase, PhaseRuntime
-from rl_otel.phases.tracing import PhaseTracer, build_tracer_provider
-from rl_otel.sinks.bridge import Bridge, NullBridge
+from rl_otel._internal.runtime.config import PrometheusConfig, TelemetryConfig
+from rl_otel._internal.pipeline.router import Refusal, Router
+from rl_otel._internal.runtime.signals import SignalFlush
+from rl_otel._internal.pipeline.store import HistogramValue, SeriesStore
+from rl_otel._internal.pipeline.values import BadValue, as_histogram, coerce, flatten, owned, to_tracker_array
+from rl_otel._internal.pipeline.worker import Worker, caller_streams, on_streams
+from rl_otel._internal.exporters import otlp
+from rl_otel._internal.exporters.otel_env import build_resource
+from rl_otel._internal.exporters.file_sd import TargetsFile, targets_path
+from rl_otel._internal.exporters.exposition import target_info_labels
+from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
+from rl_otel._internal.probes.live import LiveGauges
+from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
+from rl_otel._internal.tracing.phase import Phase, PhaseRuntime
+from rl_otel._internal.tracing.tracing import PhaseTracer, build_tracer_provider
+from rl_otel._internal.trackers.bridge import Bridge, NullBridge
 
 _log = logging.getLogger("rl_otel")
 _WARN_LIMIT = 10_000  # distinct (what, key) pairs remembered for warn-once
@@ -296,9 +296,9 @@ class Telemetry:
         Built at the first read (no SDK pipeline behind the endpoint until then); also pushed over OTLP when
         rl_otel pushes to a collector through its own OTLP exporter. They follow the OTel SDK's rules (NaN/Inf
         dropped, a histogram's default buckets are for milliseconds); a name rl_otel already serves is dropped
-        from the scrape and counted (``duplicate_family``). See :mod:`rl_otel.exporters.instruments`."""
+        from the scrape and counted (``duplicate_family``). See :mod:`rl_otel._internal.exporters.instruments`."""
         if self._user_meter_provider is None:
-            from rl_otel.exporters.instruments import build_meter_provider
+            from rl_otel._internal.exporters.instruments import build_meter_provider
 
             with self._user_meter_lock:
                 if self._user_meter_provider is None and not self._closed:
@@ -612,9 +612,9 @@ class Telemetry:
             return step
 
     def _start_bridge(self) -> Bridge | NullBridge:
-        from rl_otel.core.ranks import mirrors_to_trackers
-        from rl_otel.sinks.bridge import build_bridge
-        from rl_otel.sinks.config import secret_values
+        from rl_otel._internal.runtime.ranks import mirrors_to_trackers
+        from rl_otel._internal.trackers.bridge import build_bridge
+        from rl_otel._internal.trackers.config import secret_values
 
         cfg = self.config
         self._secrets = frozenset(s for t in cfg.trackers for s in secret_values(dict(t.kwargs)))
@@ -623,7 +623,7 @@ class Telemetry:
                             close_timeout_s=cfg.close_timeout_s)
 
     def _sink_error(self, sink: str, reason: str, exc: BaseException | None) -> None:
-        from rl_otel.sinks.config import scrub
+        from rl_otel._internal.trackers.config import scrub
 
         self._count_error(sink, reason)
         detail = "" if exc is None else f": {type(exc).__name__}: {scrub(str(exc), self._secrets)}"

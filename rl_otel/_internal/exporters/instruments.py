@@ -1,6 +1,6 @@
 """The user's own OpenTelemetry instruments, served beside rl_otel's series: ``Telemetry.meter_provider``.
 
-rl_otel's series do not go through the SDK's instruments (see :mod:`rl_otel.core.store`), so the endpoint has no
+rl_otel's series do not go through the SDK's instruments (see :mod:`rl_otel._internal.pipeline.store`), so the endpoint has no
 SDK meter provider behind it until a user asks for one: the first read of ``tel.meter_provider`` builds a
 ``MeterProvider`` (the Telemetry's resource, exemplars off) whose instruments are
 
@@ -36,7 +36,7 @@ def build_meter_provider(resource: Any, registry: Any | None, otlp_config: Any |
         readers.append(PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False,
                                               registry=registry))
     if otlp_config is not None and otlp_config.metrics is not None and otlp_config.exporter is None:
-        from rl_otel.exporters.otlp import metric_reader
+        from rl_otel._internal.exporters.otlp import metric_reader
 
         readers.append(metric_reader(otlp_config, list, resource, on_error))  # produce=list: no store series
     if not readers:

@@ -6,7 +6,7 @@ pushes, every ``interval_s`` and once more at ``close()``, the same data the scr
 series store - NaN included, which the SDK's instruments would drop - plus the SDK's own instruments and the
 user's, see ``Telemetry.meter_provider``) over OTLP to the collector, and the phase spans through a
 BatchSpanProcessor. Each setting not given is read from the standard ``OTEL_*`` variables
-(:mod:`rl_otel.exporters.otel_env`), and with no ``otlp=`` at all, ``OTEL_METRICS_EXPORTER=otlp`` /
+(:mod:`rl_otel._internal.exporters.otel_env`), and with no ``otlp=`` at all, ``OTEL_METRICS_EXPORTER=otlp`` /
 ``OTEL_TRACES_EXPORTER=otlp`` turn the push on. ``otlp=`` also takes the user's own ``MetricExporter`` (or
 ``{"exporter": ..., "interval_s": ...}``): it gets the same data, and its temporality preference is honoured.
 
@@ -29,12 +29,12 @@ from opentelemetry.sdk.metrics.export import (AggregationTemporality, Metric, Me
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from rl_otel.core.options import boolean, check_known, positive_seconds
+from rl_otel._internal.checks import boolean, check_known, positive_seconds
 from rl_otel.errors import ConfigurationError
-from rl_otel.exporters import otel_env
-from rl_otel.exporters._otel_compat import exporter_preferences
-from rl_otel.exporters.otel_env import SignalConfig
-from rl_otel.exporters.temporality import DeltaConverter
+from rl_otel._internal.exporters import otel_env
+from rl_otel._internal.exporters.otel_compat import exporter_preferences
+from rl_otel._internal.exporters.otel_env import SignalConfig
+from rl_otel._internal.exporters.temporality import DeltaConverter
 
 _log = logging.getLogger("rl_otel")
 _KEYS = ("endpoint", "protocol", "interval_s", "timeout_s", "headers", "traces", "temporality", "exporter")

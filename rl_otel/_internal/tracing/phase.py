@@ -29,8 +29,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from rl_otel.phases.memory import CpuProbe, GpuProbe
-from rl_otel.phases.tracing import PhaseTracer, extract, inject
+from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
+from rl_otel._internal.tracing.tracing import PhaseTracer, extract, inject
 
 PARTS = ("total", "execute", "onload", "offload")
 

@@ -6,7 +6,7 @@ Turning them back would need a reverse mapping per key and would mirror a *colle
 instead takes the ``{key: value}`` that ``Telemetry.log`` has flattened and coerced, every key as the user logged
 it, before any Prometheus rule (routing, caps, name collisions): one step, two views.
 
-Fault isolation: each sink has a worker of its own, :class:`rl_otel.core.worker.Worker` (the one queue worker of
+Fault isolation: each sink has a worker of its own, :class:`rl_otel._internal.pipeline.worker.Worker` (the one queue worker of
 rl_otel, with the metrics worker's policy and ``when_full="drop_oldest"``). ``submit`` never blocks and never
 raises: when a sink falls behind (hung, slow disk) and its bounded queue (``sink_queue_size``) is full, the oldest
 step is dropped and counted (``reason="queue_full"``). Only a caller that asks to (``wait=True``: a replay of
@@ -15,7 +15,7 @@ one. A call into a sink that runs longer than ``close_timeout_s`` is counted onc
 the next ``submit``: no watchdog thread); a thread cannot be killed, so the call is left to finish, and the sink
 goes on if it ever returns. A sink that raises is counted and logged once per reason; the other sinks go on.
 ``close()`` drains every queue and closes every sink under one deadline; a worker still stuck then is abandoned
-(daemon thread) and counted ("close_timeout"). Signals are handled by :mod:`rl_otel.core.signals`, which calls
+(daemon thread) and counted ("close_timeout"). Signals are handled by :mod:`rl_otel._internal.runtime.signals`, which calls
 ``Telemetry.close``/``flush``. Thread-safe: ``submit`` may be called from several threads; ``close`` runs once.
 
 A worker's thread starts with its sink's first step. In a forked child each worker starts over empty with a thread
@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from rl_otel.core.worker import Worker, reset_in_forked_child
+from rl_otel._internal.pipeline.worker import Worker, reset_in_forked_child
 from rl_otel.sinks.base import Metrics, Sink, SinkError
 
 OnError = Callable[[str, str, "BaseException | None"], None]  # (sink, reason, exception)
@@ -47,7 +47,7 @@ def error_reason(exc: BaseException) -> str:
 
 
 class Bridge:
-    """Fans ``(metrics, step)`` out to sinks. Build it with :func:`rl_otel.sinks.bridge.build_bridge`."""
+    """Fans ``(metrics, step)`` out to sinks. Build it with :func:`rl_otel._internal.trackers.bridge.build_bridge`."""
 
     active = True
 
@@ -140,7 +140,7 @@ class NullBridge:
 
 def build_bridge(trackers: Sequence, *, run: str, mirror: bool, on_error: OnError, queue_size: int = 64,
                  close_timeout_s: float = 10.0) -> Bridge | NullBridge:
-    """Create the sinks of ``trackers`` (:class:`~rl_otel.sinks.config.TrackerSpec`) and their bridge.
+    """Create the sinks of ``trackers`` (:class:`~rl_otel._internal.trackers.config.TrackerSpec`) and their bridge.
 
     A sink whose kwargs are wrong (``ValueError``/``TypeError``) or whose package is missing (``ImportError``)
     fails ``init()``; one that fails to start for another reason (a network error, a hung service) is logged,
@@ -148,7 +148,7 @@ def build_bridge(trackers: Sequence, *, run: str, mirror: bool, on_error: OnErro
     """
     from rl_otel.errors import ConfigurationError
     from rl_otel.sinks.base import sink_factory
-    from rl_otel.sinks.config import scrub, secret_values
+    from rl_otel._internal.trackers.config import scrub, secret_values
 
     if not trackers or not mirror:
         return NullBridge()

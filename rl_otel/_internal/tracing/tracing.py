@@ -5,7 +5,7 @@ only span contexts for carriers and parents - see :class:`PhaseTracer`),
 ``"console"`` (JSON lines on stderr), ``{"exporter": "jsonl", "path": ...}``, ``{"exporter": "otlp",
 "endpoint": ..., "protocol": "http/protobuf" | "grpc"}`` (needs ``opentelemetry-exporter-otlp``; the endpoint is
 the traces URL, and what is not given comes from the ``OTEL_EXPORTER_OTLP_*`` variables, see
-:mod:`rl_otel.exporters.otel_env`) or a ``SpanExporter`` instance.
+:mod:`rl_otel._internal.exporters.otel_env`) or a ``SpanExporter`` instance.
 
 ``tracer_provider=`` of :func:`rl_otel.init` replaces rl_otel's provider with the user's: phases become spans of
 the user's traces (a phase opened inside a user span is its child), exported by the user's processors.
@@ -30,9 +30,9 @@ from opentelemetry.trace import (INVALID_SPAN_ID, INVALID_TRACE_ID, NonRecording
                                  get_current_span)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from rl_otel.core.options import check_known
+from rl_otel._internal.checks import check_known
 from rl_otel.errors import ConfigurationError
-from rl_otel.exporters.otel_env import SignalConfig, signal_config
+from rl_otel._internal.exporters.otel_env import SignalConfig, signal_config
 
 _EXPORTERS = ("console", "jsonl", "otlp")
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -71,7 +71,7 @@ def tracing_config(value: object) -> TracingConfig | None:
                                  f"{endpoint!r}")
     signal = None
     if exporter == "otlp":
-        from rl_otel.exporters.otlp import exporter_class
+        from rl_otel._internal.exporters.otlp import exporter_class
 
         signal = signal_config("traces", url=endpoint, protocol=protocol, what="tracing")
         exporter_class(signal)  # fail at init, not at the first span
@@ -141,7 +141,7 @@ def build_tracer_provider(config: TracingConfig | None, resource: Resource) -> O
     elif exporter == "jsonl":
         provider.add_span_processor(BatchSpanProcessor(JsonLinesSpanExporter(path=config.path)))
     elif exporter == "otlp":
-        from rl_otel.exporters.otlp import span_exporter
+        from rl_otel._internal.exporters.otlp import span_exporter
 
         provider.add_span_processor(BatchSpanProcessor(span_exporter(config.otlp)))
     else:

@@ -1,1 +1,0 @@
-"""The telemetry core: configuration, key routing, the series store and the Telemetry object."""
