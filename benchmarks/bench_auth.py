@@ -17,13 +17,13 @@ import urllib.request
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the checkout's rl_otel, not an install
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-import bcrypt  # noqa: E402
-import yaml  # noqa: E402
+import bcrypt
+import yaml
+from common import Row
 
-import rl_otel  # noqa: E402
-from common import Row  # noqa: E402
-from rl_otel._internal.exporters.webconfig import BasicAuth  # noqa: E402
-from tests.certs import make_pki  # noqa: E402
+import rl_otel
+from rl_otel._internal.exporters.webconfig import BasicAuth
+from tests.certs import make_pki
 
 
 def best_ms(fn, n: int) -> float:

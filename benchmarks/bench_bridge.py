@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import Row  # noqa: E402
+from common import Row
 
 MMM = ("mean", "max", "min")
 PHASES = ("actor_train/train_step", "actor_infer/generate", "reference/compute_log_probs",

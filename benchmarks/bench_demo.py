@@ -77,7 +77,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's rl_otel, not an installed one
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Row  # noqa: E402
+from common import Row
 
 TARGET = 0.01  # training-thread overhead under 1% of step time
 EVAL_EVERY = 4  # an evaluation step every 4: one in each block below

@@ -22,10 +22,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's rl_otel, not an installed one
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import rl_otel  # noqa: E402
-from common import Row, best_seconds  # noqa: E402
-from rl_otel.catalog.define import IMPORTANCE_RATIO_BUCKETS  # noqa: E402
-from rl_otel.stats import bucket  # noqa: E402
+from common import Row, best_seconds
+
+import rl_otel
+from rl_otel.catalog.define import IMPORTANCE_RATIO_BUCKETS
+from rl_otel.stats import bucket
 
 ATTRS = {"run": "bench", "rank": "0"}
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's rl_otel, not an install
 
-import rl_otel  # noqa: E402
-from tests._workload import FullStep  # noqa: E402
+import rl_otel
+from tests._workload import FullStep
 
 
 def scrape_loop(url: str, hz: float, stop: threading.Event, counts: list[int], errors: list[str]) -> None:

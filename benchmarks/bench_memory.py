@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's rl_otel, not an install
 
-import rl_otel  # noqa: E402
-from tests._footprint import Footprint  # noqa: E402
-from tests._workload import FullStep  # noqa: E402
+import rl_otel
+from tests._footprint import Footprint
+from tests._workload import FullStep
 
 WARM_UP = 1_000
 

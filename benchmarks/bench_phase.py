@@ -20,9 +20,10 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the checkout's rl_otel, not an install
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-import rl_otel  # noqa: E402
-from common import Row  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
+from common import Row
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+import rl_otel
 
 TARGET_US = 1000.0  # 0.1% of a one-second phase
 

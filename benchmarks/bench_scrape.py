@@ -35,8 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's rl_otel, not an installed one
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-from common import Row, best_seconds  # noqa: E402
+import numpy as np
+from common import Row, best_seconds
 
 RENDER_TARGET_MS = 10.0
 
@@ -51,7 +51,7 @@ def stock_reader(views):
     from rl_otel.catalog import Kind
 
     registry = CollectorRegistry(auto_describe=False)
-    limits = {cls: 100_000 for cls in (Counter, Histogram, _Gauge)}  # the default 2,000 would fold GPU memory
+    limits = dict.fromkeys((Counter, Histogram, _Gauge), 100000)  # the default 2,000 would fold GPU memory
     reader = PrometheusMetricReader(disable_target_info=False, scope_info_enabled=False, registry=registry,
                                     cardinality_limits=limits)
     hist_views = [View(instrument_name=v.spec.name, aggregation=ExplicitBucketHistogramAggregation(v.spec.buckets))
@@ -114,9 +114,9 @@ def gil_pauses_ms(url: str, scrapes: int, before_each=None) -> tuple[float, floa
 
 
 def measure(repeat: int) -> dict[str, float]:
+    import node
     from prometheus_client.exposition import generate_latest, start_http_server
 
-    import node
     import rl_otel
     from rl_otel._internal.exporters.exposition import OPENMETRICS, TEXT
 

@@ -23,8 +23,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's rl_otel, not an installed one
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Row  # noqa: E402
-from rl_otel.sinks.tensorboard import TensorBoardSink  # noqa: E402
+from common import Row
+
+from rl_otel.sinks.tensorboard import TensorBoardSink
 
 
 class TensorBoardWriterSink(TensorBoardSink):
@@ -79,8 +80,8 @@ def measure(make, steps: list[dict]) -> tuple[float, float]:
 
 def compare(n_steps: int, repeat: int) -> dict[str, float]:
     steps = demo_steps(n_steps)
-    ours = lambda d: TensorBoardSink(run="bench", log_dir=d, flush_secs=3600)  # noqa: E731
-    theirs = lambda d: TensorBoardWriterSink(log_dir=d, flush_secs=3600)  # noqa: E731
+    ours = lambda d: TensorBoardSink(run="bench", log_dir=d, flush_secs=3600)
+    theirs = lambda d: TensorBoardWriterSink(log_dir=d, flush_secs=3600)
     best = {"log": float("inf"), "total": float("inf"), "tb_log": float("inf"), "tb_total": float("inf")}
     for _ in range(repeat):  # interleaved, best of: a shared machine's load skews single runs
         for prefix, make in (("", ours), ("tb_", theirs)):

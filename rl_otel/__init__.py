@@ -16,8 +16,8 @@ from rl_otel.errors import ConfigurationError, PortInUseError
 from rl_otel.sinks.base import Sink, register_sink
 
 if TYPE_CHECKING:
-    from rl_otel.catalog import Catalog, default_catalog
     from rl_otel._internal.pipeline.store import HistogramValue
+    from rl_otel.catalog import Catalog, default_catalog
     from rl_otel.telemetry import Telemetry
 
 __all__ = ["Catalog", "ConfigurationError", "HistogramValue", "PortInUseError", "Sink", "Telemetry", "__version__",
@@ -114,10 +114,10 @@ def init(
         ConfigurationError: a bad argument (the message names it); PortInUseError when the port is taken;
         ImportError when a tracker's package is missing (the message says what to install).
     """
-    from rl_otel.catalog import default_catalog as _default_catalog
     from rl_otel._internal.runtime.config import build_config
-    from rl_otel.telemetry import Telemetry as _Telemetry
     from rl_otel._internal.trackers.config import load_config_file
+    from rl_otel.catalog import default_catalog as _default_catalog
+    from rl_otel.telemetry import Telemetry as _Telemetry
 
     given = dict(run=run, rank=rank, role=role, prometheus=prometheus, max_series_per_metric=max_series_per_metric,
                  max_unknown_keys=max_unknown_keys, series_ttl_s=series_ttl_s, track_with=track_with,

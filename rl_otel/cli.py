@@ -99,9 +99,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _trackers(args: argparse.Namespace) -> int:
+    from rl_otel._internal.trackers.config import load_config_file, normalize_trackers
     from rl_otel.errors import ConfigurationError
     from rl_otel.sinks.base import registered_sinks
-    from rl_otel._internal.trackers.config import load_config_file, normalize_trackers
 
     if args.list:
         print("\n".join(registered_sinks()))

@@ -18,24 +18,24 @@ from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from rl_otel._version import __version__
-from rl_otel.catalog import Catalog, Kind, live, meta
-from rl_otel._internal.runtime.config import PrometheusConfig, TelemetryConfig
+from rl_otel._internal.exporters import otlp
+from rl_otel._internal.exporters.exposition import target_info_labels
+from rl_otel._internal.exporters.file_sd import TargetsFile, targets_path
+from rl_otel._internal.exporters.otel_env import build_resource
+from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.pipeline.router import Refusal, Router
-from rl_otel._internal.runtime.signals import SignalFlush
 from rl_otel._internal.pipeline.store import HistogramValue, SeriesStore
 from rl_otel._internal.pipeline.values import BadValue, as_histogram, coerce, flatten, owned, to_tracker_array
 from rl_otel._internal.pipeline.worker import Worker, caller_streams, on_streams
-from rl_otel._internal.exporters import otlp
-from rl_otel._internal.exporters.otel_env import build_resource
-from rl_otel._internal.exporters.file_sd import TargetsFile, targets_path
-from rl_otel._internal.exporters.exposition import target_info_labels
-from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.probes.live import LiveGauges
 from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
+from rl_otel._internal.runtime.config import PrometheusConfig, TelemetryConfig
+from rl_otel._internal.runtime.signals import SignalFlush
 from rl_otel._internal.tracing.phase import Phase, PhaseRuntime
 from rl_otel._internal.tracing.tracing import PhaseTracer, build_tracer_provider
 from rl_otel._internal.trackers.bridge import Bridge, NullBridge
+from rl_otel._version import __version__
+from rl_otel.catalog import Catalog, Kind, live, meta
 
 _log = logging.getLogger("rl_otel")
 _WARN_LIMIT = 10_000  # distinct (what, key) pairs remembered for warn-once

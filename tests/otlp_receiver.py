@@ -19,10 +19,14 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from google.protobuf.message import DecodeError
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (ExportMetricsServiceRequest,
-                                                                          ExportMetricsServiceResponse)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTraceServiceRequest,
-                                                                      ExportTraceServiceResponse)
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 _SIGNALS = {"/v1/metrics": (ExportMetricsServiceRequest, ExportMetricsServiceResponse),
@@ -118,7 +122,7 @@ class OtlpReceiver(_Decoding):
             def log_message(self, *args: object) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 code, payload = receiver._handle(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                 try:
@@ -182,12 +186,12 @@ class GrpcOtlpReceiver(_Decoding):
         receiver = self
 
         class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
-            def Export(self, request, context):  # noqa: N802 - the service's method name
+            def Export(self, request, context):
                 receiver._keep(receiver.metrics, request, context)
                 return ExportMetricsServiceResponse()
 
         class Traces(trace_service_pb2_grpc.TraceServiceServicer):
-            def Export(self, request, context):  # noqa: N802
+            def Export(self, request, context):
                 receiver._keep(receiver.traces, request, context)
                 return ExportTraceServiceResponse()
 

@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from rl_otel.ops.rules import recording_rules
-
 from tests.promtools import free_port, require_binary
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from tests._readers import tensorboard_scalars
-from tests.gpu_fakes import FakeNvml
-from tests.promtools import promtool_check, samples, scrape
-from tests._sinks import Recorder, run_script, tel_errors
 
 import rl_otel
 from rl_otel._internal.probes import live
+from tests._readers import tensorboard_scalars
+from tests._sinks import Recorder, run_script, tel_errors
+from tests.gpu_fakes import FakeNvml
+from tests.promtools import promtool_check, samples, scrape
 
 
 def test_hung_sink_call_is_counted_as_a_timeout_and_log_never_waits():
@@ -190,7 +190,7 @@ def test_nvml_failing_mid_run_leaves_training_and_the_scrape_intact(monkeypatch)
     tel = rl_otel.init(run="nvml", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False)
     try:
         assert tel._live.nvml.wait_ready(10)
-        used = lambda text: samples(text, "rl_gpu_device_memory_used_bytes")  # noqa: E731
+        used = lambda text: samples(text, "rl_gpu_device_memory_used_bytes")
         assert used(scrape(tel.metrics_url))
         nvml.failing = True  # the GPU falls off the bus
         deadline = time.monotonic() + 20

@@ -8,19 +8,17 @@ examples on every machine, and the file runs in well under a minute on two share
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
-from tests._workload import seed_keys
-from tests.promtools import promtool_check, scrape
 
 import rl_otel
 from rl_otel.catalog import default_catalog
+from tests._workload import seed_keys
+from tests.promtools import promtool_check, scrape
 
 MAX_SERIES, MAX_UNKNOWN, CHECK_EVERY = 20, 10, 40
 PROFILE = settings(max_examples=300, deadline=None, derandomize=True, database=None,

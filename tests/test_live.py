@@ -8,12 +8,12 @@ import threading
 import time
 
 import pytest
-from tests.gpu_fakes import GIB, FakeCuda, FakeNvml, fake_torch
-from tests.promtools import promtool_check, samples, scrape
 
 import rl_otel
-from rl_otel.catalog import live as specs
 from rl_otel._internal.probes.live import NvmlPoller, torch_process_memory, visible_devices
+from rl_otel.catalog import live as specs
+from tests.gpu_fakes import GIB, FakeCuda, FakeNvml, fake_torch
+from tests.promtools import promtool_check, samples, scrape
 
 
 def served(monkeypatch, nvml=None, cuda=None):

@@ -13,10 +13,10 @@ import time
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
-from tests._workload import FullStep
-from tests.promtools import promtool_check
 
 import rl_otel
+from tests._workload import FullStep
+from tests.promtools import promtool_check
 
 STEPS, CLIENTS, HZ = 1000, 4, 20.0
 BASE = {"run", "rank"}

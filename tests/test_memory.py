@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import urllib.request
 
-from tests._footprint import Footprint
-from tests._workload import FullStep
-
 import rl_otel
 from rl_otel.sinks import register_sink
+from tests._footprint import Footprint
+from tests._workload import FullStep
 
 
 class LastStep:

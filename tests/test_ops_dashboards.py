@@ -46,7 +46,7 @@ def test_dashboards_are_well_formed():
         assert len(ids) == len(set(ids)) and len(ids) >= 8
         for panel in board["panels"]:
             pos = panel["gridPos"]
-            assert 0 <= pos["x"] and pos["x"] + pos["w"] <= 24 and pos["h"] > 0
+            assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24 and pos["h"] > 0
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
             assert panel["targets"] and all(t["expr"] and t["refId"] for t in panel["targets"])
             assert panel["description"], (name, panel["title"])

@@ -4,7 +4,6 @@ names in the catalog, aggregated without rank, and one runbook section per alert
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path

@@ -8,8 +8,12 @@ import ast
 from pathlib import Path
 
 from opentelemetry.sdk.metrics import Counter, Histogram, UpDownCounter
-from opentelemetry.sdk.metrics.export import (AggregationTemporality, ConsoleMetricExporter, MetricExporter,
-                                              PeriodicExportingMetricReader)
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    ConsoleMetricExporter,
+    MetricExporter,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation
 
 from rl_otel._internal.exporters.otel_compat import exporter_preferences

@@ -8,11 +8,11 @@ import sys
 
 import psutil
 import pytest
-from tests.gpu_fakes import FakeCuda, fake_torch
 
 import rl_otel
 from rl_otel._internal.probes import memory
 from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
+from tests.gpu_fakes import FakeCuda, fake_torch
 
 INFIX = "actor_train/train_step"
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/statm is Linux's")

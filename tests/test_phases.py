@@ -8,15 +8,15 @@ import re
 import sys
 
 import pytest
-from tests.gpu_fakes import GIB, FakeCuda, fake_torch
 from opentelemetry import trace
 from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-from tests.promtools import promtool_check, samples, scrape
 
 import rl_otel
+from tests.gpu_fakes import GIB, FakeCuda, fake_torch
+from tests.promtools import promtool_check, samples, scrape
 
 INFIX = "actor_train/train_step"
 # ROLL's state_offload_manager keys ("Trackers and Metrics"), {metric_infix} = actor_train/train_step, device 0.

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from opentelemetry.exporter.prometheus import _mapping as stock
 
-from rl_otel.catalog import default_catalog
 from rl_otel._internal.exporters import promnames
+from rl_otel.catalog import default_catalog
 
 UNITS = ["", "1", "s", "ms", "By", "GiBy", "KiBy", "%", "Cel", "Hz", "{token}", "{token}/s", "By/s", "m/s", "1/s",
          "/s", "s/", "{a}/{b}", "tokens/s", "foo-bar", "_x_", "1/{step}", "W", "mo", "km/h", "x/mo"]

@@ -12,7 +12,6 @@ import pytest
 import rl_otel
 from rl_otel.cli import main
 
-
 PUBLIC = ["Catalog", "ConfigurationError", "HistogramValue", "PortInUseError", "Sink", "Telemetry", "__version__",
           "default_catalog", "init", "register_sink"]
 

@@ -7,9 +7,8 @@ import pytest
 
 pytest.importorskip("swanlab")
 
-from tests._readers import swanlab_scalars  # noqa: E402
-
-from rl_otel.sinks.swanlab import SwanLabSink  # noqa: E402
+from rl_otel.sinks.swanlab import SwanLabSink
+from tests._readers import swanlab_scalars
 
 
 def test_roll_kwargs_offline_read_back(tmp_path, monkeypatch):

@@ -9,9 +9,8 @@ import pytest
 
 pytest.importorskip("tensorboard")
 
-from tests._readers import tensorboard_scalars  # noqa: E402
-
-from rl_otel.sinks.tensorboard import TensorBoardSink  # noqa: E402
+from rl_otel.sinks.tensorboard import TensorBoardSink
+from tests._readers import tensorboard_scalars
 
 
 def test_every_key_step_and_value_read_back(tmp_path):

@@ -7,10 +7,9 @@ import pytest
 
 pytest.importorskip("wandb")
 
-from tests._readers import wandb_history  # noqa: E402
-
-from rl_otel.sinks.base import SinkError  # noqa: E402
-from rl_otel.sinks.wandb import WandbSink  # noqa: E402
+from rl_otel.sinks.base import SinkError
+from rl_otel.sinks.wandb import WandbSink
+from tests._readers import wandb_history
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 import rl_otel
+from rl_otel._internal.pipeline.histogram import BucketCounts, BulkHistogram
 from rl_otel.catalog import default_catalog
 from rl_otel.catalog.define import IMPORTANCE_RATIO_BUCKETS, LENGTH_BUCKETS, SIGNED_BUCKETS
-from rl_otel._internal.pipeline.histogram import BucketCounts, BulkHistogram
 from rl_otel.stats import bucket, ppo_stats
 from tests.promtools import promtool_check, scrape
 

@@ -12,8 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rl_otel.catalog import default_catalog
 from rl_otel._internal.pipeline.histogram import BucketCounts, BulkHistogram
+from rl_otel.catalog import default_catalog
 from rl_otel.stats import kl_penalty_terms, ppo_stats
 
 CLIP_LOW, CLIP_HIGH, VALUE_CLIP, KL_COEF = 0.2, 0.28, 0.2, 0.05

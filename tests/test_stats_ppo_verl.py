@@ -22,13 +22,13 @@ import torch
 
 pytest.importorskip("verl", reason="veRL is not installed (requirements-frameworks.txt)")
 
-from verl import DataProto  # noqa: E402
-from verl.trainer.ppo import core_algos  # noqa: E402
-from verl.trainer.ppo.metric_utils import compute_data_metrics  # noqa: E402
-from verl.workers.config import ActorConfig  # noqa: E402
+from verl import DataProto
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.metric_utils import compute_data_metrics
+from verl.workers.config import ActorConfig
 
-from rl_otel.catalog import default_catalog  # noqa: E402
-from rl_otel.stats import ppo_stats  # noqa: E402
+from rl_otel.catalog import default_catalog
+from rl_otel.stats import ppo_stats
 
 CLIP_LOW, CLIP_HIGH, BETA = 0.2, 0.28, 0.05
 

@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_otel.catalog import default_catalog
-from rl_otel.stats import (bootstrap_best_worst, eval_step_metrics, rollout_step_metrics, run_metrics,
-                           task_metrics)
+from rl_otel.stats import bootstrap_best_worst, eval_step_metrics, rollout_step_metrics, run_metrics, task_metrics
 from rl_otel.stats import trinity as rl_trinity
 
 
@@ -294,7 +293,7 @@ def test_eval_batched_across_tasks_equals_each_task_alone_bit_for_bit():
     alone = [task_metrics(runs_, is_eval=True) for runs_ in tasks]
 
     def same(a, b):
-        return all(list(x) == list(y) and all(x[k] == y[k] or math.isnan(x[k]) and math.isnan(y[k]) for k in x)
+        return all(list(x) == list(y) and all(x[k] == y[k] or (math.isnan(x[k]) and math.isnan(y[k])) for k in x)
                    for x, y in zip(a, b, strict=True))
 
     assert same(rl_trinity._eval_tasks_metrics(tasks, 1000, 42), alone)

@@ -292,8 +292,8 @@ def test_a_failing_init_step_closes_what_was_already_built(tmp_path, monkeypatch
 
 
 def test_store_delete_removes_one_series_and_a_step_never_goes_back():
-    from rl_otel.catalog import meta
     from rl_otel._internal.pipeline.store import SeriesStore
+    from rl_otel.catalog import meta
 
     store = SeriesStore({"run": "r", "rank": "0"}, max_series_per_metric=10, ttl_s=None,
                         dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None)

@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 
 pytest.importorskip("tensorboard")
 
-from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader  # noqa: E402
-from tensorboard.compat.proto.event_pb2 import Event  # noqa: E402
-from tensorboard.compat.proto.summary_pb2 import Summary  # noqa: E402
-from tensorboard.compat.tensorflow_stub import pywrap_tensorflow  # noqa: E402
-from tensorboard.summary.writer.record_writer import RecordWriter  # noqa: E402
+from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
+from tensorboard.summary.writer.record_writer import RecordWriter
 
-from rl_otel.sinks import tfevents  # noqa: E402
-from rl_otel.sinks.tfevents import EventFileWriter  # noqa: E402
+from rl_otel.sinks import tfevents
+from rl_otel.sinks.tfevents import EventFileWriter
 
 
 class _Bytes:

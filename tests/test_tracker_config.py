@@ -8,11 +8,11 @@ import logging
 import pytest
 
 import rl_otel
-from rl_otel.cli import main
 from rl_otel._internal.runtime.ranks import check_tracker_ranks, mirrors_to_trackers
+from rl_otel._internal.trackers.config import TrackerSpec, load_config_file, normalize_trackers, redact, secret_values
+from rl_otel.cli import main
 from rl_otel.errors import ConfigurationError
 from rl_otel.sinks import register_sink, registered_sinks
-from rl_otel._internal.trackers.config import TrackerSpec, load_config_file, normalize_trackers, redact, secret_values
 
 ROLL_SWANLAB = {"login_kwargs": {"api_key": "sk-123"}, "project": "roll-experiments", "logdir": "./swanlog",
                 "experiment_name": "exp", "tags": ["roll", "rl", "experiment"]}

@@ -79,7 +79,7 @@ def test_counts_equal_np_histogram_and_are_valid_where_numpy_refuses(values, bin
         assert np.isfinite(h.edges).all() and (h.edges[1:] >= h.edges[:-1]).all()
         assert h.edges[0] <= h.min and h.edges[-1] >= h.max
     with np.errstate(over="ignore", invalid="ignore"):
-        assert h.sum == float(values.sum()) or np.isnan(h.sum) and np.isnan(float(values.sum()))
+        assert h.sum == float(values.sum()) or (np.isnan(h.sum) and np.isnan(float(values.sum())))
         assert h.sum_squares == float(np.dot(values, values))
 
 

@@ -87,10 +87,9 @@ def test_mtls_refuses_a_missing_or_untrusted_client_certificate(tmp_path, pki):
 def test_client_allowed_sans(tmp_path, pki):
     path = web_config(tmp_path, mtls_doc(pki, client_allowed_sans=["someone.else"],
                                          cert_file=str(pki.server_cert), key_file=str(pki.server_key)))
-    with serve(path) as tel:
-        with pytest.raises((requests.exceptions.SSLError, requests.exceptions.ConnectionError)):
-            requests.get(tel.metrics_url, verify=str(pki.ca), cert=(str(pki.client_cert), str(pki.client_key)),
-                         timeout=10)
+    with serve(path) as tel, pytest.raises((requests.exceptions.SSLError, requests.exceptions.ConnectionError)):
+        requests.get(tel.metrics_url, verify=str(pki.ca), cert=(str(pki.client_cert), str(pki.client_key)),
+                     timeout=10)
     path = web_config(tmp_path, mtls_doc(pki, client_allowed_sans=["prometheus.test"],
                                          cert_file=str(pki.server_cert), key_file=str(pki.server_key)))
     with serve(path) as tel:
@@ -115,7 +114,7 @@ def test_basic_auth_over_tls(tmp_path, pki, hashed):
                                                        "key_file": str(pki.server_key)},
                                  "basic_auth_users": {"prometheus": hashed}})
     with serve(path) as tel:
-        get = lambda **kw: requests.get(tel.metrics_url, verify=str(pki.ca), timeout=10, **kw)  # noqa: E731
+        get = lambda **kw: requests.get(tel.metrics_url, verify=str(pki.ca), timeout=10, **kw)
         assert get().status_code == 401
         assert get().headers["WWW-Authenticate"].startswith("Basic")
         assert get(auth=("prometheus", "wrong")).status_code == 401

@@ -8,8 +8,18 @@ own (``rl_domain_*``), never the global family with a domain label.
 
 from __future__ import annotations
 
-from rl_otel.catalog.define import (GIB, IMPORTANCE_RATIO_BUCKETS, KL_BUCKETS, LENGTH_BUCKETS, LOGPROB_BUCKETS,
-                                    MIN_MAX_MEAN, SIGNED_BUCKETS, counter, gauge, histogram)
+from rl_otel.catalog.define import (
+    GIB,
+    IMPORTANCE_RATIO_BUCKETS,
+    KL_BUCKETS,
+    LENGTH_BUCKETS,
+    LOGPROB_BUCKETS,
+    MIN_MAX_MEAN,
+    SIGNED_BUCKETS,
+    counter,
+    gauge,
+    histogram,
+)
 
 _S = "roll"
 INFIX = "{cluster}/{phase}"

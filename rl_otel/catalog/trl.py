@@ -10,8 +10,16 @@ TRL trainers subclass ``transformers.Trainer``: each step log carries ``loss``, 
 
 from __future__ import annotations
 
-from rl_otel.catalog.define import (IMPORTANCE_RATIO_BUCKETS, KL_BUCKETS, LENGTH_BUCKETS, LOGPROB_BUCKETS,
-                                    SIGNED_BUCKETS, counter, gauge, histogram)
+from rl_otel.catalog.define import (
+    IMPORTANCE_RATIO_BUCKETS,
+    KL_BUCKETS,
+    LENGTH_BUCKETS,
+    LOGPROB_BUCKETS,
+    SIGNED_BUCKETS,
+    counter,
+    gauge,
+    histogram,
+)
 from rl_otel.catalog.spec import MetricSpec
 
 _S = "trl"

@@ -255,9 +255,8 @@ def _step(tr: _Trainer, tel: Telemetry | None, step: int, samples: int) -> StepR
     with phase("reference", "compute_log_probs", tr.reference_store.onload, tr.reference_store.offload):
         with torch.no_grad():
             ref_lp, _ = tr.reference.log_probs(prompts, responses)
-    with phase("critic", "compute_values"):
-        with torch.no_grad():
-            values = tr.critic(prompts, responses) * mask
+    with phase("critic", "compute_values"), torch.no_grad():
+        values = tr.critic(prompts, responses) * mask
     t_adv = time.perf_counter()
     kl = (old_lp - ref_lp) * mask
     rewards = -cfg.kl_coef * kl

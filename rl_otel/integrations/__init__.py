@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rl_otel.errors import ConfigurationError
 from rl_otel._internal.trackers.config import FILE_KEYS
+from rl_otel.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from rl_otel.telemetry import Telemetry

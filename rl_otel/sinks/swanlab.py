@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from rl_otel.sinks.base import Metrics, missing_dependency
 from rl_otel._internal.trackers.config import redact
+from rl_otel.sinks.base import Metrics, missing_dependency
 
 _log = logging.getLogger("rl_otel")
 

@@ -25,8 +25,8 @@ import time
 import numpy as np
 
 from rl_otel._internal.pipeline.uniform_histogram import uniform_histogram
-from rl_otel.sinks.base import Metrics, SinkError, missing_dependency
 from rl_otel._internal.trackers.bridge import error_reason
+from rl_otel.sinks.base import Metrics, SinkError, missing_dependency
 
 
 class TensorBoardSink:

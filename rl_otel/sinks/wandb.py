@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from rl_otel.sinks.base import Metrics, SinkError, missing_dependency
 from rl_otel._internal.trackers.config import redact
+from rl_otel.sinks.base import Metrics, SinkError, missing_dependency
 
 
 class WandbSink:

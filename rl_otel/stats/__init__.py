@@ -9,8 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rl_otel._internal.pipeline.histogram import BucketCounts
-from rl_otel.stats.trinity import (bootstrap_best_worst, eval_step_metrics, rollout_step_metrics, run_metrics,
-                                   task_metrics)
+from rl_otel.stats.trinity import (
+    bootstrap_best_worst,
+    eval_step_metrics,
+    rollout_step_metrics,
+    run_metrics,
+    task_metrics,
+)
 
 if TYPE_CHECKING:
     from rl_otel.stats.histogram import bucket

@@ -12,8 +12,8 @@ from typing import Literal
 
 import torch
 
-from rl_otel.catalog import Catalog, default_catalog
 from rl_otel._internal.pipeline.histogram import BucketCounts
+from rl_otel.catalog import Catalog, default_catalog
 from rl_otel.stats import masked
 from rl_otel.stats.histogram import as_float, bucket_vector
 

@@ -28,9 +28,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from rl_otel.catalog import Kind, MetricSpec
-from rl_otel._internal.pipeline.store import FamilyView
 from rl_otel._internal.exporters.promnames import map_unit, sanitize_attribute, sanitize_full_name
+from rl_otel._internal.pipeline.store import FamilyView
+from rl_otel.catalog import Kind, MetricSpec
 
 TEXT = "text"  # text/plain; version=0.0.4
 OPENMETRICS = "openmetrics"  # application/openmetrics-text; version=1.0.0

@@ -108,7 +108,7 @@ def _url(name: str, value: object, protocol: str, base: bool) -> str:
     like = f"base URL like 'http://collector:{port}'" if base or protocol == "grpc" else \
         "URL like 'http://collector:4318/v1/metrics'"
     if (not isinstance(value, str) or not value.strip()
-            or not value.strip().startswith(("http://", "https://")) and (protocol != "grpc" or "/" in value)):
+            or (not value.strip().startswith(("http://", "https://")) and (protocol != "grpc" or "/" in value))):
         raise ConfigurationError(f"{name} must be the collector's OTLP {protocol} {like}, got {value!r}")
     return value.strip()
 

@@ -24,17 +24,24 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from opentelemetry.sdk.metrics import Counter, Histogram
-from opentelemetry.sdk.metrics.export import (AggregationTemporality, Metric, MetricExporter, MetricExportResult,
-                                              MetricsData, ResourceMetrics, ScopeMetrics)
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Metric,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    ResourceMetrics,
+    ScopeMetrics,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from rl_otel._internal.checks import boolean, check_known, positive_seconds
-from rl_otel.errors import ConfigurationError
 from rl_otel._internal.exporters import otel_env
 from rl_otel._internal.exporters.otel_compat import exporter_preferences
 from rl_otel._internal.exporters.otel_env import SignalConfig
 from rl_otel._internal.exporters.temporality import DeltaConverter
+from rl_otel.errors import ConfigurationError
 
 _log = logging.getLogger("rl_otel")
 _KEYS = ("endpoint", "protocol", "interval_s", "timeout_s", "headers", "traces", "temporality", "exporter")

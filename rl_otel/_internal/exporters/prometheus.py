@@ -33,10 +33,10 @@ from urllib.parse import parse_qs
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted, make_wsgi_app
 
-from rl_otel._internal.pipeline.store import SeriesStore
 from rl_otel._internal.exporters.exposition import EOF, OPENMETRICS, TEXT, Renderer, encode, families
 from rl_otel._internal.exporters.server import serve
 from rl_otel._internal.exporters.webconfig import WebConfig
+from rl_otel._internal.pipeline.store import SeriesStore
 
 _log = logging.getLogger("rl_otel")
 

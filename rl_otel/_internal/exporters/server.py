@@ -19,8 +19,8 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from rl_otel.errors import PortInUseError
 from rl_otel._internal.exporters.webconfig import WebConfig
+from rl_otel.errors import PortInUseError
 
 _log = logging.getLogger("rl_otel")
 
@@ -33,7 +33,7 @@ WsgiApp = Callable[[dict, Callable], Iterable[bytes]]
 class _QuietHandler(WSGIRequestHandler):
     timeout = IDLE_TIMEOUT_S
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         """Scrapes arrive every few seconds: no access log."""
 
 

@@ -17,8 +17,14 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from opentelemetry.sdk.metrics.export import (AggregationTemporality, Histogram, HistogramDataPoint, Metric,
-                                              NumberDataPoint, Sum)
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    NumberDataPoint,
+    Sum,
+)
 
 _Key = tuple[str, tuple[tuple[str, object], ...]]
 

@@ -51,7 +51,7 @@ class BulkHistogram:
     Not thread-safe on its own: the series store calls it under its lock.
     """
 
-    __slots__ = ("bounds", "_bound_list", "counts", "sum", "count", "min", "max")
+    __slots__ = ("_bound_list", "bounds", "count", "counts", "max", "min", "sum")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = np.asarray(bounds, dtype=np.float64)

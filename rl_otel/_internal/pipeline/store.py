@@ -20,11 +20,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric,
-                                              NumberDataPoint, Sum)
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    NumberDataPoint,
+    Sum,
+)
 
-from rl_otel.catalog import Kind, MetricSpec
 from rl_otel._internal.pipeline.histogram import BulkHistogram
+from rl_otel.catalog import Kind, MetricSpec
 
 Labels = tuple[tuple[str, str], ...]  # (name, value) pairs in the catalog entry's order, without run/rank
 Item = tuple[MetricSpec, Labels, float]

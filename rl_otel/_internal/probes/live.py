@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rl_otel.catalog import live as specs
 from rl_otel._internal.pipeline.store import Item
 from rl_otel._internal.probes.memory import CpuProbe
+from rl_otel.catalog import live as specs
 
 _log = logging.getLogger("rl_otel")
 

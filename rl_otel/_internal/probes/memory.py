@@ -147,7 +147,7 @@ class CpuProbe:
 class _Statm:
     """An open ``/proc/self/statm``: ``size resident ...`` in pages, as psutil reads it for ``memory_info()``."""
 
-    __slots__ = ("_fd", "_close", "__weakref__")
+    __slots__ = ("__weakref__", "_close", "_fd")
 
     _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

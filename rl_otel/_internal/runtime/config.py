@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rl_otel._internal.checks import boolean, check_known, positive_seconds
-from rl_otel._internal.runtime.ranks import serving_port
-from rl_otel.errors import ConfigurationError
 from rl_otel._internal.exporters.otel_env import resource_attributes
 from rl_otel._internal.exporters.otlp import OtlpConfig, otlp_config
 from rl_otel._internal.exporters.webconfig import WebConfig, load_web_config
+from rl_otel._internal.runtime.ranks import serving_port
 from rl_otel._internal.tracing.tracing import TracingConfig, check_tracer_provider, tracing_config
+from rl_otel.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from rl_otel._internal.trackers.config import TrackerSpec

@@ -51,8 +51,25 @@ class PhaseRuntime:
 class Phase:
     """The context manager ``Telemetry.phase()`` returns. Not reusable; one per ``with`` block."""
 
-    __slots__ = ("_rt", "cluster", "phase", "_onload", "_offload", "_step", "_parent", "metrics", "_attrs",
-                 "_root", "_root_ctx", "_recording", "_span", "_token", "_t0", "_t_onloaded", "_t_exec")
+    __slots__ = (
+        "_attrs",
+        "_offload",
+        "_onload",
+        "_parent",
+        "_recording",
+        "_root",
+        "_root_ctx",
+        "_rt",
+        "_span",
+        "_step",
+        "_t0",
+        "_t_exec",
+        "_t_onloaded",
+        "_token",
+        "cluster",
+        "metrics",
+        "phase",
+    )
 
     def __init__(self, runtime: PhaseRuntime, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
                  offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None) -> None:

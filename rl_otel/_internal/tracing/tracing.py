@@ -26,13 +26,20 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, Tracer, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import IdGenerator
-from opentelemetry.trace import (INVALID_SPAN_ID, INVALID_TRACE_ID, NonRecordingSpan, Span, SpanContext, TraceFlags,
-                                 get_current_span)
+from opentelemetry.trace import (
+    INVALID_SPAN_ID,
+    INVALID_TRACE_ID,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    TraceFlags,
+    get_current_span,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from rl_otel._internal.checks import check_known
-from rl_otel.errors import ConfigurationError
 from rl_otel._internal.exporters.otel_env import SignalConfig, signal_config
+from rl_otel.errors import ConfigurationError
 
 _EXPORTERS = ("console", "jsonl", "otlp")
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -172,7 +179,7 @@ class PhaseTracer:
     be added to the provider at any time, so :meth:`recording` is asked at every phase.
     """
 
-    __slots__ = ("_provider", "tracer", "_sdk")
+    __slots__ = ("_provider", "_sdk", "tracer")
 
     def __init__(self, provider: Any, tracer: Any) -> None:
         self._provider = provider

@@ -146,9 +146,9 @@ def build_bridge(trackers: Sequence, *, run: str, mirror: bool, on_error: OnErro
     fails ``init()``; one that fails to start for another reason (a network error, a hung service) is logged,
     counted (``reason="start_failed"``) and left out, and training goes on.
     """
+    from rl_otel._internal.trackers.config import scrub, secret_values
     from rl_otel.errors import ConfigurationError
     from rl_otel.sinks.base import sink_factory
-    from rl_otel._internal.trackers.config import scrub, secret_values
 
     if not trackers or not mirror:
         return NullBridge()
