@@ -18,9 +18,9 @@ import pytest
 import rl_otel
 from rl_otel.ops.dashboards import VARIABLES, dashboards
 from rl_otel.ops.promql import substitute
-from rl_otel.ops.rules import recording_rules
+from rl_otel.ops.rules import alerts, fleet_alerts, recording_rules
 from tests.e2e_training import train
-from tests.gpu_fakes import GIB, FakeCuda, FakeNvml
+from tests.gpu_fakes import GIB, FakeCuda, FakeNvml, wait_for_nvml
 from tests.promtools import PrometheusServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,9 +59,11 @@ def _served(tmp_path_factory):
             for r in range(RANKS)]
     server = None
     try:
+        urls: list[str] = []
         for t in tels:
-            assert t._live.nvml is not None and t._live.nvml.wait_ready(10)
-        targets = [t.metrics_url.split("//")[1].split("/")[0] for t in tels]
+            assert t.metrics_url is not None and wait_for_nvml(t.metrics_url)
+            urls.append(t.metrics_url)
+        targets = [url.split("//")[1].split("/")[0] for url in urls]
         server = PrometheusServer(tmp_path_factory.mktemp("prom"), targets, rule_files=RULES)
         server.wait_for_scrapes(1)
         train(tels, steps=STEPS)
@@ -86,6 +88,7 @@ def _variable_values(server: PrometheusServer) -> dict[str, str]:
     values: dict[str, str] = {}
     for name, query in VARIABLES:
         m = re.fullmatch(r"label_values\((.*), (\w+)\)", query)
+        assert m, query
         listed = server.label_values(m.group(2), substitute(m.group(1), values))
         assert listed, f"variable {name}: {query} lists nothing"
         values[name] = RUN if name == "run" else sorted(listed)[0]
@@ -127,7 +130,8 @@ def test_every_recording_rule_records_the_run_without_rank(prom):
 def test_every_rule_evaluates_cleanly_and_only_the_expected_alert_is_active(prom):
     groups = prom.api("rules")["groups"]
     rules = [r for g in groups for r in g["rules"]]
-    assert len(rules) == len(recording_rules()) + 14
+    assert len(rules) == len(recording_rules()) + len(alerts()) + len(fleet_alerts())
+    assert {r["name"] for r in rules if r["type"] == "alerting"} == {a.name for a in alerts() + fleet_alerts()}
     bad = [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"]
     assert bad == []
     active = {r["name"] for r in rules if r["type"] == "alerting" and r["alerts"]}

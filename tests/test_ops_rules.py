@@ -4,6 +4,7 @@ names in the catalog, aggregated without rank, and one runbook section per alert
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CONCEPT_METRICS = {c.record.split(":")[1] for c in CONCEPTS}
 RULE_FILES = ["prometheus/rules/rl_otel_recording.yml", "prometheus/rules/rl_otel_alerts.yml"]
 TEST_FILE = "prometheus/tests/rl_otel_alerts_test.yml"
+ALERTS = rules.alerts() + rules.fleet_alerts()  # the two groups of the alerts file: every setup's, then the fleet's
 
 
 def _promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -44,18 +46,34 @@ def test_committed_files_are_what_the_generator_writes():
     assert proc.returncode == 0, proc.stderr
 
 
+def _check(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rl_otel.ops", "--check", "--root", str(root)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
 def test_check_mode_reports_a_stale_file(tmp_path):
+    # a checkout: the generated files (prometheus/, grafana/, ...) and the generator itself
     _tree(tmp_path, generate.render_all())
+    shutil.copytree(ROOT / "rl_otel" / "ops", tmp_path / "rl_otel" / "ops",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    assert _check(tmp_path).returncode == 0
     (tmp_path / RULE_FILES[1]).write_text("groups: []\n")
-    proc = subprocess.run([sys.executable, "-m", "rl_otel.ops", "--check", "--root", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = _check(tmp_path)
     assert proc.returncode == 1 and f"stale: {RULE_FILES[1]}" in proc.stderr
+    assert proc.stderr.count("stale: ") == 1, proc.stderr
+
+
+def test_check_mode_refuses_a_root_that_is_no_checkout(tmp_path):
+    _tree(tmp_path, generate.render_all())  # the generated files, but no generator: not a checkout
+    proc = _check(tmp_path)
+    assert proc.returncode == 2 and "not a checkout" in proc.stderr
 
 
 def test_promtool_check_rules_is_clean():
     proc = _promtool("check", "rules", *RULE_FILES)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"SUCCESS: {len(rules.recording_rules())} rules found" in proc.stdout and "SUCCESS: 14 rules found" in proc.stdout
+    assert f"SUCCESS: {len(rules.recording_rules())} rules found" in proc.stdout
+    assert f"SUCCESS: {len(ALERTS)} rules found" in proc.stdout
     assert "WARNING" not in proc.stdout + proc.stderr
 
 
@@ -67,22 +85,23 @@ def test_promtool_unit_tests_pass():
 
 def test_every_alert_has_a_firing_and_a_quiet_check():
     doc = yaml.safe_load((ROOT / TEST_FILE).read_text())
-    firing, quiet = set(), set()
+    firing: set[str] = set()
+    quiet: set[str] = set()
     for group in doc["tests"]:
         for check in group["alert_rule_test"]:
             (firing if check["exp_alerts"] else quiet).add(check["alertname"])
-    names = {a.name for a in rules.alerts()}
+    names = {a.name for a in ALERTS}
     assert firing == names and quiet == names
     # every firing check also holds a healthy run (or target) that must stay quiet
     assert sum(len(g["alert_rule_test"]) for g in doc["tests"]) >= 2 * len(names)
 
 
-@pytest.mark.parametrize("alert", [a.name for a in rules.alerts()])
+@pytest.mark.parametrize("alert", [a.name for a in ALERTS])
 def test_unit_tests_fail_when_the_alert_never_fires(alert, tmp_path):
     """The cases are not vacuous: an alert whose expression can never be true fails its test."""
     files = generate.render_all()
     doc = yaml.safe_load(files[RULE_FILES[1]])
-    for rule in doc["groups"][0]["rules"]:
+    for rule in (r for g in doc["groups"] for r in g["rules"]):
         if rule["alert"] == alert:
             rule["expr"] = "vector(1) == 0"
     files[RULE_FILES[1]] = generate.dump_yaml(doc)
@@ -109,8 +128,9 @@ def test_alerts_carry_for_severity_and_annotations():
     runbook = (ROOT / "docs/runbook.md").read_text()
     headings = {h.lower() for h in re.findall(r"^## (\S+)$", runbook, re.M)}
     doc = yaml.safe_load((ROOT / RULE_FILES[1]).read_text())
-    alerts = doc["groups"][0]["rules"]
-    assert len(alerts) == 14
+    assert [g["name"] for g in doc["groups"]] == ["rl_otel_alerts", "rl_otel_fleet"]
+    alerts = [r for g in doc["groups"] for r in g["rules"]]
+    assert [a["alert"] for a in alerts] == [a.name for a in ALERTS]
     for rule in alerts:
         assert re.fullmatch(r"\d+[smh]", rule["for"]) and rule["for"] != "0m", rule
         assert rule["labels"]["severity"] in ("critical", "warning", "info")
@@ -123,7 +143,7 @@ def test_alerts_carry_for_severity_and_annotations():
 
 
 def test_the_required_alerts_exist():
-    names = {a.name for a in rules.alerts()}
+    names = {a.name for a in ALERTS}
     assert {"RLTrainerStalled", "RLScrapeTargetAbsent", "RLLossNotFinite", "RLKLRunaway",
             "RLImportanceRatioExploding", "RLClipFractionHigh", "RLEntropyCollapse", "RLRewardCollapse",
             "RLValueExplainedVarianceCollapse", "RLGPUMemoryHeadroomLow", "RLThroughputDrop",
@@ -151,7 +171,7 @@ def test_recording_rules_are_named_level_metric_operations_and_drop_rank():
 
 def test_alert_expressions_read_catalog_metrics_or_recorded_series():
     recorded = {r.record for r in rules.recording_rules()}
-    for alert in rules.alerts():
+    for alert in ALERTS:
         for name in metric_names(alert.expr):
             assert name == "up" or name in recorded or spec_for(name) is not None, (alert.name, name)
 

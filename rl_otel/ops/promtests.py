@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from rl_otel.ops.rules import RUNBOOK_BASE, Alert, alerts
+from rl_otel.ops.rules import NODE_SILENT_LOOKBACK, NODE_SILENT_WINDOW, RUNBOOK_BASE, Alert, alerts, fleet_alerts
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
 
 JOB = "rl_otel"
@@ -67,6 +67,10 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
     stall_at = 600  # the bad run's last log() was at t=600s
     stall_start = stall_at // 60 + int(t.stall_seconds // 60) + 1
     stall_fire = stall_start + _minutes(t.stall_for) + 5
+    silent_at, window = 10, _minutes(NODE_SILENT_WINDOW)  # node a's agent sends its last samples at minute 10
+    node_fire = silent_at + window + _minutes(t.target_down_for) + 5
+    node_end = node_fire + 5  # run r's last node stops too: the run ended, while node a is still within lookback
+    assert node_end + window + 1 < silent_at + _minutes(NODE_SILENT_LOOKBACK)
     return {
         "RLTrainerStalled": [Case(
             {_s("rl_last_step_timestamp_seconds", "bad", r): f"0+60x10 {stall_at}x{stall_fire + 5}" for r in (0, 1)}
@@ -146,6 +150,18 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
             # bad: one error a minute, 15 in the last 15 minutes; new: appears at minute 21 already at 3
             {6: [], 30: [Firing(_run(run="bad", sink="input", reason="bad_value"), 15),
                          Firing(_run(run="new", sink="input", reason="bad_value"), 3)]})],
+        "RLNodeSilent": [Case(
+            {'up{job="rl_otel", instance="a:9464", node="a", run="r", rank="0"}': f"1x{silent_at}",  # agent dies
+             'up{job="rl_otel", instance="a:9465", node="a", run="r", rank="1"}': f"1x{silent_at}",
+             'up{job="rl_otel", instance="b:9464", node="b", run="r", rank="2"}': f"1x{node_end}",  # goes on
+             # node c: its rank is down (RLScrapeTargetDown), its agent alive and sending up == 0
+             'up{job="rl_otel", instance="c:9464", node="c", run="r", rank="3"}': f"1x5 0x{node_end - 6}",
+             # a run that ended on its only node is not a silent node
+             'up{job="rl_otel", instance="d:9464", node="d", run="ended", rank="4"}': f"1x{silent_at}"},
+            # quiet until `for` has passed; then node a (two targets) fires; quiet again once run r has ended
+            {silent_at + window + _minutes(t.target_down_for) - 1: [],
+             node_fire: [Firing({"job": JOB, "run": "r", "node": "a"}, 2)],
+             node_end + window + 1: []})],
     }
 
 
@@ -169,7 +185,7 @@ def _expected(alert: Alert, firing: Firing, runbook_base: str) -> dict[str, obje
 
 def test_file(t: Thresholds = DEFAULT, runbook_base: str = RUNBOOK_BASE) -> dict[str, object]:
     """The ``promtool test rules`` document (rule files relative to ``prometheus/tests/``)."""
-    by_name = {a.name: a for a in alerts(t)}
+    by_name = {a.name: a for a in alerts(t) + fleet_alerts(t)}
     tests = []
     for name, groups in cases(t).items():
         alert = by_name[name]

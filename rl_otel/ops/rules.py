@@ -177,11 +177,47 @@ def alerts(t: Thresholds = DEFAULT) -> tuple[Alert, ...]:
     )
 
 
+# The many-node topology (prometheus/agent.yml, deploy/multinode/): one Prometheus agent per node remote-writes to
+# a central store, and every series it sends carries the agent's external label `node`.
+NODE_LABEL = "node"
+NODE_SILENT_WINDOW = "2m"     # > scrape interval + remote-write send deadline + VictoriaMetrics' 30 s latency offset
+NODE_SILENT_LOOKBACK = "30m"  # a node silent for longer is forgotten (a finished or moved node)
+
+
+def fleet_alerts(t: Thresholds = DEFAULT, window: str = NODE_SILENT_WINDOW,
+                 lookback: str = NODE_SILENT_LOOKBACK) -> tuple[Alert, ...]:
+    """Alerts of the many-node topology, evaluated by the central store.
+
+    A node whose agent dies (or whose network or remote write fails) sends nothing at all: no ``up == 0`` reaches
+    the central store, so :data:`RLScrapeTargetDown` cannot fire, and its last samples even look current for the
+    query lookback (5 min) since a dead agent writes no staleness markers. ``RLNodeSilent`` fires for a node whose
+    rl_otel targets of a run reported within ``lookback`` but not within ``window``, while the same run still
+    reports from another node (a run that ended everywhere is not a silent node). A rank that dies under a
+    living agent is ``up == 0``, i.e. RLScrapeTargetDown, not this alert.
+    """
+    up = f'up{{job=~"{JOB_REGEX}", {NODE_LABEL}!=""}}'
+    by = f"{RUN}, {NODE_LABEL}"
+    node = f"{{{{ $labels.{NODE_LABEL} }}}}"
+    value = '{{ $value | printf "%.3g" }}'
+    return (
+        Alert("RLNodeSilent",
+              f"(count by ({by}) (count_over_time({up}[{lookback}])) unless count by ({by}) "
+              f"(count_over_time({up}[{window}]))) and on ({RUN}) count by ({RUN}) (count_over_time({up}[{window}]))",
+              t.target_down_for, "critical", f"Node {node} of run {{{{ $labels.run }}}} sends nothing",
+              f"No sample of the {value} rl_otel targets of node {node} (run {{{{ $labels.run }}}}) reached "
+              f"the central store for {window}, while other nodes of the run still report: the node's Prometheus "
+              "agent (or Collector) is down, its remote write fails, or the node is gone."),
+    )
+
+
 def rule_files(t: Thresholds = DEFAULT, runbook_base: str = RUNBOOK_BASE) -> dict[str, dict[str, object]]:
-    """``{file name under prometheus/rules/: rule-file document}``."""
+    """``{file name under prometheus/rules/: rule-file document}``. The alerts file holds two groups: the alerts
+    of every setup, then :func:`fleet_alerts` (meaningful where agents label their series with ``node``)."""
     return {
         "rl_otel_recording.yml": {"groups": [{"name": "rl_otel_recording",
                                               "rules": [r.to_dict() for r in recording_rules(t)]}]},
         "rl_otel_alerts.yml": {"groups": [{"name": "rl_otel_alerts",
-                                           "rules": [a.to_dict(runbook_base) for a in alerts(t)]}]},
+                                           "rules": [a.to_dict(runbook_base) for a in alerts(t)]},
+                                          {"name": "rl_otel_fleet",
+                                           "rules": [a.to_dict(runbook_base) for a in fleet_alerts(t)]}]},
     }
