@@ -75,8 +75,11 @@ def _parser() -> argparse.ArgumentParser:
     trk = sub.add_parser("trackers", help="print the tracker configuration init() would use (secrets redacted)")
     trk.add_argument("--list", action="store_true", help="list the registered tracker sinks")
     add_tracker_arguments(trk)
+    from rl_otel.ops.budget import add_arguments as budget_arguments
+
+    budget_arguments(sub.add_parser("budget", help="active series of a job per rank, node and job (8, 64, 1024 GPUs)"))
     demo = sub.add_parser("demo", help="train a small PPO run on CPU, serving /metrics and mirroring to trackers "
-                                       "(needs pip install 'rl-otel[demo]')")
+                                       "(needs pip install -e '.[demo]' in the checkout)")
     demo_arguments(demo)
     add_tracker_arguments(demo)
     return parser
@@ -88,7 +91,8 @@ def _demo(args: argparse.Namespace) -> int:
     try:
         import torch  # noqa: F401
     except ImportError as exc:
-        print(f"rl-otel demo needs torch and tensorboard: pip install 'rl-otel[demo]' ({exc})", file=sys.stderr)
+        print(f"rl-otel demo needs torch and tensorboard: pip install -e '.[demo]' in the rl_otel checkout ({exc})",
+              file=sys.stderr)
         return 2
     try:
         options = tracker_options(args)
@@ -99,7 +103,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _trackers(args: argparse.Namespace) -> int:
-    from rl_otel._internal.trackers.config import load_config_file, normalize_trackers
+    from rl_otel._internal.runtime.options import TRACKER_OPTIONS, load_config_file
+    from rl_otel._internal.trackers.config import normalize_trackers
     from rl_otel.errors import ConfigurationError
     from rl_otel.sinks.base import registered_sinks
 
@@ -109,8 +114,8 @@ def _trackers(args: argparse.Namespace) -> int:
     try:
         options = tracker_options(args)
         merged = load_config_file(options.pop("config")) if "config" in options else {}
-        if any(k in options for k in ("track_with", "tracker_kwargs", "trackers")):
-            for k in ("track_with", "tracker_kwargs", "trackers"):
+        if any(k in options for k in TRACKER_OPTIONS):
+            for k in TRACKER_OPTIONS:
                 merged.pop(k, None)
         merged.update(options)
         specs = normalize_trackers(merged.get("track_with"), merged.get("tracker_kwargs"), merged.get("trackers"))
@@ -152,6 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _catalog(args)
     if args.command == "trackers":
         return _trackers(args)
+    if args.command == "budget":
+        from rl_otel.ops.budget import main as budget_main
+
+        return budget_main(args)
     if args.command == "demo":
         return _demo(args)
     _parser().print_help(sys.stderr)

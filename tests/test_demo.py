@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import pty
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -112,7 +114,11 @@ def test_cli_serves_every_family_and_mirrors_to_tensorboard(tmp_path):
         proc.send_signal(signal.SIGINT)  # ends the linger; the demo closes its trackers and exits
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    assert out.count("metrics_tag: ") == 10  # the stdout tracker: one line per step
+    # the stdout tracker: a short summary line per step (steps // 10 = 1: every step), never the whole dict
+    summary = [line for line in out.splitlines() if line.startswith("step ")]
+    assert [int(line.split()[1]) for line in summary] == list(range(10)), out
+    assert all(len(line) < 100 and "reward=" in line and "kl=" in line for line in summary), summary
+    assert "metrics_tag" not in out
     scalars = tensorboard_scalars(str(tmp_path / "logs" / "tensorboard"))
     assert [s for s, _ in scalars["critic/score/mean"]] == list(range(10))
     assert "time/reference/compute_log_probs/onload" in scalars
@@ -135,3 +141,81 @@ def test_the_command_line_stays_light_without_the_demo():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True).stdout
     assert out.strip() == "False"
+
+
+def _screen(raw: str) -> list[str]:
+    """The lines a terminal shows for ``raw``: each line is what follows its last carriage return (a redrawn
+    progress bar is one line), escape sequences removed."""
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", raw.replace("\r\n", "\n"))
+    return [line.rsplit("\r", 1)[-1] for line in text.split("\n")]
+
+
+def test_the_terminal_shows_progress_and_urls_on_one_screen_and_the_cwd_stays_clean(tmp_path):
+    """On a terminal (a pty), a whole run fits 24 rows of 100 columns: the URL, the TensorBoard command, the
+    progress bar and a few summary lines. The run name comes from RL_OTEL_RUN (as docker-compose and the Kubernetes
+    example set it), and TensorBoard's files go to the cache directory, not the current one."""
+    cwd, cache = tmp_path / "cwd", tmp_path / "cache"
+    cwd.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(cache), "RL_OTEL_RUN": "from-env",
+           "COLUMNS": "100", "LINES": "24"}
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "rl_otel.cli", "demo", "--steps", "30", "--port", "0",
+                             "--host", "127.0.0.1"], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=follower,
+                            stderr=follower)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    assert proc.wait(timeout=120) == 0
+    screen = [line for line in _screen(b"".join(chunks).decode()) if line.strip()]
+    # (the TensorBoard line holds a path as long as pytest's temporary directory: not counted for its width)
+    assert len(screen) <= 20 and all(len(line) <= 100 for line in screen if str(cache) not in line), \
+        "\n".join(screen)
+    assert re.search(r"metrics:\s+http://127\.0\.0\.1:\d+/metrics", screen[1]), screen
+    assert "run 'from-env'" in screen[0], screen
+    assert any(line.startswith("[####") and "step 30/30" in line for line in screen), screen
+    assert sum(line.startswith("step ") for line in screen) == 10, screen
+    assert list(cwd.iterdir()) == []
+    tb_line = next(line for line in screen if "tensorboard --logdir" in line)
+    logdir = Path(tb_line.split("--logdir", 1)[1].strip())
+    assert logdir.parent.parent == cache / "rl_otel" / "demo" and logdir.parent.name.startswith("from-env-")
+    assert any(logdir.glob("events.out.tfevents.*")), logdir
+
+
+def test_a_taken_port_says_how_to_pick_a_free_one(capsys):
+    from rl_otel.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["demo", "--port", str(port), "--host", "127.0.0.1", "--no-progress", "--no-trackers"]) == 2
+    err = capsys.readouterr().err
+    assert f"port {port} is already in use" in err and "--port 0" in err and "prometheus=" not in err, err
+
+
+def test_repeat_runs_back_to_back_under_numbered_names(tmp_path):
+    """docker-compose's trainer: run after run (RL_OTEL_RUN-1, -2, ... with the next seed each), each closing its
+    endpoint when done, so no finished run stays on the scrape to look stalled."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RL_OTEL_RUN": "loop"}
+    proc = subprocess.run([sys.executable, "-m", "rl_otel.cli", "demo", "--steps", "2", "--port", "0", "--host",
+                           "127.0.0.1", "--repeat", "2", "--no-trackers", "--no-progress"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    headers = [line for line in proc.stderr.splitlines() if line.startswith("rl-otel demo: PPO")]
+    assert headers == ["rl-otel demo: PPO on a counting task, run 'loop-1', 2 steps, seed 0",
+                       "rl-otel demo: PPO on a counting task, run 'loop-2', 2 steps, seed 1"], proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_log_before_init_says_what_to_do():
+    with pytest.raises(AttributeError, match=r"call tel = rl_otel.init\(run=...\) once, then tel.log\(...\)"):
+        rl_otel.log({"reward": 1.0})  # type: ignore[attr-defined]
+    assert not hasattr(rl_otel, "phase") and not hasattr(rl_otel, "no_such_name")

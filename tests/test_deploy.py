@@ -5,23 +5,27 @@ Prometheus started on prometheus/prometheus.yml."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from rl_otel.ops.rules import recording_rules
+from rl_otel.ops.thresholds import DEFAULT
 from tests.promtools import free_port, require_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _yaml(rel: str) -> object:
+def _yaml(rel: str) -> Any:
     return yaml.safe_load((ROOT / rel).read_text())
 
 
@@ -51,6 +55,19 @@ def _host_path(service: dict, container_path: str) -> Path:
     raise AssertionError(f"{container_path} is not mounted")
 
 
+def _require_alertmanager(*names: str) -> str:
+    """The first of ``names`` installed (Debian's prometheus-alertmanager ships amtool and prometheus-alertmanager);
+    as tests.promtools.require_binary: in CI a missing one fails the test (scripts/test.sh installs the package),
+    elsewhere it skips."""
+    path = next((p for p in map(shutil.which, names) if p), None)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{' or '.join(names)} is not installed; scripts/test.sh installs the Debian "
+                        "'prometheus-alertmanager' package")
+        pytest.skip(f"{' or '.join(names)} not installed (apt-get install prometheus-alertmanager)")
+    return path
+
+
 def _flag(service: dict, flag: str) -> str:
     for arg in service["command"]:
         if arg.startswith(f"--{flag}="):
@@ -60,7 +77,7 @@ def _flag(service: dict, flag: str) -> str:
 
 def test_compose_services_images_and_ports(compose):
     services = compose["services"]
-    assert set(services) == {"trainer", "prometheus", "grafana", "alertmanager"}
+    assert set(services) == {"trainer", "prometheus", "grafana", "alertmanager", "otel-collector", "tempo"}
     for name, svc in services.items():
         assert "image" in svc or "build" in svc, name
         if "image" in svc and "build" not in svc:
@@ -70,8 +87,27 @@ def test_compose_services_images_and_ports(compose):
             assert host == container and container.isdigit()
     assert services["trainer"]["command"][:2] == ["rl-otel", "demo"]
     assert "--port" in services["trainer"]["command"]
-    for dep in services["prometheus"]["depends_on"] + services["grafana"]["depends_on"]:
-        assert dep in services
+    for name, svc in services.items():
+        assert set(svc.get("depends_on", [])) <= set(services) - {name}, name
+    assert re.fullmatch(r"otel/opentelemetry-collector-contrib:\d+\.\d+\.\d+", services["otel-collector"]["image"])
+    assert re.fullmatch(r"grafana/tempo:\d+\.\d+\.\d+", services["tempo"]["image"])
+    # the trainer pushes its phase spans to the Collector's OTLP/HTTP port and leaves its metrics to the scrape
+    env = services["trainer"]["environment"]
+    assert env["OTEL_TRACES_EXPORTER"] == "otlp"
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4318"
+    assert "4318:4318" in services["otel-collector"]["ports"]
+    assert env.get("OTEL_METRICS_EXPORTER", "none") == "none"  # unset: rl_otel pushes no metrics
+
+
+def test_compose_trainer_environment_configures_spans_only(compose):
+    """rl_otel reads the trainer's variables as meant: spans over OTLP/HTTP to the Collector, no metric push."""
+    from rl_otel._internal.exporters.otlp import otlp_config
+
+    env = {k: str(v) for k, v in compose["services"]["trainer"]["environment"].items()}
+    config = otlp_config(None, env=env)
+    assert config is not None and config.metrics is None and config.traces is not None
+    assert config.traces.protocol == "http/protobuf"
+    assert config.traces.endpoint == "http://otel-collector:4318/v1/traces"
 
 
 def test_every_mounted_path_exists(compose):
@@ -94,9 +130,10 @@ def test_services_point_at_each_other(compose):
     for rule_file in config["rule_files"]:
         assert (config_path.parent / rule_file).is_file()
     for sd in (s for job in config["scrape_configs"] for s in job.get("file_sd_configs", [])):
-        files = [p for pattern in sd["files"] for p in config_path.parent.glob(pattern)]
-        assert files
-        for f in files:
+        # nothing listed by default (see test_no_shipped_target_answers_nowhere); the examples are valid files
+        examples = [p for pattern in sd["files"] for p in config_path.parent.glob(pattern + ".example")]
+        assert examples
+        for f in examples:
             groups = json.loads(f.read_text())
             assert all(g["targets"] and all(re.fullmatch(r"[\w.-]+:\d+", t) for t in g["targets"]) for g in groups)
     am_svc = services["alertmanager"]
@@ -117,19 +154,21 @@ def test_services_point_at_each_other(compose):
 
 def test_dockerfile_builds_the_trainer_from_the_repository(compose):
     assert compose["services"]["trainer"]["build"] == "."
-    lines = [l.strip() for l in (ROOT / "Dockerfile").read_text().replace("\\\n", " ").splitlines()
-             if l.strip() and not l.startswith("#")]
+    lines = [x.strip() for x in (ROOT / "Dockerfile").read_text().replace("\\\n", " ").splitlines()
+             if x.strip() and not x.startswith("#")]
     assert lines[0] == "FROM python:3.11-slim"
     for line in lines:
         if line.startswith("COPY "):
             for src in shlex.split(line)[1:-1]:
                 assert (ROOT / src).exists(), src
-    install = next(l for l in lines if "pip install" in l)
-    assert "-c requirements-test.txt" in install and "'.[torch,tensorboard]'" in install
+    install = next(x for x in lines if "pip install" in x)
+    assert "-c requirements-test.txt" in install and "'.[torch,tensorboard,otlp]'" in install
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in install  # CPU torch, not the CUDA wheels
     extras = (ROOT / "pyproject.toml").read_text()
-    assert re.search(r"^torch = \[", extras, re.M) and re.search(r"^tensorboard = \[", extras, re.M)
-    cmd = json.loads(next(l for l in lines if l.startswith("CMD "))[4:])
-    assert cmd == compose["services"]["trainer"]["command"]
+    for extra in ("torch", "tensorboard", "otlp"):  # otlp: the spans the trainer pushes (OTEL_TRACES_EXPORTER)
+        assert re.search(rf"^{extra} = \[", extras, re.M), extra
+    cmd = json.loads(next(x for x in lines if x.startswith("CMD "))[4:])
+    assert cmd[:2] == compose["services"]["trainer"]["command"][:2] == ["rl-otel", "demo"]
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert "rl_otel" not in ignored and "pyproject.toml" not in ignored
 
@@ -139,13 +178,14 @@ def test_promtool_check_config_is_clean():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "WARNING" not in proc.stdout + proc.stderr
-    assert f"SUCCESS: {len(recording_rules())} rules found" in proc.stdout and "SUCCESS: 14 rules found" in proc.stdout
+    assert f"SUCCESS: {len(recording_rules())} rules found" in proc.stdout
+    assert f"SUCCESS: {_alert_count()} rules found" in proc.stdout
 
 
 def test_prometheus_runs_on_the_shipped_config(tmp_path):
     """The compose config, loaded by a real Prometheus: rules load, every job has targets (down: no DNS here)."""
     port = free_port()
-    log = open(tmp_path / "log", "w")
+    log = open(tmp_path / "log", "w")  # noqa: SIM115 (closed in finally, after the process)
     proc = subprocess.Popen([require_binary("prometheus"), "--config.file=prometheus/prometheus.yml",
                              f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -157,14 +197,14 @@ def test_prometheus_runs_on_the_shipped_config(tmp_path):
                 rules = json.loads(urllib.request.urlopen(f"{url}/rules", timeout=2).read())["data"]["groups"]
                 targets = json.loads(urllib.request.urlopen(f"{url}/targets", timeout=2).read())["data"]
                 jobs = {t["labels"]["job"] for t in targets["activeTargets"]}
-                if jobs == {"rl_otel", "rl_otel_file_sd"}:
+                if jobs == {"rl_otel"} and rules:
                     break
             except OSError:
                 pass
             time.sleep(0.3)
         assert proc.poll() is None
-        assert jobs == {"rl_otel", "rl_otel_file_sd"}
-        assert sorted(len(g["rules"]) for g in rules) == sorted([14, len(recording_rules())])
+        assert jobs == {"rl_otel"}  # the file_sd job lists nothing until a targets file is added
+        assert sum(len(g["rules"]) for g in rules) == _alert_count() + len(recording_rules())
     finally:
         proc.terminate()
         proc.wait(10)
@@ -175,7 +215,10 @@ def test_kubernetes_pod_annotation_config(tmp_path):
     config = _yaml("prometheus/prometheus-kubernetes.yml")
     job = config["scrape_configs"][0]
     assert job["job_name"].startswith("rl_otel") and job["kubernetes_sd_configs"] == [{"role": "pod"}]
-    pod = next(d for d in _docs("deploy/kubernetes/trainer.yaml") if d["kind"] == "Deployment")["spec"]["template"]
+    # the rules' alerts go somewhere
+    (am,) = config["alerting"]["alertmanagers"]
+    assert am["static_configs"][0]["targets"] == ["alertmanager.monitoring.svc:9093"]
+    pod = next(d for d in _docs("deploy/kubernetes/trainer.yaml") if d["kind"] == "Job")["spec"]["template"]
     annotations = pod["metadata"]["annotations"]
     # the relabelling, applied by hand to the example pod: kept, with the annotated port
     meta = {"__meta_kubernetes_pod_annotation_" + re.sub(r"[^\w]", "_", k): v for k, v in annotations.items()}
@@ -208,12 +251,10 @@ def test_kubernetes_pod_annotation_config(tmp_path):
 
 
 def test_kubernetes_monitors_select_the_trainer():
-    trainer = {d["kind"]: d for d in _docs("deploy/kubernetes/trainer.yaml")}
-    deployment, service = trainer["Deployment"], trainer["Service"]
-    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
-    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
-    port_names = {p["name"] for c in deployment["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
-    namespace = deployment["metadata"]["namespace"]
+    (job,) = _docs("deploy/kubernetes/trainer.yaml")
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    port_names = {p["name"] for c in job["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
+    namespace = job["metadata"]["namespace"]
 
     pm = _docs("deploy/kubernetes/podmonitor.yaml")[0]
     assert (pm["apiVersion"], pm["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
@@ -223,18 +264,216 @@ def test_kubernetes_monitors_select_the_trainer():
         assert ep["port"] in port_names and ep["path"] == "/metrics"
         jobs = [r["replacement"] for r in ep["relabelings"] if r["targetLabel"] == "job"]
         assert jobs and all(j.startswith("rl_otel") for j in jobs)
-
-    sm = _docs("deploy/kubernetes/servicemonitor.yaml")[0]
-    assert (sm["apiVersion"], sm["kind"]) == ("monitoring.coreos.com/v1", "ServiceMonitor")
-    assert sm["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert service["spec"]["selector"].items() <= pod_labels.items()
-    assert namespace in sm["spec"]["namespaceSelector"]["matchNames"]
-    service_ports = {p["name"] for p in service["spec"]["ports"]}
-    assert all(p["targetPort"] in port_names for p in service["spec"]["ports"])
-    for ep in sm["spec"]["endpoints"]:
-        assert ep["port"] in service_ports
-        assert all(r["replacement"].startswith("rl_otel") for r in ep["relabelings"] if r["targetLabel"] == "job")
     # the operator picks monitors and rules up by the same release label
     rule = _docs("deploy/kubernetes/prometheusrule.yaml")[0]
-    assert pm["metadata"]["labels"]["release"] == sm["metadata"]["labels"]["release"] \
-        == rule["metadata"]["labels"]["release"]
+    assert pm["metadata"]["labels"]["release"] == rule["metadata"]["labels"]["release"]
+
+
+def test_kubernetes_scrapes_each_pod_once():
+    """Applying every monitor shipped must not scrape a pod twice: one monitor kind selects the trainer."""
+    monitors = [d for p in sorted((ROOT / "deploy/kubernetes").glob("*.yaml")) for d in _docs(str(p.relative_to(ROOT)))
+                if d["kind"] in ("PodMonitor", "ServiceMonitor")]
+    assert [m["kind"] for m in monitors] == ["PodMonitor"]
+    assert not [d for d in _docs("deploy/kubernetes/trainer.yaml") if d["kind"] == "Service"
+                and any(p.get("name") == "metrics" for p in d["spec"].get("ports", []))]
+
+
+def test_kubernetes_trainer_is_an_indexed_job_ranked_by_its_completion_index():
+    """Training runs to completion: a Job (no restart retraining from step 0 under the same run name), one pod per
+    rank, RANK from the completion index (not one hard-coded rank for every pod)."""
+    (job,) = _docs("deploy/kubernetes/trainer.yaml")
+    assert (job["apiVersion"], job["kind"]) == ("batch/v1", "Job")
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] >= 2
+    assert spec["backoffLimit"] == 0 and spec["template"]["spec"]["restartPolicy"] == "Never"
+    (container,) = spec["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert env["WORLD_SIZE"]["value"] == str(spec["completions"])
+    assert env["RL_OTEL_RUN"]["value"]
+    assert container["command"][:2] == ["rl-otel", "demo"]
+    assert _linger(container["command"]) < DEFAULT.stall_seconds
+
+
+def _alert_count() -> int:
+    doc = _yaml("prometheus/rules/rl_otel_alerts.yml")
+    return sum(len(g["rules"]) for g in doc["groups"])
+
+
+def _linger(command: list[str]) -> float:
+    return float(command[command.index("--linger") + 1]) if "--linger" in command else 0.0
+
+
+# -- prometheus/targets: nothing that answers nowhere ------------------------------------------------------------
+
+def test_no_shipped_target_answers_nowhere(compose):
+    """A target listed by default that nothing serves pages (RLScrapeTargetDown) and hides RLScrapeTargetAbsent;
+    host.docker.internal:9464 was also the compose trainer's own published port: scraped twice."""
+    config = _yaml("prometheus/prometheus.yml")
+    (sd_job,) = [j for j in config["scrape_configs"] if "file_sd_configs" in j]
+    listed = [p for sd in sd_job["file_sd_configs"] for pattern in sd["files"]
+              for p in (ROOT / "prometheus").glob(pattern)]
+    assert listed and all(json.loads(p.read_text()) == [] for p in listed), listed
+    published = {p.split(":")[0] for p in compose["services"]["trainer"]["ports"]}
+    for example in (ROOT / "prometheus/targets").glob("*.example"):
+        for group in json.loads(example.read_text()):
+            assert all(t.rsplit(":", 1)[1] not in published for t in group["targets"]), example
+
+
+def test_file_sd_keeps_the_series_run_and_rank(tmp_path):
+    """The shipped file_sd job, scraping a rank that published itself with prometheus={"file_sd": DIR}: the series
+    keep their run and rank (honor_labels), no exported_run / exported_rank."""
+    import rl_otel
+    from tests.promtools import PrometheusServer
+
+    (sd_job,) = [j for j in _yaml("prometheus/prometheus.yml")["scrape_configs"] if "file_sd_configs" in j]
+    assert sd_job["honor_labels"] is True
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    job = {**sd_job, "file_sd_configs": [{**sd_job["file_sd_configs"][0], "files": [str(targets / "*.json")]}]}
+    server = PrometheusServer(tmp_path, scrape_configs=[job])
+    try:
+        with rl_otel.init(run="fsd-run", rank=3, handle_sigterm=False,
+                          prometheus={"host": "127.0.0.1", "port": 0, "file_sd": str(targets)}) as tel:
+            tel.log({"critic/score/mean": 0.5}, step=7)
+            got: list[Any] = []
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not got:
+                got = server.query('rl_critic_score{run="fsd-run"}')
+                time.sleep(0.3)
+        assert got, "the file_sd target was never scraped"
+        labels = got[0]["metric"]
+        assert labels["run"] == "fsd-run" and labels["rank"] == "3" and labels["job"] == sd_job["job_name"]
+        assert not [k for k in labels if k.startswith("exported_")], labels
+    finally:
+        server.close()
+
+
+# -- docker-compose: the demo stack shows a healthy run, it does not page -----------------------------------------
+
+def _stall_alerts_of_a_finished_demo_run(tmp_path: Path, command: list[str]) -> str:
+    """promtool, on the shipped rules: a demo run trains one minute, then serves its last step for --linger
+    seconds, then its endpoint closes (the series go stale). RLTrainerStalled must never fire in the next hour."""
+    linger_points = int(_linger(command) // 15)
+    sel = 'job="rl_otel", instance="trainer:9464", run="compose-demo-1", rank="0"'
+    series = [{"series": f"rl_last_step_timestamp_seconds{{{sel}}}",
+               "values": f"0+15x4 60x{linger_points} stale"},
+              {"series": f"rl_step{{{sel}}}", "values": f"0+50x4 200x{linger_points} stale"}]
+    horizon = 4 * 60 + linger_points * 15 + 3600
+    cases = [{"eval_time": f"{t}s", "alertname": "RLTrainerStalled", "exp_alerts": []}
+             for t in range(0, horizon, 300)]
+    doc = {"rule_files": [str(ROOT / "prometheus/rules/rl_otel_recording.yml"),
+                          str(ROOT / "prometheus/rules/rl_otel_alerts.yml")],
+           "evaluation_interval": "15s",
+           "tests": [{"interval": "15s", "input_series": series, "alert_rule_test": cases}]}
+    path = tmp_path / "demo_stall_test.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = subprocess.run([require_binary("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
+                          timeout=120)
+    return "" if proc.returncode == 0 else proc.stdout + proc.stderr
+
+
+def test_the_compose_demo_never_pages_as_stalled(compose, tmp_path):
+    command = compose["services"]["trainer"]["command"]
+    assert command[command.index("--repeat") + 1] == "0"  # runs back to back: always a live run to look at
+    assert 0 < _linger(command) < DEFAULT.stall_seconds
+    assert _stall_alerts_of_a_finished_demo_run(tmp_path, command) == ""
+    # the check itself: a run serving its last step for an hour (the old --linger 3600) does page
+    assert "RLTrainerStalled" in _stall_alerts_of_a_finished_demo_run(tmp_path, ["--linger", "3600"])
+
+
+# -- Alertmanager --------------------------------------------------------------------------------------------------
+
+def _matches(matcher: str, labels: dict[str, str]) -> bool:
+    m = re.fullmatch(r'(\w+)\s*(=~|!~|!=|=)\s*"(.*)"', matcher)
+    assert m, matcher
+    name, op, value = m.groups()
+    have = labels.get(name, "")
+    return {"=": have == value, "!=": have != value, "=~": re.fullmatch(value, have) is not None,
+            "!~": re.fullmatch(value, have) is None}[op]
+
+
+def _inhibited(config: dict, alerts: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Alertmanager's inhibition: a target alert is muted by a firing source alert whose ``equal`` labels have the
+    same values (a missing label is the empty value)."""
+    out = []
+    for target in alerts:
+        for rule in config.get("inhibit_rules", []):
+            if not all(_matches(m, target) for m in rule["target_matchers"]):
+                continue
+            if any(source is not target and all(_matches(m, source) for m in rule["source_matchers"])
+                   and all(source.get(k, "") == target.get(k, "") for k in rule["equal"]) for source in alerts):
+                out.append(target)
+                break
+    return out
+
+
+INHIBIT_CASE = [  # one job, several runs: only run-a stalled, and one file_sd rank of run-b down
+    {"alertname": "RLTrainerStalled", "severity": "critical", "job": "rl_otel_pods", "run": "run-a"},
+    {"alertname": "RLKLRunaway", "severity": "warning", "job": "rl_otel_pods", "run": "run-a"},
+    {"alertname": "RLTelemetryErrors", "severity": "info", "job": "rl_otel_pods", "run": "run-a", "sink": "input",
+     "reason": "bad_value"},
+    {"alertname": "RLKLRunaway", "severity": "warning", "job": "rl_otel_pods", "run": "run-c"},
+    {"alertname": "RLEntropyCollapse", "severity": "warning", "job": "rl_otel_pods", "run": "run-d"},
+    {"alertname": "RLScrapeTargetDown", "severity": "critical", "job": "rl_otel_file_sd", "instance": "n1:9464",
+     "run": "run-b", "rank": "3"},
+    {"alertname": "RLClipFractionHigh", "severity": "warning", "job": "rl_otel_file_sd", "run": "run-b"},
+    {"alertname": "RLClipFractionHigh", "severity": "warning", "job": "rl_otel_file_sd", "run": "run-e"},
+    {"alertname": "RLScrapeTargetDown", "severity": "critical", "job": "rl_otel", "instance": "trainer:9464"},
+    {"alertname": "RLRewardCollapse", "severity": "warning", "job": "rl_otel", "run": "compose-demo-1"},
+]
+MUTED = [("RLKLRunaway", "run-a"), ("RLTelemetryErrors", "run-a"), ("RLClipFractionHigh", "run-b")]
+
+
+def test_an_alert_mutes_only_its_own_run():
+    """A stalled run or a down rank explains its own run's warnings, never those of the job's other runs (the old
+    `equal: [job]` muted every run sharing the job: every pod of a Kubernetes job)."""
+    config = _yaml("alertmanager/alertmanager.yml")
+    for rule in config["inhibit_rules"]:
+        assert "run" in rule["equal"] and "job" in rule["equal"], rule
+    muted = [(a["alertname"], a["run"]) for a in _inhibited(config, INHIBIT_CASE)]
+    assert muted == MUTED
+
+
+def test_amtool_checks_the_alertmanager_config():
+    amtool = _require_alertmanager("amtool")
+    proc = subprocess.run([amtool, "check-config", str(ROOT / "alertmanager/alertmanager.yml")], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_real_alertmanager_mutes_only_the_stalled_run(tmp_path):
+    """The same case posted to a real Alertmanager running the shipped config."""
+    binary = _require_alertmanager("alertmanager", "prometheus-alertmanager")
+    port = free_port()
+    log = open(tmp_path / "log", "w")  # noqa: SIM115 (closed in finally, after the process)
+    proc = subprocess.Popen([binary, f"--config.file={ROOT / 'alertmanager/alertmanager.yml'}",
+                             f"--storage.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+                             "--cluster.listen-address="], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/api/v2/alerts"
+    try:
+        body = json.dumps([{"labels": a} for a in INHIBIT_CASE]).encode()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST",
+                                                              headers={"Content-Type": "application/json"}),
+                                       timeout=2).read()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "alertmanager did not start"
+                time.sleep(0.2)
+        deadline, muted = time.monotonic() + 30, []
+        while time.monotonic() < deadline:
+            alerts = json.loads(urllib.request.urlopen(url, timeout=2).read())
+            muted = sorted((a["labels"]["alertname"], a["labels"]["run"]) for a in alerts
+                           if a["status"]["inhibitedBy"])
+            if len(alerts) == len(INHIBIT_CASE) and muted == sorted(MUTED):
+                break
+            time.sleep(0.3)
+        assert muted == sorted(MUTED)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()

@@ -3,8 +3,10 @@ reading only catalog metrics or recorded series; provisioning files load them.""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -52,25 +54,153 @@ def test_dashboards_are_well_formed():
             assert panel["description"], (name, panel["title"])
 
 
+ORDER = ["datasource", "job", "run", "cluster", "phase", "device_id"]
+
+
 def test_variables_are_chained():
-    order = ["datasource", "job", "run", "cluster", "phase", "device_id"]
     for board in _files().values():
         variables = board["templating"]["list"]
-        assert [v["name"] for v in variables] == order
+        order = [v["name"] for v in variables]
+        assert order == ORDER[:len(order)] and len(order) >= 3
         assert variables[0]["type"] == "datasource" and variables[0]["query"] == "prometheus"
         for i, var in enumerate(variables[1:], start=1):
             used = set(re.findall(r"\$(\w+)", var["query"]))
             assert used <= set(order[:i]), f"{var['name']} uses a later variable: {used}"
             assert var["datasource"]["uid"] == "${datasource}" and var["refresh"] == 2
         # each variable narrows on the one before it
-        for prev, var in zip(order[1:], order[2:]):
+        for prev, var in itertools.pairwise(order[1:]):
             q = next(v for v in variables if v["name"] == var)["query"]
             assert f"${prev}" in q, (var, q)
         # panels only use defined variables (and Grafana's own)
         for panel in board["panels"]:
             for target in panel["targets"]:
                 # ($1 in a label_replace is a regex group, not a variable)
-                assert set(re.findall(r"\$([A-Za-z_]\w*)", target["expr"])) <= set(order) | {"__rate_interval"}
+                assert set(re.findall(r"\$([A-Za-z_]\w*)", target["expr"])) <= set(order) | {"__rate_interval",
+                                                                                             "__range"}
+
+
+def test_a_dashboard_shows_only_the_dropdowns_its_panels_use():
+    """cluster / phase / device_id change nothing on the training, rollout and fleet dashboards: not shown there."""
+    shown = {uid[:-5]: [v["name"] for v in b["templating"]["list"]] for uid, b in _files().items()}
+    assert shown == {"rl-otel-training": ORDER[:3], "rl-otel-rollout-eval": ORDER[:3], "rl-otel-fleet": ORDER[:3],
+                     "rl-otel-phases": ORDER[:5], "rl-otel-memory": ORDER}
+    for board in _files().values():
+        exprs = " ".join(t["expr"] for p in board["panels"] for t in p["targets"])
+        last = board["templating"]["list"][-1]["name"]
+        assert f"${last}" in exprs, (board["uid"], last)
+
+
+def test_all_jobs_means_the_jobs_serving_rl_step():
+    """Grafana's "All" of a variable without allValue is the regex of the listed values; with allValue ".*" the
+    fleet's `up{job=~"$job"}` listed every target of a shared Prometheus."""
+    for board in _files().values():
+        variables = {v["name"]: v for v in board["templating"]["list"]}
+        assert variables["job"]["query"] == "label_values(rl_step, job)" and "allValue" not in variables["job"]
+        assert variables["run"]["allValue"] == ".*"
+    up = next(p for p in _files()["rl-otel-fleet.json"]["panels"] if p["title"] == "Scrape targets up")
+    assert [t["expr"] for t in up["targets"]] == ['up{job=~"$job"}']
+
+
+def _colour(panel: dict, value: float) -> str:
+    """The colour Grafana gives ``value``: the last absolute threshold step at or below it."""
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    return [s["color"] for s in steps if s["value"] is None or s["value"] <= value][-1]
+
+
+def test_thresholds_are_red_on_the_alerts_side():
+    panels = {(b["uid"], p["title"]): p for b in _files().values() for p in b["panels"]}
+    cases = {  # (dashboard, panel): [(value, colour)]
+        ("rl-otel-fleet", "Non-finite losses"): [(0, "green"), (1, "red"), (3, "red")],
+        ("rl-otel-fleet", "Scrape targets up"): [(0, "red"), (1, "green")],
+        ("rl-otel-fleet", "Telemetry errors absorbed"): [(0, "green"), (2, "red")],
+        ("rl-otel-training", "Entropy (per token)"): [(0.01, "red"), (1.2, "green")],
+        ("rl-otel-fleet", "Entropy per run"): [(0.01, "red"), (1.2, "green")],
+        ("rl-otel-training", "Value function explained variance"): [(-0.5, "red"), (0.6, "green")],
+        ("rl-otel-rollout-eval", "Eval regression vs best"): [(-0.2, "red"), (0, "green")],
+        ("rl-otel-training", "Clip fraction"): [(0.1, "green"), (0.5, "red")],
+        ("rl-otel-training", "KL old -> new policy"): [(0.01, "green"), (0.2, "red")],
+        ("rl-otel-training", "Importance ratio max"): [(1.6, "green"), (12, "red")],
+        ("rl-otel-fleet", "Seconds since the last step"): [(10, "green"), (3600, "red")],
+    }
+    for key, expected in cases.items():
+        assert [(v, _colour(panels[key], v)) for v, _ in expected] == expected, key
+    # a timeseries with an alert threshold draws it
+    assert panels[("rl-otel-training", "Entropy (per token)")]["fieldConfig"]["defaults"]["custom"][
+        "thresholdsStyle"] == {"mode": "line"}
+
+
+def test_importance_ratios_are_numbers_and_percent_is_for_fractions():
+    """An importance ratio of 1.62 must read 1.62, not "162%" (nor its threshold 10 "1000%")."""
+    seen = 0
+    for board in _files().values():
+        for panel in board["panels"]:
+            unit = panel["fieldConfig"]["defaults"]["unit"]
+            if any("importance_ratio" in t["expr"] for t in panel["targets"]):
+                seen += 1
+                assert unit != "percentunit", (board["uid"], panel["title"])
+                if panel["type"] == "heatmap":
+                    assert panel["options"]["yAxis"]["unit"] != "percentunit"
+            if unit == "percentunit":  # fractions: thresholds within 0-1
+                assert all(s["value"] is None or 0 <= s["value"] <= 1
+                           for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]), panel["title"]
+    assert seen == 3
+
+
+def test_the_pie_covers_the_dashboards_time_range():
+    pie = next(p for p in _files()["rl-otel-phases.json"]["panels"] if p["type"] == "piechart")
+    (target,) = pie["targets"]
+    assert "[$__range]" in target["expr"] and "$__rate_interval" not in target["expr"]
+    assert target["instant"] is True and target["range"] is False
+
+
+def _promql_unit_test(tmp_path: Path, series: list[dict], cases: list[dict]) -> str:
+    """``promtool test rules`` on expressions (no rules): series at a 15 s interval; '' when every case holds."""
+    doc = {"rule_files": [], "evaluation_interval": "15s",
+           "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": cases}]}
+    path = tmp_path / "exprs_test.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = subprocess.run([require_binary("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
+                          timeout=60)
+    return "" if proc.returncode == 0 else proc.stdout + proc.stderr
+
+
+ALL = {"job": "rl_otel", "run": ".*", "cluster": ".*", "phase": ".*", "device_id": ".*"}
+
+
+def _panel_expr(uid: str, title: str, i: int = 0) -> str:
+    board = next(b for b in dashboards() if b.uid == uid)
+    return substitute(next(p for p in board.panels if p.title == title).queries[i].expr, ALL)
+
+
+def test_phase_durations_show_no_nan_once_training_ends(tmp_path):
+    """40 phase runs of 0.1-0.4 s during 10 minutes, then training ends and the counters stay flat: p95 and mean
+    have values while phases run and no series (not NaN) a few minutes later."""
+    sel = 'job="rl_otel", run="r1", rank="0", cluster="actor_train", phase="train_step", part="total"'
+    buckets = {"0.1": 10, "0.25": 25, "0.5": 40, "+Inf": 40}
+    series = [{"series": f'rl_phase_duration_seconds_bucket{{{sel}, le="{le}"}}',
+               "values": f"0+{n / 40:g}x40 {n}x40"} for le, n in buckets.items()]
+    series += [{"series": f"rl_phase_duration_seconds_count{{{sel}}}", "values": "0+1x40 40x40"},
+               {"series": f"rl_phase_duration_seconds_sum{{{sel}}}", "values": "0+0.25x40 10x40"}]
+    p95 = _panel_expr("rl-otel-phases", "Phase duration p95 (total)")
+    mean = _panel_expr("rl-otel-phases", "Phase duration mean (total)")
+    labels = '{cluster="actor_train", phase="train_step"}'
+    cases = [{"expr": mean, "eval_time": "5m", "exp_samples": [{"labels": labels, "value": 0.25}]},
+             {"expr": f"count({p95})", "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 1}]},
+             {"expr": mean, "eval_time": "15m", "exp_samples": []},
+             {"expr": p95, "eval_time": "15m", "exp_samples": []}]
+    assert _promql_unit_test(tmp_path, series, cases) == ""
+
+
+def test_telemetry_errors_read_zero_before_the_first_error(tmp_path):
+    series = [{"series": 'rl_step{job="rl_otel", run="r1", rank="0"}', "values": "0+1x20"},
+              {"series": 'rl_step{job="rl_otel", run="r1", rank="1"}', "values": "0+1x20"},
+              {"series": 'rl_step{job="rl_otel", run="r2", rank="0"}', "values": "0+1x20"},
+              {"series": 'rl_telemetry_errors_total{job="rl_otel", run="r2", rank="0", sink="input", '
+                         'reason="bad_value"}', "values": "0+1x20"}]
+    total = _panel_expr("rl-otel-fleet", "Telemetry errors absorbed", 1)
+    cases = [{"expr": total, "eval_time": "4m", "exp_samples": [{"labels": '{run="r1"}', "value": 0},
+                                                                {"labels": '{run="r2"}', "value": 16}]}]
+    assert _promql_unit_test(tmp_path, series, cases) == ""
 
 
 def test_every_expression_parses_with_promtool():

@@ -1,7 +1,7 @@
 """``rl-otel demo``: a real, small PPO run on CPU that exercises every metric family rl_otel serves.
 
 :func:`run` trains it (with or without telemetry: see :mod:`rl_otel.demo.ppo`); :mod:`rl_otel.demo.cli` is the
-command. Needs torch (``pip install 'rl-otel[demo]'``), imported on first use of :func:`run` and friends, so the
+command. Needs torch (``pip install -e '.[demo]'``), imported on first use of :func:`run` and friends, so the
 ``rl-otel`` command stays fast for its other subcommands.
 """
 

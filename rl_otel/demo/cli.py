@@ -1,14 +1,31 @@
-"""``rl-otel demo``: the command around :func:`rl_otel.demo.run` - options, telemetry set-up, progress bar."""
+"""``rl-otel demo``: the command around :func:`rl_otel.demo.run` - options, telemetry set-up, progress bar.
+
+What a person sees fits one screen: a header with where to look (the metrics URL, the TensorBoard command), a
+progress bar redrawn in place, a summary line of the stdout tracker every tenth of the run, and a closing line. The
+demo writes nothing into the current directory: TensorBoard's files go under the user's cache directory
+(``$XDG_CACHE_HOME/rl_otel/demo/<run>-<time>``, else ``~/.cache/...``) unless ``--log-dir`` says otherwise.
+"""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import time
+from pathlib import Path
 from typing import IO, Any
 
-DEFAULT_LOG_DIR = "rl_otel_demo"
+
+def default_log_dir(run: str) -> Path:
+    """Where a demo run writes when no ``--log-dir`` is given: the user's cache directory, one folder per run."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "rl_otel" / "demo" / f"{run}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def run_name(args: argparse.Namespace) -> str:
+    """``--run``, else ``$RL_OTEL_RUN`` (set by docker-compose and the Kubernetes example), else ``demo-<seed>``."""
+    return args.run or os.environ.get("RL_OTEL_RUN") or f"demo-{args.seed}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,31 +37,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=9464, help="scrape endpoint port; 0 picks a free port "
                                                                "(default %(default)s)")
     parser.add_argument("--host", default="0.0.0.0", help="address to serve /metrics on (default %(default)s)")
-    parser.add_argument("--log-dir", default=DEFAULT_LOG_DIR,
-                        help="where the default TensorBoard tracker writes (<log-dir>/tensorboard)")
-    parser.add_argument("--run", default=None, help="the run's name, a label on every series (default demo-<seed>)")
+    parser.add_argument("--log-dir", default=None,
+                        help="where the default TensorBoard tracker writes (<log-dir>/tensorboard; default: "
+                             "~/.cache/rl_otel/demo/<run>-<time>)")
+    parser.add_argument("--run", default=None,
+                        help="the run's name, a label on every series (default: $RL_OTEL_RUN, else demo-<seed>)")
     parser.add_argument("--linger", type=float, default=0.0, metavar="SECONDS",
                         help="keep serving /metrics this long after training ends (default %(default)s)")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="train N runs back to back, named <run>-1, <run>-2, ... with seeds seed, seed+1, ...; "
+                             "0: forever (docker-compose: a live run to look at, never a stalled one; default 1)")
     parser.add_argument("--no-trackers", action="store_true",
                         help="Prometheus only: no stdout/TensorBoard mirror")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
-def tracker_choice(args: argparse.Namespace, tracker_options: dict[str, Any]) -> dict[str, Any]:
-    """init() tracker options: the ones given, else stdout + TensorBoard under ``--log-dir``."""
+def tracker_choice(args: argparse.Namespace, tracker_options: dict[str, Any], log_dir: str | os.PathLike
+                   ) -> dict[str, Any]:
+    """init() tracker options: the ones given, else a stdout summary line every tenth of the run and TensorBoard
+    under ``log_dir``."""
     if args.no_trackers:
         return {"trackers": {}}
     if any(k in tracker_options for k in ("track_with", "trackers", "config")):
         return tracker_options
-    return {**tracker_options, "trackers": {"stdout": {},
-                                            "tensorboard": {"log_dir": os.path.join(args.log_dir, "tensorboard")}}}
+    return {**tracker_options, "trackers": {"stdout": {"every": max(1, args.steps // 10)},
+                                            "tensorboard": {"log_dir": os.path.join(log_dir, "tensorboard")}}}
 
 
 class ProgressBar:
     """One line on ``stream``, redrawn in place on a terminal; a line every 10% otherwise (logs stay short).
 
-    ``redraw=False`` forces the line mode: the stdout tracker writing to the same terminal would break a line
-    being redrawn.
+    ``redraw=False`` forces the line mode. The stdout tracker may write to the same terminal: it clears the line
+    first, and the bar comes back at the next step.
     """
 
     def __init__(self, total: int, stream: IO[str], redraw: bool = True) -> None:
@@ -72,25 +96,50 @@ class ProgressBar:
 
 
 def main(args: argparse.Namespace, tracker_options: dict[str, Any]) -> int:
-    """Run the demo as the command line asked; prints where to look, then trains, then lingers."""
-    import rl_otel
-    from rl_otel.demo.ppo import DemoConfig, run
+    """Run the demo as the command line asked: print where to look, train, linger; ``--repeat`` runs again."""
+    from rl_otel.demo.ppo import DemoConfig
 
     try:
-        config = DemoConfig(steps=args.steps, seed=args.seed)
+        DemoConfig(steps=args.steps, seed=args.seed)
     except ValueError as exc:
         print(f"rl-otel demo: {exc}", file=sys.stderr)
         return 2
-    options = tracker_choice(args, tracker_options)
+    if args.repeat < 0:
+        print(f"rl-otel demo: --repeat must be 0 (forever) or a number of runs, got {args.repeat}", file=sys.stderr)
+        return 2
+    base = run_name(args)
+    runs = itertools.count() if args.repeat == 0 else range(args.repeat)
+    for i in runs:
+        # one run: a fresh Telemetry (its series leave the endpoint when it closes, so a finished run never looks
+        # stalled), the next seed, the run name numbered when runs repeat
+        label = base if args.repeat == 1 else f"{base}-{i + 1}"
+        code = _one_run(args, tracker_options, label, args.seed + i)
+        if code is not None:
+            return code
+    return 0
+
+
+def _one_run(args: argparse.Namespace, tracker_options: dict[str, Any], label: str, seed: int) -> int | None:
+    """Train and linger once; an exit code to stop with (an error, or Ctrl-C while lingering), else None."""
+    import rl_otel
+    from rl_otel.demo.ppo import DemoConfig, run
+
+    config = DemoConfig(steps=args.steps, seed=seed)
+    log_dir = args.log_dir if args.log_dir is not None else default_log_dir(label)
+    options = tracker_choice(args, tracker_options, log_dir)
     try:
-        tel = rl_otel.init(run=args.run or f"demo-{args.seed}", prometheus={"host": args.host, "port": args.port},
-                           **options)
+        tel = rl_otel.init(run=label, prometheus={"host": args.host, "port": args.port}, **options)
+    except rl_otel.PortInUseError:
+        print(f"rl-otel demo: port {args.port} is already in use on {args.host} (another rl-otel demo?); "
+              f"pass --port 0 for a free port, or --port N", file=sys.stderr)
+        return 2
     except rl_otel.ConfigurationError as exc:
         print(f"rl-otel demo: {exc}", file=sys.stderr)
         return 2
     err = sys.stderr
     with tel:
-        print(f"rl-otel demo: PPO on a counting task, {args.steps} steps, seed {args.seed}", file=err)
+        print(f"rl-otel demo: PPO on a counting task, run {tel.config.run!r}, {args.steps} steps, seed {seed}",
+              file=err)
         print(f"  metrics:     {tel.metrics_url}", file=err)
         tb = next((t.kwargs.get("log_dir") or t.kwargs.get("logdir") or os.path.join("runs", tel.config.run)
                    for t in tel.config.trackers if t.name == "tensorboard"), None)
@@ -98,8 +147,7 @@ def main(args: argparse.Namespace, tracker_options: dict[str, Any]) -> int:
             print(f"  tensorboard: tensorboard --logdir {tb}", file=err)
         print(f"  trackers:    {', '.join(tel.trackers) or 'none'} (rank {tel.config.rank})", file=err)
         err.flush()
-        stdout_on_tty = "stdout" in tel.trackers and sys.stdout.isatty()
-        bar = None if args.no_progress else ProgressBar(args.steps, err, redraw=not stdout_on_tty)
+        bar = None if args.no_progress else ProgressBar(args.steps, err)
         started = time.perf_counter()
         result = run(config, telemetry=tel, on_step=bar)
         tel.flush(timeout_s=10.0)
@@ -112,8 +160,8 @@ def main(args: argparse.Namespace, tracker_options: dict[str, Any]) -> int:
             try:
                 time.sleep(args.linger)
             except KeyboardInterrupt:
-                pass
-    return 0
+                return 0
+    return None
 
 
 def _window_mean(values: list[float], n: int, *, head: bool) -> float:

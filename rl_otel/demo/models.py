@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -130,7 +131,7 @@ class Offloader:
 
 
 @cache
-def _malloc_trim() -> object | None:
+def _malloc_trim() -> Callable[[int], int] | None:
     name = ctypes.util.find_library("c")
     try:
         return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None

@@ -252,9 +252,9 @@ def _step(tr: _Trainer, tel: Telemetry | None, step: int, samples: int) -> StepR
         scores = task.score(prompts, responses)
         with torch.no_grad():
             old_lp, _ = tr.policy.log_probs(prompts, responses)
-    with phase("reference", "compute_log_probs", tr.reference_store.onload, tr.reference_store.offload):
-        with torch.no_grad():
-            ref_lp, _ = tr.reference.log_probs(prompts, responses)
+    with phase("reference", "compute_log_probs", tr.reference_store.onload, tr.reference_store.offload), \
+            torch.no_grad():
+        ref_lp, _ = tr.reference.log_probs(prompts, responses)
     with phase("critic", "compute_values"), torch.no_grad():
         values = tr.critic(prompts, responses) * mask
     t_adv = time.perf_counter()
@@ -300,7 +300,7 @@ def _step_metrics(catalog: Any, cfg: DemoConfig, samples: int, b: dict[str, torc
         distributions="tensors", catalog=catalog)
     lengths = b["mask"].sum(1).tolist()
     by_prompt: dict[int, list[dict[str, float]]] = {}
-    for p, s, n in zip(b["prompts"].tolist(), scores.tolist(), lengths):
+    for p, s, n in zip(b["prompts"].tolist(), scores.tolist(), lengths, strict=True):
         by_prompt.setdefault(p, []).append({"reward": s, "response_length": n})
     metrics.update(rollout_step_metrics(list(by_prompt.values())))
     if eval_tasks:

@@ -1,13 +1,19 @@
 """Grafana dashboards as plain data, generated from the catalog (units, descriptions) and the thresholds.
 
-Five dashboards: training overview, phases, memory, rollout/eval (Trinity-RFT), fleet. All share the chained
-template variables datasource -> job -> run -> cluster -> phase -> device_id; every query filters on the variables
-it depends on. ``python3 -m rl_otel.ops`` writes them to ``grafana/dashboards/*.json``.
+Five dashboards: training overview, phases, memory, rollout/eval (Trinity-RFT), fleet. The template variables form
+one chain, datasource -> job -> run -> cluster -> phase -> device_id; a dashboard shows the chain up to the last
+variable its panels use (no dropdown that changes nothing), and every query filters on the variables it depends on.
+``python3 -m rl_otel.ops`` writes them to ``grafana/dashboards/*.json``.
+
+Colours: a panel with an alert threshold is red on the alert's side of it (above for KL, below for entropy);
+fractions (0-1) show as percent, other ratios (the importance ratio) as plain numbers. Rates and quantiles are
+left out where nothing ran in the window (no NaN lines once training ends).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from rl_otel.catalog import Catalog, default_catalog
@@ -49,6 +55,8 @@ class Panel:
     unit: str = ""
     description: str = ""
     threshold: float | None = None
+    below: bool = False  # the alert's side of ``threshold`` is below it (entropy, explained variance)
+    steps: tuple[tuple[str, float | None], ...] = ()  # explicit (colour, from) threshold steps instead
     needs_gpu: bool = False
     stack: bool = False
     width: int = 12
@@ -71,10 +79,12 @@ def _heat(metric: str, title: str, sel: str = RUN) -> Panel:
     return Panel(title, (_q(f"sum by (le) (increase({metric}_bucket{{{sel}}}[{RATE}]))", "{{le}}"),), kind="heatmap")
 
 
-def _concept(name: str, title: str, legend: str = "{{run}}", threshold: float | None = None) -> Panel:
+def _concept(name: str, title: str, legend: str = "{{run}}", threshold: float | None = None,
+             below: bool = False) -> Panel:
     """A panel of one concept: every framework's series of it, reduced per run (see rl_otel.catalog.concepts);
     its unit and description are the concept's."""
-    return Panel(title, (_q(concept(name).expr(RUN, by=("run",)), legend),), threshold=threshold, concept=name)
+    return Panel(title, (_q(concept(name).expr(RUN, by=("run",)), legend),), threshold=threshold, below=below,
+                 concept=name)
 
 
 _UNITS = {"s": "s", "By": "bytes", "{token}": "short", "{token}/s": "short"}
@@ -89,14 +99,15 @@ def training(t: Thresholds) -> Dashboard:
                                                   "{{run}} {{stat}}"),)),
         _concept("policy_kl", "KL old -> new policy", threshold=t.approx_kl_max),
         _concept("ref_kl", "KL to the reference policy"),
-        _concept("entropy", "Entropy (per token)", threshold=t.entropy_min),
+        _concept("entropy", "Entropy (per token)", threshold=t.entropy_min, below=True),
         _concept("clip_ratio", "Clip fraction", threshold=t.clip_ratio_max),
         _concept("importance_ratio_max", "Importance ratio max", threshold=t.ratio_max),
         _heat("rl_actor_importance_ratio_dist", "Importance ratio distribution"),
         _concept("policy_loss", "Policy loss"),
         _concept("learning_rate", "Learning rate"),
         _concept("grad_norm", "Gradient norm (policy)"),
-        _concept("explained_variance", "Value function explained variance", threshold=t.explained_variance_min),
+        _concept("explained_variance", "Value function explained variance", threshold=t.explained_variance_min,
+                 below=True),
         _concept("response_length", "Response length (mean, tokens)"),
         Panel("Step", (_q(f"max by (run) (rl_step{{{RUN}}})", "{{run}}"),), kind="stat"),
         Panel("Steps per second", (_q(f"max by (run) (deriv(rl_step{{{RUN}}}[{RATE}]))", "{{run}}"),),
@@ -111,24 +122,35 @@ def training(t: Thresholds) -> Dashboard:
     ))
 
 
+# the phases that ran in the rate window (a 0/0 or a quantile of empty buckets would draw NaN once training ends)
+_RUNNING = (f'(sum by (cluster, phase) (rate(rl_phase_duration_seconds_count{{{PHASE}, part="total"}}[{RATE}])) '
+            '> 0)')
+
+
 def phases(t: Thresholds) -> Dashboard:
     sel = PHASE
     return Dashboard("rl-otel-phases", "RL phases", "Where a step's time goes: every cluster's phases and their "
                      "onload / execute / offload split (ROLL's state_offload_manager).", (
         Panel("Phase duration p95 (total)", (
             _q("histogram_quantile(0.95, sum by (le, cluster, phase) "
-               f'(rate(rl_phase_duration_seconds_bucket{{{sel}, part="total"}}[{RATE}])))', "{{cluster}}/{{phase}}"),)),
+               f'(rate(rl_phase_duration_seconds_bucket{{{sel}, part="total"}}[{RATE}]))) and on (cluster, phase) '
+               f'{_RUNNING}', "{{cluster}}/{{phase}}"),),
+            description="95th percentile of a phase's duration over the rate window; no line where the phase did "
+                        "not run in the window (after training ends)."),
         Panel("Phase duration mean (total)", (
             _q(f'sum by (cluster, phase) (rate(rl_phase_duration_seconds_sum{{{sel}, part="total"}}[{RATE}])) / '
-               f'sum by (cluster, phase) (rate(rl_phase_duration_seconds_count{{{sel}, part="total"}}[{RATE}]))',
-               "{{cluster}}/{{phase}}"),), unit="s"),
+               f'{_RUNNING}', "{{cluster}}/{{phase}}"),), unit="s",
+            description="Mean duration of a phase over the rate window; no line where the phase did not run in "
+                        "the window (after training ends)."),
         Panel("Last duration: onload / execute / offload", (
             _q(f'max by (cluster, phase, part) (rl_phase_last_duration_seconds{{{sel}, '
                'part=~"onload|execute|offload"})', "{{cluster}}/{{phase}} {{part}}"),), kind="bargauge",
             stack=True),
         Panel("Share of time per part", (
-            _q(f'sum by (part) (increase(rl_phase_duration_seconds_sum{{{sel}, part!="total"}}[{RATE}]))',
-               "{{part}}"),), kind="piechart", unit="s"),
+            _q(f'sum by (part) (increase(rl_phase_duration_seconds_sum{{{sel}, part!="total"}}[$__range]))',
+               "{{part}}"),), kind="piechart", unit="s",
+            description="Time spent in onload / execute / offload over the dashboard's time range, all selected "
+                        "phases together."),
         Panel("Last total duration per rank (stragglers)", (
             _q(f'max by (rank, cluster, phase) (rl_phase_last_duration_seconds{{{sel}, part="total"}})',
                "rank {{rank}} {{cluster}}/{{phase}}"),)),
@@ -201,8 +223,8 @@ def rollout_eval(t: Thresholds) -> Dashboard:
         Panel("Eval regression vs best", (
             _q(f"run_taskset:rl_eval_score:avg{{{RUN}}} - max_over_time(run_taskset:rl_eval_score:avg{{{RUN}}}"
                f"[{t.eval_window}])", "{{run}} {{taskset}} {{metric}}@{{k}}"),),
-            threshold=-t.eval_drop, description="Recording rule: 0 at the best eval so far; the alert fires "
-                                                 f"below -{t.eval_drop:g}."),
+            threshold=-t.eval_drop, below=True,
+            description=f"Recording rule: 0 at the best eval so far; the alert fires below -{t.eval_drop:g}."),
         Panel("Experience pipeline", (
             _q(f"max by (operator, metric, stat) (rl_experience_pipeline_metric{{{RUN}}})",
                "{{operator}} {{metric}} {{stat}}"),
@@ -234,10 +256,11 @@ def fleet(t: Thresholds) -> Dashboard:
               threshold=t.clip_ratio_max, concept="clip_ratio"),
         Panel("Max importance ratio per run", (_q(f"run:rl_importance_ratio:max{{{sel}}}", "{{run}}"),),
               threshold=t.ratio_max, concept="importance_ratio_max"),
-        Panel("Entropy per run", (_q(f"run:rl_entropy:avg{{{sel}}}", "{{run}}"),), threshold=t.entropy_min, concept="entropy"),
+        Panel("Entropy per run", (_q(f"run:rl_entropy:avg{{{sel}}}", "{{run}}"),), threshold=t.entropy_min,
+              below=True, concept="entropy"),
         Panel("Score per run", (_q(f"run:rl_reward:avg{{{sel}}}", "{{run}}"),), concept="reward"),
         Panel("Explained variance per run", (_q(f"run:rl_explained_variance:min{{{sel}}}", "{{run}}"),),
-              threshold=t.explained_variance_min, concept="explained_variance"),
+              threshold=t.explained_variance_min, below=True, concept="explained_variance"),
         Panel("Tokens per second per run (vs its average)", (
             _q(f"run:rl_tokens_per_second:sum{{{sel}}}", "{{run}}"),
             _q(f"run:rl_tokens_per_second:sum_avg{t.throughput_window}{{{sel}}}",
@@ -256,12 +279,19 @@ def fleet(t: Thresholds) -> Dashboard:
             _q(f"run_phase:rl_gpu_memory_peak_ratio:max{{{sel}}}", "{{run}} {{cluster}}/{{phase}}"),),
             threshold=t.gpu_peak_ratio_max),
         Panel("Non-finite losses", (_q(f"run:rl_loss_non_finite:count{{{sel}}}", "{{run}}"),), kind="stat",
+              unit="short", steps=(("green", None), ("red", 1)),
               description="Loss and gradient-norm series of the run that are NaN or ±Inf (0 when healthy)."),
         Panel("Telemetry errors absorbed", (
-            _q(f"sum by (run, sink, reason) (rl_telemetry_errors_total{{{sel}}})", "{{run}} {{sink}} {{reason}}"),),
-            unit="short"),
-        Panel("Scrape targets up", (_q('up{job=~"$job"}', "{{instance}}"),), kind="stat", unit="short",
-              description="1 when Prometheus scraped the endpoint, 0 when the scrape failed."),
+            _q(f"sum by (run, sink, reason) (rl_telemetry_errors_total{{{sel}}})", "{{run}} {{sink}} {{reason}}"),
+            _q(f"sum by (run) (rl_telemetry_errors_total{{{sel}}}) or sum by (run) (0 * rl_step{{{sel}}})",
+               "{{run}} total")),
+            unit="short", steps=(("green", None), ("red", 1)),
+            description="Failures rl_otel absorbed (rl_telemetry_errors_total by sink and reason); the total is 0 "
+                        "for a run without any."),
+        Panel("Scrape targets up", (_q('up{job=~"$job"}', "{{job}} {{instance}}"),), kind="stat", unit="short",
+              steps=(("red", None), ("green", 1)),
+              description="1 (green) when Prometheus scraped the endpoint, 0 (red) when the scrape failed; the "
+                          "targets of the jobs that serve rl_step (the job dropdown's values)."),
     ))
 
 
@@ -291,10 +321,14 @@ def spec_for(metric: str, catalog: Catalog | None = None) -> MetricSpec | None:
 
 
 def grafana_unit(spec: MetricSpec) -> str:
+    """Seconds, bytes, percent for fractions (``*_ratio``, 0-1), else a plain number: an importance ratio
+    (exp(logp - logp_old), around 1 and unbounded) is a ratio, not a fraction: 1.62 must not read "162%"."""
     if spec.unit == "s":
         return "s"
     if spec.unit == "By":
         return "bytes"
+    if "importance_ratio" in spec.name:
+        return "short"
     if spec.name.endswith("_ratio"):
         return "percentunit"
     return "short"
@@ -311,13 +345,32 @@ def _first_spec(panel: Panel) -> MetricSpec | None:
 
 # -- JSON --------------------------------------------------------------------------------------------------------
 
-def _variables() -> list[dict[str, object]]:
+def used_variables(dashboard: Dashboard) -> tuple[str, ...]:
+    """The chain of :data:`VARIABLES` up to the last one a panel of ``dashboard`` uses."""
+    names = [name for name, _ in VARIABLES]
+    used = {name for panel in dashboard.panels for q in panel.queries for name in names
+            if re.search(r"\$" + name + r"\b", q.expr)}
+    last = max((names.index(n) for n in used), default=0)
+    return tuple(names[: last + 1])
+
+
+def _variables(dashboard: Dashboard) -> list[dict[str, object]]:
     out: list[dict[str, object]] = [{"name": "datasource", "label": "Data source", "type": "datasource",
                                      "query": "prometheus", "refresh": 1, "hide": 0, "current": {}}]
+    shown = used_variables(dashboard)
     for name, query in VARIABLES:
-        out.append({"name": name, "label": name, "type": "query", "datasource": DS, "query": query,
-                    "definition": query, "refresh": 2, "includeAll": True, "multi": True, "allValue": ".*",
-                    "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "sort": 1, "hide": 0})
+        if name not in shown:
+            continue
+        # (no "definition": Grafana's UI writes that display copy of the query, the schema has no such field)
+        var: dict[str, object] = {"name": name, "label": name, "type": "query", "datasource": DS, "query": query,
+                                  "refresh": 2, "includeAll": True, "multi": True,
+                                  "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "sort": 1,
+                                  "hide": 0}
+        # "All" of a job is the listed jobs (those serving rl_step): `up{job=~"$job"}` must not list every
+        # target of a shared Prometheus. The others match anything (short queries however many runs there are).
+        if name != "job":
+            var["allValue"] = ".*"
+        out.append(var)
     return out
 
 
@@ -328,14 +381,18 @@ def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, object
     description = panel.description or (concept(panel.concept).description if panel.concept else "") or (
         spec.description if spec else "")
     defaults: dict[str, object] = {"unit": unit}
-    steps: list[dict[str, object]] = [{"color": "green", "value": None}]
-    if panel.threshold is not None:
-        steps.append({"color": "red", "value": panel.threshold})
+    if panel.steps:
+        steps: list[dict[str, object]] = [{"color": color, "value": value} for color, value in panel.steps]
+    elif panel.threshold is not None:
+        good, bad = ("red", "green") if panel.below else ("green", "red")
+        steps = [{"color": good, "value": None}, {"color": bad, "value": panel.threshold}]
+    else:
+        steps = [{"color": "green", "value": None}]
     defaults["thresholds"] = {"mode": "absolute", "steps": steps}
     if panel.kind == "timeseries":
         defaults["custom"] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10 if panel.stack else 0,
                               "spanNulls": True, "stacking": {"mode": "normal" if panel.stack else "none"},
-                              "thresholdsStyle": {"mode": "line" if panel.threshold is not None else "off"}}
+                              "thresholdsStyle": {"mode": "line" if len(steps) > 1 else "off"}}
     targets = []
     for i, query in enumerate(panel.queries):
         target: dict[str, object] = {"refId": chr(ord("A") + i), "datasource": DS, "expr": query.expr,
@@ -373,7 +430,8 @@ def to_json(dashboard: Dashboard) -> dict[str, object]:
     return {"uid": dashboard.uid, "title": dashboard.title, "description": dashboard.description,
             "tags": ["rl_otel"], "timezone": "browser", "editable": True, "graphTooltip": 1,
             "schemaVersion": 39, "version": 1, "refresh": "10s", "time": {"from": "now-1h", "to": "now"},
-            "links": links, "annotations": {"list": []}, "templating": {"list": _variables()}, "panels": panels}
+            "links": links, "annotations": {"list": []}, "templating": {"list": _variables(dashboard)},
+            "panels": panels}
 
 
 def render(dashboard: Dashboard) -> str:
