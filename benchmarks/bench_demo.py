@@ -77,7 +77,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's rl_otel, not an installed one
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Row
+from common import Row, metrics_url
 
 TARGET = 0.01  # training-thread overhead under 1% of step time
 EVAL_EVERY = 4  # an evaluation step every 4: one in each block below
@@ -168,11 +168,12 @@ class Paired:
     mismatches: int = 0  # steps whose scores differ between the two trainers (must be 0: the same work)
 
     def diff(self, upper: bool = False) -> list[float]:
-        return [a + (w if upper else 0.0) - b for a, w, b in zip(self.on, self.wait, self.off)]
+        return [a + (w if upper else 0.0) - b for a, w, b in zip(self.on, self.wait, self.off, strict=False)]
 
     def diff_unqueued(self) -> list[float]:
         """``on - off`` without the time the training thread sat runnable in the run queue (others' load)."""
-        return [(a - qa) - (b - qb) for a, qa, b, qb in zip(self.on, self.queued_on, self.off, self.queued_off)]
+        return [(a - qa) - (b - qb)
+                for a, qa, b, qb in zip(self.on, self.queued_on, self.off, self.queued_off, strict=False)]
 
     def mean_se(self, values: list[float], steady: bool = False) -> tuple[float, float]:
         """Mean and its standard error over blocks of ``BLOCK`` consecutive pairs of one round: a drift that is
@@ -183,7 +184,7 @@ class Paired:
         blocks, chosen, start = [], [], 0
         for n in self.rounds:
             for i in range(start, start + n, BLOCK):
-                picked = [v for v, k in zip(values[i:i + BLOCK], keep[i:i + BLOCK]) if k]
+                picked = [v for v, k in zip(values[i:i + BLOCK], keep[i:i + BLOCK], strict=False) if k]
                 blocks.append(statistics.fmean(picked))
                 chosen += picked
             start += n
@@ -206,7 +207,7 @@ class Paired:
         o, o_se = self.overhead(steady=True)
         oa, oa_se = self.overhead()
         ub, ub_se = self.overhead(upper=True)
-        cpu_d, cpu_se = self.mean_se([a - b for a, b in zip(self.main_cpu_on, self.main_cpu_off)])
+        cpu_d, cpu_se = self.mean_se([a - b for a, b in zip(self.main_cpu_on, self.main_cpu_off, strict=False)])
         cpu_off = statistics.fmean(self.main_cpu_off)
         run_d, run_se = self.mean_se(self.diff_unqueued())
         run_off = statistics.fmean(self.off) - statistics.fmean(self.queued_off)
@@ -317,7 +318,7 @@ def _round(config, seed: int, on_first: bool, out: Paired, inline: bool = False)
         tel = rl_otel.init(run="bench-demo", prometheus={"host": "127.0.0.1", "port": 0},
                            trackers={"tensorboard": {"log_dir": str(tmp / "tb")}})
         stack.callback(tel.close)
-        scraper = _Scraper(tel.metrics_url)
+        scraper = _Scraper(metrics_url(tel))
         stack.callback(scraper.close)
         gc_clock = stack.enter_context(_GcClock())
         built = {}
@@ -339,7 +340,7 @@ def _round(config, seed: int, on_first: bool, out: Paired, inline: bool = False)
                         scraper.start(rng.uniform(0.0, last_on))
                     m_step = time.thread_time()
                     t0 = time.perf_counter()
-                    report = _step(trainer, tel_or_none, step, step * cfg.batch_size)
+                    report = _step(trainer, tel_or_none, step, step * cfg.batch_size)  # type: ignore[arg-type]
                     it = time.perf_counter() - t0
                     cpu, queued, gc_s = time.thread_time() - m_step, _queued() - q0, gc_clock.total - g0
                     scores[side].append(report.score)
@@ -349,11 +350,16 @@ def _round(config, seed: int, on_first: bool, out: Paired, inline: bool = False)
                         since_scrape += it
                     if record:
                         if side == "on":
-                            out.on.append(it), out.queued_on.append(queued), out.gc_on.append(gc_s)
-                            out.main_cpu_on.append(cpu), out.logging.append(it - report.seconds)
+                            out.on.append(it)
+                            out.queued_on.append(queued)
+                            out.gc_on.append(gc_s)
+                            out.main_cpu_on.append(cpu)
+                            out.logging.append(it - report.seconds)
                             out.position.append(step - first)
                         else:
-                            out.off.append(it), out.queued_off.append(queued), out.gc_off.append(gc_s)
+                            out.off.append(it)
+                            out.queued_off.append(queued)
+                            out.gc_off.append(gc_s)
                             out.main_cpu_off.append(cpu)
                 if side == "on":
                     t1 = time.perf_counter()
@@ -367,7 +373,7 @@ def _round(config, seed: int, on_first: bool, out: Paired, inline: bool = False)
                 elif record:
                     other = (time.process_time() - p0) - (time.thread_time() - m0)
                     out.other_cpu_off.extend([other / (end - first)] * (end - first))
-            out.mismatches += sum(a != b for a, b in zip(scores["on"], scores["off"]))
+            out.mismatches += sum(a != b for a, b in zip(scores["on"], scores["off"], strict=False))
             pairs += (end - first) if record else 0
         out.rounds.append(pairs)
         out.scrapes += scraper.count
@@ -409,7 +415,7 @@ def rows(quick: bool = False, big: bool = False, steps: int | None = None, round
             details.append(p.summary(name))
         on, off = statistics.fmean(p.on), statistics.fmean(p.off)
         o, o_se = p.overhead(steady=True)
-        ub, ub_se = p.overhead(upper=True)
+        _, ub_se = p.overhead(upper=True)
         d, _ = p.mean_se(p.diff(), steady=True)
         out.append(Row(f"{name}, rl_otel fully on, training thread (overhead +- {o_se:.2%})", (off + d) * 1e3,
                        off * 1e3, "ms", f"overhead < {TARGET:.0%}", o < TARGET, "the same step, telemetry off"))

@@ -59,7 +59,10 @@ def main() -> None:
     args = ap.parse_args()
     workload = FullStep()
     tel = rl_otel.init("bench-load", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False)
-    quiet, loaded, scrapes, errors = [], [], 0, []
+    quiet: list[float] = []
+    loaded: list[float] = []
+    errors: list[str] = []
+    scrapes = 0
     step = 0
     run_steps(tel, workload, step, 200)  # warm up: every series exists, the router's cache is full
     step += 200

@@ -38,12 +38,14 @@ def main() -> None:
         print(f"before init        {before}")
         tel = rl_otel.init("bench-memory", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False,
                            trackers=trackers)
+        url = tel.metrics_url
+        assert url is not None
         t0 = time.perf_counter()
         seen: dict[int, Footprint] = {}
         for step in range(args.steps):
             tel.log(workload.step(step), step=step)
             if step % args.scrape_every == 0:
-                urllib.request.urlopen(tel.metrics_url, timeout=30).read()
+                urllib.request.urlopen(url, timeout=30).read()
             if step + 1 in checkpoints:
                 tel.flush(60)
                 seen[step + 1] = now = Footprint.now()

@@ -1,12 +1,13 @@
-"""Cost of one ``Telemetry.phase()`` (span contexts, CPU snapshots, ROLL keys through the catalog, histogram)
-against what ROLL's ``state_offload_manager`` already pays for the same keys (perf_counter timings and psutil
-snapshots into a dict, no spans, no Prometheus), and against an empty ``with`` block; on CPU, measured in one run.
+"""Cost of ``Telemetry.phase()`` (span contexts, CPU snapshots, ROLL keys through the catalog, histogram) against
+what ROLL's ``state_offload_manager`` already pays for the same keys around the same body (perf_counter timings
+and psutil snapshots into a dict, no spans, no Prometheus); on CPU, one torch thread.
 
-Two ``phase()`` figures: without a span processor (the default: no ``tracing=``, so no SDK span is built, only the
-root's and ``execute``'s span contexts), and with one (a ``SimpleSpanProcessor`` handing the four finished SDK
-spans to an exporter that drops them: the cost of recording spans on the training thread, not of exporting them).
+Rows: an empty body; a real body (one ``torch.mm``); a step of 3 phases in a loop (each around a small matmul,
+then ``take_phase_metrics()``, what a ROLL pipeline reads into its step); and, for information, ``phase()`` with a
+span processor (a ``SimpleSpanProcessor`` handing the four finished SDK spans to an exporter that drops them).
+Method: interleaved A/B rounds of ``--n`` phases a side (``common.ab_rounds``), the median of the per-round ratios.
 
-    python benchmarks/bench_phase.py [--n 20000]
+    python benchmarks/bench_phase.py [--n 500] [--rounds 15]
 """
 
 from __future__ import annotations
@@ -25,29 +26,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 
 import rl_otel
 
-TARGET_US = 1000.0  # 0.1% of a one-second phase
 
-
-def per_call_us(make, n: int) -> float:
-    for _ in range(min(n, 1000)):  # warm up caches (router, series)
-        with make():
-            pass
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            with make():
-                pass
-        best = min(best, (time.perf_counter() - t0) / n * 1e6)
-    return best
-
-
-def roll_style(metrics: dict[str, float]):
+def roll_style(metrics: dict[str, float], infix: str = "actor_train/train_step"):
     """ROLL's state_offload_manager on a CPU: the timings and CPU memory keys of one phase, into a dict."""
     import psutil
 
     process = psutil.Process()
-    infix = "actor_train/train_step"
 
     @contextlib.contextmanager
     def phase(onload, offload):
@@ -77,44 +61,115 @@ class DropSpans(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def measure(n: int) -> dict[str, float]:
-    tel = rl_otel.init(run="bench", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False)
-    try:
-        empty = per_call_us(contextlib.nullcontext, n)
-        roll = roll_style({})
-        base = per_call_us(lambda: roll(lambda: None, lambda: None), n)
-        def make():
-            return tel.phase("actor_train", "train_step", onload=lambda: None, offload=lambda: None)
+PHASES = (("actor_infer", "generate"), ("reference", "compute_log_probs"), ("actor_train", "train_step"))
 
-        phase = per_call_us(make, n)
+
+def matmul_body(size: int = 192):
+    """A real body: one ``torch.mm`` (one torch thread), a few hundred microseconds."""
+    import torch
+
+    a, b = torch.rand(size, size), torch.rand(size, size)
+    return lambda: torch.mm(a, b)
+
+
+def measure(n: int, rounds: int) -> dict[str, float]:
+    """Microseconds per phase (per step for the 3-phase loop) of each side, and the median per-round ratios."""
+    from common import ab_rounds, torch_threads
+
+    tel = rl_otel.init(run="bench", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False)
+    out: dict[str, float] = {}
+    try:
+        roll = roll_style({})
+        noop = lambda: None
+        with torch_threads(1):
+            for label, body in (("empty", noop), ("matmul", matmul_body())):
+                def ours(body=body) -> None:
+                    for _ in range(n):
+                        with tel.phase("actor_train", "train_step", onload=noop, offload=noop):
+                            body()
+
+                def theirs(body=body) -> None:
+                    for _ in range(n):
+                        with roll(noop, noop):
+                            body()
+
+                def bare(body=body) -> None:
+                    for _ in range(n):
+                        body()
+
+                t = ab_rounds([ours, theirs, bare], rounds, inner=1)
+                out[f"{label}_ours"], out[f"{label}_roll"] = t.median(0) / n * 1e6, t.median(1) / n * 1e6
+                out[f"{label}_bare"], out[f"{label}_ratio"] = t.median(2) / n * 1e6, t.ratio(0, 1)
+            body = matmul_body(128)
+            rolls = {f"{c}/{p}": roll_style({}, f"{c}/{p}") for c, p in PHASES}
+
+            def step_ours() -> None:
+                for _ in range(n):
+                    for cluster, phase in PHASES:
+                        with tel.phase(cluster, phase, onload=noop, offload=noop):
+                            body()
+                    tel.take_phase_metrics()  # what a ROLL pipeline reads into its step's metrics
+
+            def step_theirs() -> None:
+                for _ in range(n):
+                    for cluster, phase in PHASES:
+                        with rolls[f"{cluster}/{phase}"](noop, noop):
+                            body()
+
+            t = ab_rounds([step_ours, step_theirs], rounds, inner=1)
+            out["loop_ours"], out["loop_roll"] = t.median(0) / n * 1e6, t.median(1) / n * 1e6
+            out["loop_ratio"] = t.ratio(0, 1)
         tel.tracer_provider.add_span_processor(SimpleSpanProcessor(DropSpans()))
-        spans = per_call_us(make, n)
+
+        def spans() -> None:
+            for _ in range(n):
+                with tel.phase("actor_train", "train_step", onload=noop, offload=noop):
+                    pass
+
+        def theirs_empty() -> None:
+            for _ in range(n):
+                with roll(noop, noop):
+                    pass
+
+        t = ab_rounds([spans, theirs_empty], rounds, inner=1)
+        out["spans"], out["spans_roll"], out["spans_ratio"] = t.median(0) / n * 1e6, t.median(1) / n * 1e6, \
+            t.ratio(0, 1)
         tel.take_phase_metrics()
     finally:
         tel.close()
-    return {"empty": empty, "roll": base, "phase": phase, "spans": spans}
+    return out
+
+
+def rows_from(m: dict[str, float]) -> list[Row]:
+    base = "ROLL-style timings + psutil around the same body"
+    target = "ratio <= 1"
+    return [
+        Row("phase() around an empty body", m["empty_ours"], m["empty_roll"], "us", target,
+            m["empty_ratio"] <= 1.0, base, paired_ratio=m["empty_ratio"]),
+        Row(f"phase() around a matmul body ({m['matmul_bare']:.0f} us alone)", m["matmul_ours"], m["matmul_roll"],
+            "us", target, m["matmul_ratio"] <= 1.0, base, paired_ratio=m["matmul_ratio"]),
+        Row("3 phases a step in a loop (matmul bodies), per step", m["loop_ours"], m["loop_roll"], "us", target,
+            m["loop_ratio"] <= 1.0, base, paired_ratio=m["loop_ratio"]),
+        Row("phase() with a span processor (4 recorded spans), empty body", m["spans"], m["spans_roll"], "us", "-",
+            None, base, paired_ratio=m["spans_ratio"]),
+    ]
 
 
 def rows(quick: bool = False) -> list[Row]:
-    m = measure(2_000 if quick else 20_000)
-    return [Row("phase(): timings, CPU memory, ROLL keys + histogram, no span processor", m["phase"], m["roll"],
-                "us", f"<= {TARGET_US:g} us (0.1% of a 1 s phase)", m["phase"] <= TARGET_US,
-                "ROLL-style timings + psutil"),
-            Row("phase() with a span processor: + 4 recorded spans", m["spans"], m["roll"], "us",
-                f"<= {TARGET_US:g} us (0.1% of a 1 s phase)", m["spans"] <= TARGET_US, "ROLL-style timings + psutil")]
+    return rows_from(measure(200 if quick else 500, 7 if quick else 15))
 
 
 def main() -> None:
+    from common import table
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=20_000, help="phases per timing round (best of 5)")
+    parser.add_argument("--n", type=int, default=500, help="phases (steps for the loop) per side per round")
+    parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
-    m = measure(args.n)
-    print(f"empty with block           : {m['empty']:8.3f} us")
-    print(f"ROLL-style timings + psutil: {m['roll']:8.3f} us")
-    print(f"tel.phase()                : {m['phase']:8.3f} us per phase (span contexts + snapshots + metrics, CPU, "
-          "no span processor)")
-    print(f"ratio to ROLL-style        : {m['phase'] / m['roll']:8.2f}x   (+{m['phase'] - m['roll']:.1f} us per phase)")
-    print(f"tel.phase(), spans recorded: {m['spans']:8.3f} us per phase (a span processor: 4 SDK spans, dropped)")
+    m = measure(args.n, args.rounds)
+    print(f"{args.rounds} interleaved rounds of {args.n} phases a side; us per phase (per step for the loop); "
+          f"the bodies alone: empty {m['empty_bare']:.2f} us, matmul {m['matmul_bare']:.0f} us")
+    print(table(rows_from(m)))
 
 
 if __name__ == "__main__":

@@ -1,147 +1,146 @@
-"""Fused ppo_stats vs the same metrics computed one by one with ``.item()`` (ROLL / veRL style), on CPU.
+"""``ppo_stats`` against the frameworks' own per-metric code, on CPU, one torch thread: time and peak memory.
 
-    python benchmarks/bench_stats.py [--batch 256] [--tokens 1024] [--repeat 30]
+    python benchmarks/bench_stats.py [--sizes 64x512 256x1024 512x4096] [--rounds 15] [--profile verl:512x4096]
 
-Two per-metric baselines compute the same 42 ROLL-named metrics: one written with the frameworks' own expressions
-(ROLL's actor worker: mask multiplication, ``ratio * mask + (1 - mask) * 1e10``; veRL's ``compute_data_metrics``:
-``torch.masked_select`` then one ``.item()`` per statistic), and a lean one (``torch.where`` masks, the shared
-elementwise tensors computed once). Prints the best time of each over interleaved runs, the ratios measured in
-this run, and the host syncs each makes (counted by wrapping ``Tensor.item`` / ``Tensor.tolist``). On a CPU a
-sync costs about a microsecond; on a GPU each ``.item()`` is a stream synchronisation that also stalls the
-kernel queue, which this CPU run cannot show.
+For each framework's key set (``names="verl"``, ``"roll"``, ``"trl"``) and each batch size, the baseline is that
+framework's metric code as the framework writes it (``benchmarks/baselines/``: veRL's ``compute_data_metrics`` and
+policy-loss metrics, ROLL's actor/critic ``loss_func`` and data metrics, TRL's legacy ``PPOTrainer`` step stats),
+fed the same batch prepared the way that framework prepares it; ``tests/test_stats_baselines.py`` checks the two
+give the same numbers. Time: interleaved A/B rounds, the median of the per-round ratios (``common.ab_rounds``).
+Memory: the peak of the bytes held by tensors each allocates (``common.peak_tensor_bytes``; the inputs, allocated
+before, are not counted). Also printed: the host syncs each makes (``.item()``/``.tolist()``/``.cpu()`` calls).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's rl_otel, not an installed one
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from baselines import roll as roll_baseline
+from baselines import trl as trl_baseline
+from baselines import verl as verl_baseline
+from common import Row, ab_rounds, peak_tensor_bytes, torch_threads
 
 from rl_otel.stats import ppo_stats
 
-CLIP = 0.2
+CLIP_LOW, CLIP_HIGH, VALUE_CLIP, KL_COEF, BETA = 0.2, 0.28, 0.2, 0.05, 0.05
+SIZES = ((64, 512), (256, 1024), (512, 4096))
+PROMPT = 256
+FRAMEWORKS = ("verl", "roll", "trl")
 
 
-def make_batch(b: int, t: int, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    lp = -torch.rand(b, t, generator=g) * 3
-    lengths = torch.randint(1, t + 1, (b,), generator=g)
-    mask = (torch.arange(t)[None, :] < lengths[:, None]).long()
-    return {
-        "log_probs": lp, "old_log_probs": lp + 0.1 * torch.randn(b, t, generator=g), "response_mask": mask,
-        "advantages": torch.randn(b, t, generator=g), "ref_log_probs": lp + 0.1 * torch.randn(b, t, generator=g),
-        "values": torch.randn(b, t, generator=g), "returns": torch.randn(b, t, generator=g),
-        "vpreds": torch.randn(b, t, generator=g), "rewards": torch.randn(b, generator=g),
-        "scores": torch.randn(b, generator=g), "entropy": torch.rand(b, t, generator=g),
-        "prompt_mask": (torch.rand(b, 256, generator=g) < 0.9).long(),
-    }
+class Case:
+    """One framework's batch of ``b`` sequences of ``t`` response tokens: ``ours()`` and ``theirs()`` compute the
+    same metrics from it."""
+
+    def __init__(self, framework: str, b: int, t: int, seed: int = 0, full: bool = False) -> None:
+        self.framework, self.b, self.t, self.full = framework, b, t, full
+        g = torch.Generator().manual_seed(seed)
+        # response lengths uniform in [1, T] (half the positions are response tokens), or in [0.9 T, T] (full)
+        lengths = torch.randint(max(1, int(0.9 * t)) if full else 1, t + 1, (b,), generator=g)
+        lengths[0] = t  # one response cut at the maximum length
+        if framework == "verl":
+            lengths[1] = 0  # an aborted sample
+        mask = torch.arange(t)[None, :] < lengths[:, None]
+        prompt_len = torch.randint(1, PROMPT + 1, (b,), generator=g)
+        prompt_mask = (torch.arange(PROMPT)[None, :] >= PROMPT - prompt_len[:, None]).long()  # left-padded
+        lp = -torch.rand(b, t, generator=g) * 3
+        old = lp + 0.3 * torch.randn(b, t, generator=g)
+        ref = lp + 0.2 * torch.randn(b, t, generator=g) - 0.02  # a positive KL on average, as in training
+        adv, ret = torch.randn(b, t, generator=g), torch.randn(b, t, generator=g)
+        val, vpr = torch.randn(b, t, generator=g), torch.randn(b, t, generator=g)
+        ent = torch.rand(b, t, generator=g) * 2
+        scores = torch.randn(b, generator=g)
+        last = (lengths - 1).clamp(min=0)
+        getattr(self, f"_{framework}")(mask, prompt_mask, lp, old, ref, adv, ret, val, vpr, ent, scores, last, g)
+
+    def _verl(self, mask, prompt_mask, lp, old, ref, adv, ret, val, vpr, ent, scores, last, g) -> None:
+        m = mask.long()
+        token_level_scores = torch.zeros(self.b, self.t).scatter_(1, last[:, None], scores[:, None]) * m
+        kld = verl_baseline.kl_penalty(old, ref) * m  # ray_trainer.apply_kl_penalty
+        token_level_rewards = token_level_scores - BETA * kld
+        self.batch = {
+            "prompts": torch.randint(0, 100, prompt_mask.shape, generator=g),
+            "responses": torch.randint(0, 100, (self.b, self.t), generator=g),
+            "attention_mask": torch.cat([prompt_mask, m], dim=1), "response_mask": m,
+            "token_level_scores": token_level_scores, "token_level_rewards": token_level_rewards,
+            "values": val * m, "advantages": adv * m, "returns": ret * m,
+            "old_log_probs": old, "log_probs": lp, "ref_log_prob": ref, "entropy": ent,
+        }
+        bt = self.batch
+        self.kwargs = {"log_probs": lp, "old_log_probs": old, "ref_log_probs": ref, "response_mask": m,
+                       "advantages": bt["advantages"], "values": bt["values"], "returns": bt["returns"],
+                       "entropy": ent, "scores": token_level_scores, "rewards": token_level_rewards,
+                       "prompt_mask": prompt_mask, "clip_ratio_low": CLIP_LOW, "clip_ratio_high": CLIP_HIGH,
+                       "names": "verl"}
+
+    def _roll(self, mask, prompt_mask, lp, old, ref, adv, ret, val, vpr, ent, scores, last, g) -> None:
+        m = mask.float()
+        keep = (torch.rand(self.b, generator=g) < 0.8).float()  # the sample-level masks drop ~20% of the samples
+        final = m * keep[:, None]
+        rewards = torch.zeros(self.b, self.t).scatter_(1, last[:, None], scores[:, None]) * final
+        self.batch = {  # as ROLL prepares them: log-probs and entropy zero off response_mask, the rest off final
+            "response_mask": m, "final_response_mask": final, "log_probs": lp * m, "old_log_probs": old * m,
+            "ref_log_probs": ref * m, "advantages": adv * final, "returns": ret * final, "values": val * final,
+            "vpreds": vpr, "entropy": ent * m, "scores": scores, "token_level_rewards": rewards,
+            "prompt_mask": prompt_mask,
+        }
+        bt = self.batch
+        self.kwargs = {**{k: bt[k] for k in ("log_probs", "old_log_probs", "ref_log_probs", "advantages", "returns",
+                                             "values", "vpreds", "entropy", "scores", "prompt_mask")},
+                       "response_mask": m, "final_response_mask": final, "rewards": rewards,
+                       "clip_ratio_low": CLIP_LOW, "clip_ratio_high": CLIP_HIGH, "value_clip": VALUE_CLIP,
+                       "loss_agg_mode": "seq-mean-token-mean", "names": "roll"}
+
+    def _trl(self, mask, prompt_mask, lp, old, ref, adv, ret, val, vpr, ent, scores, last, g) -> None:
+        m = mask.long()
+        self.batch = {"masks": m, "logprobs": lp, "old_logprobs": old, "ref_logprobs": ref, "advantages": adv,
+                      "returns": ret, "values": val, "vpreds": vpr, "entropy": ent, "scores": scores,
+                      "query_mask": prompt_mask}
+        self.kwargs = {"log_probs": lp, "old_log_probs": old, "ref_log_probs": ref, "response_mask": m,
+                       "advantages": adv, "returns": ret, "values": val, "vpreds": vpr, "entropy": ent,
+                       "scores": scores, "prompt_mask": prompt_mask, "clip_ratio_low": CLIP_LOW,
+                       "value_clip": VALUE_CLIP, "kl_coef": KL_COEF, "names": "trl"}
+
+    def to(self, device: str) -> Case:
+        """The same batch on ``device`` (e.g. ``cuda``: ppo_stats then takes its one-transfer path)."""
+        self.batch = {k: v.to(device) for k, v in self.batch.items()}
+        self.kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self.kwargs.items()}
+        return self
+
+    def ours(self) -> dict:
+        return ppo_stats(**self.kwargs)
+
+    def theirs(self) -> dict[str, float]:
+        if self.framework == "verl":
+            return verl_baseline.step_metrics(self.batch, clip_ratio_low=CLIP_LOW, clip_ratio_high=CLIP_HIGH)
+        if self.framework == "roll":
+            return roll_baseline.step_metrics(self.batch, pg_clip_low=CLIP_LOW, pg_clip_high=CLIP_HIGH,
+                                              value_clip=VALUE_CLIP)
+        return trl_baseline.step_metrics(self.batch, cliprange=CLIP_LOW, cliprange_value=VALUE_CLIP,
+                                         kl_coef=KL_COEF)
+
+    @property
+    def label(self) -> str:
+        return f"names={self.framework!r}, B={self.b} T={self.t}" + (", 95% full" if self.full else "")
 
 
-def per_metric(d: dict[str, torch.Tensor]) -> dict[str, float]:
-    """The same ROLL-named metrics, one reduction and one ``.item()`` each, as the frameworks write them."""
-    mask = d["response_mask"].float()
-    bmask = d["response_mask"].bool()
-
-    def masked_mean(x):
-        return ((x * mask).sum() / mask.sum()).item()
-
-    def masked_max(x):
-        return torch.where(bmask, x, -torch.inf).max().item()
-
-    def masked_min(x):
-        return torch.where(bmask, x, torch.inf).min().item()
-
-    lp, old, ref, adv = d["log_probs"], d["old_log_probs"], d["ref_log_probs"], d["advantages"]
-    ratio = (lp - old).exp()
-    surr1 = ratio * adv
-    surr2 = ratio.clamp(1 - CLIP, 1 + CLIP) * adv
-    clipped_low = (ratio < 1 - CLIP).float()
-    clipped_high = (ratio > 1 + CLIP).float()
-    m: dict[str, float] = {
-        "actor/ratio_mean": masked_mean(ratio), "actor/ratio_max": masked_max(ratio),
-        "actor/ratio_min": masked_min(ratio),
-        "actor/ppo_ratio_high_clipfrac": masked_mean(clipped_high),
-        "actor/ppo_ratio_low_clipfrac": masked_mean(clipped_low),
-        "actor/ppo_ratio_clipfrac": masked_mean(clipped_low + clipped_high),
-        "actor/clipfrac": masked_mean(torch.lt(surr2, surr1).float()),
-        "actor/approxkl": masked_mean(0.5 * (lp - old) ** 2), "actor/policykl": masked_mean(lp - old),
-        "actor/kl_loss": masked_mean(lp - ref),
-    }
-    for prefix, x in (("critic/ref_log_prob", ref), ("critic/old_log_prob", old), ("critic/entropy", d["entropy"]),
-                      ("critic/advantages", adv), ("critic/returns", d["returns"]), ("critic/values", d["values"])):
-        m[f"{prefix}/mean"], m[f"{prefix}/max"], m[f"{prefix}/min"] = masked_mean(x), masked_max(x), masked_min(x)
-    m["critic/vpred"] = masked_mean(d["vpreds"])
-    m["critic/error"] = masked_mean((d["vpreds"] - d["returns"]) ** 2)
-    for prefix, x in (("critic/rewards", d["rewards"]), ("critic/score", d["scores"]),
-                      ("tokens/response_length", mask.sum(-1)),
-                      ("tokens/prompt_length", d["prompt_mask"].float().sum(-1))):
-        m[f"{prefix}/mean"], m[f"{prefix}/max"], m[f"{prefix}/min"] = (x.mean().item(), x.max().item(),
-                                                                      x.min().item())
-    return m
+BASELINE_NAMES = {"verl": "veRL compute_data_metrics + policy-loss metrics", "roll": "ROLL loss_func + data metrics",
+                  "trl": "TRL legacy PPOTrainer step stats"}
 
 
-def frameworks_style(d: dict[str, torch.Tensor]) -> dict[str, float]:
-    """The same metrics written the way ROLL's actor worker and veRL's ``compute_data_metrics`` write them:
-    mask multiplication (``(x * mask).sum() / mask.sum()``, ``ratio * mask + (1 - mask) * 1e10``) for the actor,
-    ``torch.masked_select`` then ``.item()`` per statistic for the critic, value and token families."""
-    mask = d["response_mask"].float()
-    bmask = d["response_mask"].bool()
-
-    def masked_mean(x):
-        return (x * mask).sum() / mask.sum()
-
-    lp, old, ref, adv = d["log_probs"], d["old_log_probs"], d["ref_log_probs"], d["advantages"]
-    ratio = (lp - old).exp()
-    surr1 = ratio * adv
-    surr2 = ratio.clamp(1 - CLIP, 1 + CLIP) * adv
-    approxkl = 0.5 * (lp - old) ** 2 * mask
-    policykl = (lp - old) * mask
-    kl = (lp - ref) * mask
-    clipped_low = (ratio < 1 - CLIP).float()
-    clipped_high = (ratio > 1 + CLIP).float()
-    clipped = (clipped_low + clipped_high).float()
-    m: dict[str, float] = {
-        "actor/ppo_ratio_high_clipfrac": masked_mean(clipped_high).detach().item(),
-        "actor/ppo_ratio_low_clipfrac": masked_mean(clipped_low).detach().item(),
-        "actor/ppo_ratio_clipfrac": masked_mean(clipped).detach().item(),
-        "actor/ratio_mean": masked_mean(ratio).detach().item(),
-        "actor/ratio_max": torch.max(ratio * mask).detach().item(),
-        "actor/ratio_min": torch.min(ratio * mask + (1 - mask) * 1e10).detach().item(),
-        "actor/clipfrac": masked_mean(torch.lt(surr2, surr1).float()).detach().item(),
-        "actor/kl_loss": masked_mean(kl).detach().item(),
-        "actor/approxkl": masked_mean(approxkl).detach().item(),
-        "actor/policykl": masked_mean(policykl).detach().item(),
-    }
-    for prefix, x in (("critic/ref_log_prob", ref), ("critic/old_log_prob", old), ("critic/entropy", d["entropy"]),
-                      ("critic/advantages", adv), ("critic/returns", d["returns"]), ("critic/values", d["values"])):
-        valid = torch.masked_select(x, bmask)
-        m[f"{prefix}/mean"] = torch.mean(valid).detach().item()
-        m[f"{prefix}/max"] = torch.max(valid).detach().item()
-        m[f"{prefix}/min"] = torch.min(valid).detach().item()
-    m["critic/vpred"] = masked_mean(d["vpreds"]).detach().item()
-    m["critic/error"] = masked_mean((d["vpreds"] - d["returns"]) ** 2).detach().item()
-    response_length = d["response_mask"].sum(-1).float()
-    prompt_length = d["prompt_mask"].sum(-1).float()
-    for prefix, x in (("critic/rewards", d["rewards"]), ("critic/score", d["scores"]),
-                      ("tokens/response_length", response_length), ("tokens/prompt_length", prompt_length)):
-        m[f"{prefix}/mean"] = torch.mean(x).detach().item()
-        m[f"{prefix}/max"] = torch.max(x).detach().item()
-        m[f"{prefix}/min"] = torch.min(x).detach().item()
-    return m
-
-
-def fused(d: dict[str, torch.Tensor]) -> dict[str, float]:
-    return ppo_stats(**d, clip_ratio_low=CLIP)
-
-
-def count_syncs(fn, d) -> int:
+def count_syncs(fn: Callable[[], object]) -> int:
+    """Host syncs (``.item()``, ``.tolist()``, ``.cpu()``, ``.numpy()``, ``bool(tensor)``) made by ``fn``."""
+    names = ("item", "tolist", "cpu", "numpy", "__bool__")
+    originals = {name: getattr(torch.Tensor, name) for name in names}
     calls = 0
-    originals = {name: getattr(torch.Tensor, name) for name in ("item", "tolist")}
 
     def wrap(original):
         def counting(self, *args, **kwargs):
@@ -153,47 +152,98 @@ def count_syncs(fn, d) -> int:
     try:
         for name, original in originals.items():
             setattr(torch.Tensor, name, wrap(original))
-        fn(d)
+        fn()
     finally:
         for name, original in originals.items():
             setattr(torch.Tensor, name, original)
     return calls
 
 
-def best_seconds(fns, d, repeat: int) -> list[float]:
-    """The fastest of ``repeat`` interleaved runs of each function (robust to a busy, shared machine)."""
-    for fn in fns:
-        fn(d)  # warm-up
-    best = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
-            start = time.perf_counter()
-            fn(d)
-            best[i] = min(best[i], time.perf_counter() - start)
-    return best
+def peak_cuda_bytes(fn: Callable[[], object]) -> int:
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def measure(case: Case, rounds: int) -> dict[str, float]:
+    """Both sides end reading their results on the host (``.item()`` / ``.tolist()``), so on a GPU the wall time
+    of a call includes the kernels it waited for."""
+    peak = peak_cuda_bytes if case.kwargs["log_probs"].is_cuda else peak_tensor_bytes
+    with torch_threads(1):
+        timing = ab_rounds([case.ours, case.theirs], rounds, budget_s=2.0)
+        ours_bytes, theirs_bytes = peak(case.ours), peak(case.theirs)
+    return {"ours": timing.median(0), "theirs": timing.median(1), "ratio": timing.ratio(0, 1),
+            "ours_bytes": ours_bytes, "theirs_bytes": theirs_bytes}
+
+
+def rows(quick: bool = False, sizes=None, rounds: int | None = None, device: str = "cpu") -> list[Row]:
+    full = not quick and not sizes
+    sizes = sizes or (SIZES[:1] if quick else SIZES)
+    rounds = rounds or (5 if quick else 15)
+    cases = [Case(fw, b, t) for b, t in sizes for fw in FRAMEWORKS]
+    if full:  # nearly every position a response token: the most memory relative to the frameworks' code
+        cases += [Case(fw, 256, 1024, full=True) for fw in FRAMEWORKS]
+    where = "CPU 1 thread" if device == "cpu" else device
+    cases = [case.to(device) for case in cases] if device != "cpu" else cases
+    out = []
+    for case in cases:
+        m = measure(case, rounds)
+        base = BASELINE_NAMES[case.framework]
+        out.append(Row(f"ppo_stats {case.label}, {where}: time", m["ours"] * 1e3, m["theirs"] * 1e3, "ms",
+                       "ratio <= 1", m["ratio"] <= 1.0, base, paired_ratio=m["ratio"]))
+        out.append(Row(f"ppo_stats {case.label}: peak tensor memory", m["ours_bytes"] / 2**20,
+                       m["theirs_bytes"] / 2**20, "MiB", "ratio <= 1", m["ours_bytes"] <= m["theirs_bytes"], base))
+    return out
+
+
+def profile(spec: str) -> None:
+    """cProfile and torch's profiler of ``ppo_stats`` for ``framework:BxT``: where its time goes."""
+    import cProfile
+    import pstats
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    fw, size = spec.split(":")
+    b, t = map(int, size.split("x"))
+    case = Case(fw, b, t)
+    with torch_threads(1):
+        case.ours()
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(20):
+            case.ours()
+        pr.disable()
+        pstats.Stats(pr).sort_stats("cumulative").print_stats(25)
+        with torch_profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            case.ours()
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
 
 
 def main() -> None:
+    from common import table
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--tokens", type=int, default=1024)
-    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--sizes", nargs="+", default=[f"{b}x{t}" for b, t in SIZES], help="BxT")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--profile", metavar="FRAMEWORK:BxT", help="profile ppo_stats instead (e.g. verl:512x4096)")
+    parser.add_argument("--device", default="cpu", help="where the batch lives (cuda: the one-transfer path)")
     args = parser.parse_args()
-    d = make_batch(args.batch, args.tokens)
-    got = fused(d)
-    print(f"B={args.batch} T={args.tokens} on CPU ({torch.get_num_threads()} threads), torch {torch.__version__}; "
-          f"best of {args.repeat} interleaved runs")
-    baselines = (("per-metric .item(), frameworks' expressions", frameworks_style),
-                 ("per-metric .item(), lean (torch.where masks)", per_metric))
-    times = best_seconds([fused] + [fn for _, fn in baselines], d, args.repeat)
-    print(f"  {'fused ppo_stats':46s} {times[0] * 1e3:7.2f} ms  host syncs: {count_syncs(fused, d):3d}  "
-          f"({len(got)} metrics)")
-    for (label, fn), seconds in zip(baselines, times[1:]):
-        want = fn(d)
-        assert set(want) <= set(got), sorted(set(want) - set(got))
-        worst = max(abs(got[k] - want[k]) / max(1.0, abs(want[k])) for k in want)
-        print(f"  {label:46s} {seconds * 1e3:7.2f} ms  host syncs: {count_syncs(fn, d):3d}  "
-              f"({len(want)} metrics, max rel. diff {worst:.1e})  fused is {seconds / times[0]:.2f}x faster")
+    if args.profile:
+        profile(args.profile)
+        return
+    sizes = [tuple(map(int, s.split("x"))) for s in args.sizes]
+    default = args.sizes == [f"{b}x{t}" for b, t in SIZES]
+    print(f"{args.device}, 1 torch thread, torch {torch.__version__}; {args.rounds} interleaved A/B rounds, median of "
+          "the per-round ratios")
+    for fw in FRAMEWORKS:
+        case = Case(fw, sizes[0][0], sizes[0][1]).to(args.device)
+        print(f"host reads, {fw}: ppo_stats {count_syncs(case.ours)}, {BASELINE_NAMES[fw]} {count_syncs(case.theirs)}"
+              " (on a CPU each reads a 0-d result where it is; on a GPU each is a sync)")
+    print(table(rows(sizes=None if default else sizes, rounds=args.rounds, device=args.device)))
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def ppo_batch(seed: int = 0, batch: int = 64, tokens: int = 256) -> dict:
 
 
 def step_metrics(keys: list[str], rng: np.random.Generator, ppo: dict | None = None) -> dict:
-    metrics: dict = dict(zip(keys, rng.random(len(keys)).tolist()))
+    metrics: dict = dict(zip(keys, rng.random(len(keys)).tolist(), strict=True))
     if ppo is not None:
         metrics.update(ppo)
     return metrics

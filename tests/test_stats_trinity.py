@@ -65,7 +65,7 @@ def assert_same(ours: dict, theirs: dict) -> float:
 def check_all_levels(ref, tasks) -> None:
     """Every level (run, task, rollout step, eval/bench taskset with and without detailed_stats) of ``tasks``."""
     per_task = [ref.calculate_task_level_metrics(runs_, True) for runs_ in tasks]
-    for runs_, expected in zip(tasks, per_task):
+    for runs_, expected in zip(tasks, per_task, strict=True):
         assert_same(run_metrics(runs_), ref.aggregate_run_level_metrics(runs_))
         assert_same(task_metrics(runs_, is_eval=False), ref.calculate_task_level_metrics(runs_, False))
         assert_same(task_metrics(runs_, is_eval=True), expected)
@@ -235,7 +235,7 @@ def test_varied_steps_match_trinity_key_for_key(ref):
         for _ in range(rnd.randint(1, 10)):
             n = rnd.choice([1, 2, 3, 4, 5, 8, 9, 16])
             task = [{key: value() for key in rnd.sample(KEYS, rnd.randint(1, len(KEYS)))} for _ in range(n)]
-            tasks.append(task + [{"time/task_execution": rnd.random()}])
+            tasks.append([*task, {"time/task_execution": rnd.random()}])
         check_all_levels(ref, tasks)
 
 

@@ -1,14 +1,17 @@
 """PPO/critic/token statistics of a batch in one fused pass: every scalar (and histogram) crosses to the host once.
 
 ROLL's actor worker and veRL's ``compute_data_metrics`` call ``.item()`` once a metric (12-29 host syncs a
-micro-batch on a GPU). :func:`ppo_stats` computes the same keys with the same definitions on the device, stacks
-the results into one float64 vector and calls ``.tolist()`` once.
+micro-batch on a GPU). :func:`ppo_stats` computes the same keys with the same definitions on the device,
+concatenates the results into one vector and calls ``.tolist()`` once. On a CPU, where nothing crosses, the
+response tokens are gathered once (an index of the mask) and each 0-d result is read where it is; each section
+gathers the inputs it needs and drops each after its last use (elementwise work in place where a temporary is
+its own), so the peak memory stays below the frameworks' per-metric code (``benchmarks/bench_stats.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -46,6 +49,15 @@ def kl_penalty_terms(log_probs: torch.Tensor, base_log_probs: torch.Tensor, kind
     raise ValueError(f"kl_penalty must be one of {KL_PENALTIES}, got {kind!r}")
 
 
+def _clipped_error(vpreds: torch.Tensor, values: torch.Tensor, returns: torch.Tensor, clip: float) -> torch.Tensor:
+    """``(max(min(vpreds, values + clip), values - clip) - returns)^2``, in two temporaries."""
+    clipped = torch.minimum(vpreds, values + clip)
+    low = values - clip
+    torch.maximum(clipped, low, out=clipped)
+    del low
+    return clipped.sub_(returns).square_()
+
+
 class _Batch:
     """Scalars and bucketed distributions collected on the device, read back with one transfer."""
 
@@ -61,7 +73,10 @@ class _Batch:
         self.layout.append((key, None))
 
     def put_dist(self, key: str, values: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-        bounds = self.catalog.lookup(key).spec.buckets
+        resolved = self.catalog.lookup(key)
+        if resolved is None:
+            raise KeyError(f"{key!r} is not in the catalog: its histogram has no buckets")
+        bounds = resolved.spec.buckets
         self.parts.append(bucket_vector(values, bounds, mask))
         self.layout.append((key, bounds))
 
@@ -70,13 +85,15 @@ class _Batch:
         if not self.parts:
             return out
         if self.per_part:
-            # on a CPU there is nothing to transfer: read each part where it is (a cat of ~70 mixed-dtype parts
-            # costs ~100 us, ten times these reads); float() as the cat's promotion to a floating dtype gives
-            flat = []
-            for part in self.parts:
-                flat.extend(map(float, part.reshape(-1).tolist()))
-        else:  # the one device -> host transfer (cat promotes every part to the widest dtype)
-            flat = torch.cat([part.reshape(-1) for part in self.parts]).tolist()
+            # On a CPU there is nothing to transfer: each part is read where it is (``tolist()`` of a 0-d tensor,
+            # ~0.3 us, where a cat of ~50 mixed-dtype parts costs ~150 us); float() as the cat's promotion to a
+            # floating dtype gives.
+            for (key, bounds), part in zip(self.layout, self.parts, strict=True):
+                value: Any = part.tolist()
+                out[key] = float(value) if bounds is None else BucketCounts.from_vector(bounds, value)
+            return out
+        # the one device -> host transfer (cat promotes every part to the widest dtype)
+        flat = torch.cat([part.reshape(-1) for part in self.parts]).tolist()
         pos = 0
         for key, bounds in self.layout:
             if bounds is None:
@@ -261,312 +278,405 @@ def ppo_stats(
         final_response_mask = None
 
     with torch.no_grad():
-        return _compute(inputs=dict(
-            log_probs=log_probs, old_log_probs=old_log_probs, response_mask=response_mask,
-            final_response_mask=final_response_mask, advantages=advantages, ref_log_probs=ref_log_probs,
-            values=values, returns=returns, vpreds=vpreds, rewards=rewards, scores=scores, entropy=entropy,
-            prompt_mask=prompt_mask, response_lengths=response_lengths),
+        return _compute(inputs={
+            "log_probs": log_probs, "old_log_probs": old_log_probs, "response_mask": response_mask,
+            "final_response_mask": final_response_mask, "advantages": advantages, "ref_log_probs": ref_log_probs,
+            "values": values, "returns": returns, "vpreds": vpreds, "rewards": rewards, "scores": scores,
+            "entropy": entropy, "prompt_mask": prompt_mask, "response_lengths": response_lengths},
             clip_low=clip_ratio_low, clip_high=clip_ratio_high, clip_c=clip_ratio_c, value_clip=value_clip,
             kl_penalty=kl_penalty, kl_coef=kl_coef, seq_mean=loss_agg_mode == "seq-mean-token-mean",
             seq_is=importance_sampling == "seq", roll="roll" in sets, trl="trl" in sets, verl="verl" in sets,
             distributions=distributions, catalog=catalog or default_catalog(), compact=_compact)
 
 
+class _Stats:
+    """One ``ppo_stats`` call: the selection, the values collected so far, and the helpers the sections share.
+
+    Each section (:func:`_roll`, :func:`_trl`, :func:`_verl`, :func:`_sequences`) gathers the token inputs it needs
+    when it needs them and drops each after its last use, so that at most a few token-sized tensors are alive at
+    once (the peak memory stays below the frameworks' own per-metric code, whatever the share of response tokens).
+    """
+
+    def __init__(self, inputs: dict[str, torch.Tensor | None], *, compact: bool | None, catalog: Catalog,
+                 distributions: bool | str, seq_mean: bool) -> None:
+        self.a = inputs
+        self.sel = masked.Selection(inputs["response_mask"], compact)  # type: ignore[arg-type]
+        self.out = _Batch(catalog, per_part=self.sel.compact)
+        self.tensors: dict[str, torch.Tensor] = {}
+        self.width = self.sel.shape[-1]
+        self.distributions = distributions
+        self.seq_mean = seq_mean
+
+    def tok(self, name: str) -> torch.Tensor | None:
+        """An optional ``[B, T]`` input as a 1-d tensor over the response tokens (see ``Selection.take``)."""
+        t = self.a[name]
+        return None if t is None else as_float(self.sel.take(t))
+
+    def put(self, key: str, value: torch.Tensor) -> None:
+        self.out.put(key, value)
+
+    def dist(self, key: str, x: torch.Tensor, per_token: bool, within: torch.Tensor | None = None) -> None:
+        if self.distributions == "tensors":
+            if not per_token:
+                self.tensors[key] = x
+            else:
+                self.tensors[key] = self.sel.select(x) if within is None else x[within]
+        elif self.distributions:
+            mask = (self.sel.dist_mask if within is None else within) if per_token else None
+            self.out.put_dist(key, x, mask)
+
+    def agg(self, x: torch.Tensor) -> torch.Tensor:
+        return self.sel.seq_mean(x) if self.seq_mean else self.sel.mean(x)
+
+    def family(self, prefix: str, x: torch.Tensor) -> None:
+        total, lo, hi = self.sel.sum_min_max(x)
+        self.put(f"{prefix}/mean", total / self.sel.n.to(total.dtype))
+        self.put(f"{prefix}/max", hi)
+        self.put(f"{prefix}/min", lo)
+
+    def seq_family(self, prefix: str, x: torch.Tensor) -> None:
+        lo, hi = torch.aminmax(x) if x.numel() else (_nan_like(x), _nan_like(x))
+        self.put(f"{prefix}/mean", _seq_mean_of(x))
+        self.put(f"{prefix}/max", hi)
+        self.put(f"{prefix}/min", lo)
+
+    def per_seq(self, t: torch.Tensor, within: torch.Tensor | None = None) -> torch.Tensor:
+        """A ``[B]`` or ``[B, T]`` input as ``[B]`` floats (``[B, T]``: summed over the selected tokens)."""
+        t = t.detach()
+        if t.dim() == 2:
+            x = as_float(self.sel.take(t))
+            return self.sel.row_sums(x if within is None else torch.where(within, x, 0.0))
+        return as_float(t.reshape(-1))
+
+
+def _nan_like(x: torch.Tensor) -> torch.Tensor:
+    return x.new_full((), float("nan"))
+
+
+def _seq_mean_of(x: torch.Tensor) -> torch.Tensor:
+    return x.mean() if x.numel() else _nan_like(x)
+
+
+def _seq_std(x: torch.Tensor) -> torch.Tensor:
+    return x.std() if x.numel() > 1 else _nan_like(x)
+
+
 def _compute(*, inputs: dict[str, torch.Tensor | None], clip_low: float, clip_high: float, clip_c: float | None,
              value_clip: float | None, kl_penalty: str, kl_coef: float | None, seq_mean: bool, seq_is: bool,
              roll: bool, trl: bool, verl: bool, distributions: bool | str, catalog: Catalog, compact: bool | None
              ) -> dict[str, float | BucketCounts | torch.Tensor]:
-    a = inputs
-    sel = masked.Selection(a["response_mask"], compact)
-    out = _Batch(catalog, per_part=sel.compact)
-    tensors: dict[str, torch.Tensor] = {}
-    width = sel.shape[-1]
+    s = _Stats(inputs, compact=compact, catalog=catalog, distributions=distributions, seq_mean=seq_mean)
+    if roll:
+        _roll(s, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c, value_clip=value_clip, kl_penalty=kl_penalty,
+              seq_is=seq_is)
+    if trl:
+        _trl(s, clip_low=clip_low, clip_high=clip_high, value_clip=value_clip, kl_coef=kl_coef)
+    if verl:
+        _verl(s, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c, kl_penalty=kl_penalty)
+    if roll or trl:
+        _sequences(s, roll=roll, trl=trl)
+    result: dict[str, float | BucketCounts | torch.Tensor] = dict(s.out.read())
+    result.update(s.tensors)
+    return result
+
+
+def _roll(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None, value_clip: float | None,
+          kl_penalty: str, seq_is: bool) -> None:
+    """ROLL (roll/pipeline/rlvr/actor_worker.py loss_func; roll/utils/functionals.py agg_loss, masked_mean;
+    base_worker.py CriticWorker.loss_func; metrics_manager.py add_values_metrics)."""
+    sel, a, width = s.sel, s.a, s.width
+    n_resp = sel.n
+    fin = None if a["final_response_mask"] is None else sel.take_mask(a["final_response_mask"])
+    n_fin = n_resp if fin is None else torch.count_nonzero(fin).to(torch.float32)
+    n_resp_eps = n_resp + 1e-8  # float32: n itself for n >= 1
+    n_fin_eps = n_resp_eps if fin is None else n_fin + 1e-8
+
+    def roll_agg(x: torch.Tensor, within: torch.Tensor | None, n_tokens: torch.Tensor) -> torch.Tensor:
+        """agg_loss with loss_agg_mode: token-mean sums x over response_mask (ROLL sums every position) and
+        divides by ``n_tokens``; seq-mean-token-mean averages the sequences of ``within`` (0 if none)."""
+        if s.seq_mean:
+            return sel.seq_mean(x, within, empty=0.0)
+        return sel.sum(x) / n_tokens
+
+    def roll_family(prefix: str, x: torch.Tensor, within: torch.Tensor | None) -> None:
+        """ROLL's masked_mean (sum / (count + 1e-8) over the tokens: 0 for none), max and min (NaN for none)."""
+        total, lo, hi = sel.sum_min_max(x, within)
+        s.put(f"{prefix}/mean", total / (n_resp_eps if within is None else n_fin_eps))
+        s.put(f"{prefix}/max", hi)
+        s.put(f"{prefix}/min", lo)
+
+    lp, old = s.tok("log_probs"), s.tok("old_log_probs")
+    assert lp is not None and old is not None
+    log_ratio = lp - old
+    roll_family("critic/old_log_prob", old, None)
+    del old
+    ref = s.tok("ref_log_probs")
+    if ref is not None:
+        kl = kl_penalty_terms(lp, ref, kl_penalty)  # a new tensor: zeroed in place off the final mask
+        s.put("actor/kl_loss", roll_agg(kl if fin is None else kl.masked_fill_(~fin, 0.0), fin, n_fin))
+        del kl
+        roll_family("critic/ref_log_prob", ref, None)
+        s.dist("actor/kl_dist", lp - ref, True)
+        del ref
+    s.dist("actor/log_prob_dist", lp, True)
+    del lp
+    s.put("actor/approxkl", 0.5 * roll_agg(log_ratio.square(), None, n_resp))  # halving is exact
+    s.put("actor/policykl", roll_agg(log_ratio, None, n_resp))  # compute_approx_kl(logp, logp_old, "kl")
+    if seq_is:  # one ratio a sequence: exp(masked_mean(log_ratio, final_response_mask, dim=-1))
+        counts = sel.row_counts_within(fin)
+        row_lr = sel.row_sums(log_ratio if fin is None else torch.where(fin, log_ratio, 0.0))
+        del log_ratio
+        seq_ratio = torch.where(counts > 0, row_lr / counts.clamp(min=1).to(row_lr.dtype), 0.0).exp()
+        ratio = sel.per_row(seq_ratio)
+        n_high = torch.count_nonzero(seq_ratio > 1.0 + clip_high) * width  # broadcast over all T positions
+        n_low = torch.count_nonzero(seq_ratio < 1.0 - clip_low) * width
+    else:
+        ratio = log_ratio.exp_()  # the log-ratio's last use: exponentiated in place
+        del log_ratio
+        n_high, n_low = sel.sum(ratio > 1.0 + clip_high), sel.sum(ratio < 1.0 - clip_low)
+    lo, hi = sel.min_max_fill(ratio, ROLL_RATIO_MIN_FILL, 0.0)
+    s.put("actor/ratio_mean", sel.seq_mean(ratio, empty=0.0))
+    s.put("actor/ratio_max", hi)
+    s.put("actor/ratio_min", lo)
+    s.put("actor/ppo_ratio_high_clipfrac", n_high / n_fin)
+    s.put("actor/ppo_ratio_low_clipfrac", n_low / n_fin)
+    s.put("actor/ppo_ratio_clipfrac", (n_high + n_low) / n_fin)  # clipped = clipped_low + clipped_high
+    adv = s.tok("advantages")
+    if adv is not None:
+        surr1 = ratio * adv
+        surr2 = ratio.clamp(1.0 - clip_low, 1.0 + clip_high).mul_(adv)
+        s.put("actor/clipfrac", roll_agg(surr2 < surr1, None, n_fin))
+        objective = torch.minimum(surr1, surr2, out=surr1)  # loss = -objective, negated after the sum (exact)
+        del surr2
+        if clip_c is not None:  # dual_clip_loss: -max(-loss, c * A) where A < 0
+            objective = torch.where(adv < 0, torch.maximum(objective, clip_c * adv), objective)
+        s.put("actor/pg_loss", -roll_agg(objective, fin, n_fin))
+        del objective, surr1
+    s.dist("actor/ratio_dist", ratio, True)
+    del ratio
+    ent = s.tok("entropy")
+    if ent is not None:
+        s.family("critic/entropy", ent)  # agg_loss(entropy, response_mask, "token-mean")
+        del ent
+    if adv is not None:
+        roll_family("critic/advantages", adv, fin)
+        s.dist("critic/advantages_dist", adv, True, fin)
+        del adv
+    ret = s.tok("returns")
+    if ret is not None:
+        roll_family("critic/returns", ret, fin)
+    val = s.tok("values")
+    if val is not None:
+        roll_family("critic/values", val, fin)
+        s.put("critic/value", sel.mean_of_row_means(val))
+    vpr = s.tok("vpreds")
+    if vpr is not None:
+        s.put("critic/vpred", sel.mean_of_row_means(vpr))
+    pred = vpr if vpr is not None else val
+    if ret is not None and pred is not None:
+        err = (pred - ret).square_()
+        error = sel.mean_of_row_means(err)
+        s.put("critic/error", error)
+        if vpr is not None and val is not None and value_clip is not None:
+            err_clipped = _clipped_error(vpr, val, ret, value_clip)
+            s.put("critic/clipfrac", sel.mean_of_row_means(err_clipped > err))
+            s.put("critic/loss", 0.5 * sel.mean_of_row_means(torch.maximum(err, err_clipped, out=err_clipped)))
+            del err_clipped
+        elif vpr is not None:
+            s.put("critic/loss", 0.5 * error)
+        del err
+    del ret, val, vpr, pred
+    if a["rewards"] is not None:
+        # token_level_rewards.sum(-1), the rewards zeroed off final_response_mask (compute_advantage)
+        seq_rewards = s.per_seq(a["rewards"], fin)
+        if a["rewards"].dim() != 2:
+            seq_rewards = torch.where(sel.row_counts_within(fin) > 0, seq_rewards, 0.0)
+        else:
+            s.seq_family("critic/token_level_rewards_mean", seq_rewards / width)
+        s.seq_family("critic/rewards", seq_rewards)
+        s.dist("critic/rewards_dist", seq_rewards, False)
+
+
+def _trl(s: _Stats, *, clip_low: float, clip_high: float, value_clip: float | None, kl_coef: float | None) -> None:
+    """TRL's legacy PPOTrainer (``loss``, ``record_step_stats``)."""
+    sel = s.sel
+    lp, old = s.tok("log_probs"), s.tok("old_log_probs")
+    assert lp is not None and old is not None
+    log_ratio = lp - old
+    del lp
+    s.dist("objective/logprobs", old, True)
+    ref = s.tok("ref_log_probs")
+    if ref is not None:
+        # TRL's objective/* describe the rollout: its log-probs against the reference, summed per sequence.
+        kl_seq = sel.row_sums(old - ref)
+        s.put("objective/kl", _seq_mean_of(kl_seq))
+        if kl_coef is not None:
+            s.out.constants["objective/kl_coef"] = float(kl_coef)
+            s.put("ppo/mean_non_score_reward", _seq_mean_of(-float(kl_coef) * kl_seq))
+        s.dist("objective/kl_dist", kl_seq, False)
+        s.dist("objective/ref_logprobs", ref, True)
+        del ref
+    s.put("objective/entropy", _seq_mean_of(-sel.row_sums(old)))
+    del old
+    s.put("ppo/policy/approxkl", 0.5 * s.agg(log_ratio.square()))
+    s.put("ppo/policy/policykl", -s.agg(log_ratio))  # TRL: masked_mean(old_logprobs - logprobs)
+    ratio = log_ratio.exp_()  # the log-ratio's last use: exponentiated in place
+    del log_ratio
+    adv = s.tok("advantages")
+    if adv is not None:
+        surr1 = ratio * adv
+        surr2 = ratio.clamp(1.0 - clip_low, 1.0 + clip_high).mul_(adv)
+        s.put("ppo/policy/clipfrac", s.agg(surr2 < surr1))
+        del surr1, surr2
+    s.dist("ppo/policy/ratio", ratio, True)
+    del ratio
+    ent = s.tok("entropy")
+    if ent is not None:
+        s.put("ppo/policy/entropy", sel.mean(ent))
+        del ent
+    if adv is not None:
+        s.put("ppo/policy/advantages_mean", sel.mean(adv))
+        s.dist("ppo/policy/advantages", adv, True)
+        del adv
+    ret, val = s.tok("returns"), s.tok("values")
+    for x, prefix in ((ret, "ppo/returns"), (val, "ppo/val")):
+        if x is not None:
+            s.put(f"{prefix}/mean", sel.mean(x))
+            s.put(f"{prefix}/var", sel.var(x, unbiased=True))
+    vpr = s.tok("vpreds")
+    if vpr is not None:
+        s.put("ppo/val/vpred", sel.mean(vpr))
+    pred = vpr if vpr is not None else val
+    if ret is not None and pred is not None:
+        err = (pred - ret).square_()
+        s.put("ppo/val/error", sel.mean(err))
+        # Explained variance: a ratio of variances, so population and Bessel-corrected agree.
+        s.put("ppo/val/var_explained", 1.0 - sel.var(ret - pred) / sel.var(ret))
+        if vpr is not None and val is not None and value_clip is not None:
+            s.put("ppo/val/clipfrac", s.agg(_clipped_error(vpr, val, ret, value_clip) > err))
+        del err
+
+
+def _verl(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None, kl_penalty: str) -> None:
+    """veRL 0.9.1: core_algos.compute_policy_loss_vanilla (masked_mean = sum / (count + 1e-8)), agg_loss,
+    metric_utils.compute_data_metrics."""
+    sel, a, width = s.sel, s.a, s.width
+    n_resp = sel.n
     nan = float("nan")
 
-    def tok(name: str) -> torch.Tensor | None:
-        """An optional ``[B, T]`` input as a 1-d tensor over the response tokens (see ``Selection.take``)."""
-        t = a[name]
-        return None if t is None else as_float(sel.take(t))
+    def verl_masked_mean(x: torch.Tensor) -> torch.Tensor:
+        total = sel.sum(x)
+        return total / (n_resp + 1e-8).to(total.dtype if total.is_floating_point() else torch.float32)
 
-    def dist(key: str, x: torch.Tensor, per_token: bool, within: torch.Tensor | None = None) -> None:
-        if distributions == "tensors":
-            if not per_token:
-                tensors[key] = x
-            else:
-                tensors[key] = sel.select(x) if within is None else x[within]
-        elif distributions:
-            mask = (sel.dist_mask if within is None else within) if per_token else None
-            out.put_dist(key, x, mask)
+    lp, old = s.tok("log_probs"), s.tok("old_log_probs")
+    assert lp is not None and old is not None
+    neg_kl = (lp - old).clamp_(-20.0, 20.0)
+    del old
+    ref = s.tok("ref_log_probs")
+    if ref is not None:
+        s.put("actor/kl_loss", s.agg(kl_penalty_terms(lp, ref, kl_penalty)))
+        del ref
+    del lp
+    s.put("actor/ppo_kl", -verl_masked_mean(neg_kl))  # masked_mean(-negative_approx_kl): negation is exact
+    adv = s.tok("advantages")
+    if adv is not None:
+        ratio = neg_kl.exp()
+        neg_adv = -adv
+        losses1 = neg_adv * ratio
+        losses2 = ratio.clamp_(1.0 - clip_low, 1.0 + clip_high).mul_(neg_adv)
+        s.put("actor/pg_clipfrac", verl_masked_mean(losses2 > losses1))
+        clip_losses1 = torch.maximum(losses1, losses2, out=losses1)
+        del losses2, ratio
+        losses3 = neg_adv.mul_(VERL_CLIP_RATIO_C if clip_c is None else clip_c)
+        negative = adv < 0
+        s.put("actor/pg_clipfrac_lower", verl_masked_mean((clip_losses1 > losses3) & negative))
+        s.put("actor/pg_loss", s.agg(torch.where(negative, torch.minimum(losses3, clip_losses1, out=losses3),
+                                                 clip_losses1)))
+        del clip_losses1, losses3, negative, neg_adv
+        s.family("critic/advantages", adv)
+        del adv
+    del neg_kl
+    ent = s.tok("entropy")
+    if ent is not None:
+        s.put("actor/entropy", s.agg(ent))
+        del ent
+    ret, val = s.tok("returns"), s.tok("values")
+    for x, prefix in ((ret, "critic/returns"), (val, "critic/values")):
+        if x is not None:
+            s.family(prefix, x)
+    if ret is not None and val is not None:
+        s.put("critic/vf_explained_var",
+              1.0 - sel.var(ret - val, unbiased=True) / (sel.var(ret, unbiased=True) + 1e-5))
+    del ret, val
+    # metric_utils.compute_data_metrics
+    lengths = (sel.row_counts if a["response_lengths"] is None else a["response_lengths"].detach().reshape(-1)
+               ).to(torch.float64)
+    kept = lengths != 0  # aborted: response length 0
+    n_kept = kept.sum().to(torch.float64)
 
-    def agg(x: torch.Tensor) -> torch.Tensor:
-        return sel.seq_mean(x) if seq_mean else sel.mean(x)
-
-    def family(prefix: str, x: torch.Tensor) -> None:
-        lo, hi = sel.min_max(x)
-        out.put(f"{prefix}/mean", sel.mean(x))
-        out.put(f"{prefix}/max", hi)
-        out.put(f"{prefix}/min", lo)
-
-    def seq_nan(x: torch.Tensor) -> torch.Tensor:
-        return x.new_full((), nan)
-
-    def seq_mean_of(x: torch.Tensor) -> torch.Tensor:
-        return x.mean() if x.numel() else seq_nan(x)
-
-    def seq_family(prefix: str, x: torch.Tensor) -> None:
-        lo, hi = torch.aminmax(x) if x.numel() else (seq_nan(x), seq_nan(x))
-        out.put(f"{prefix}/mean", seq_mean_of(x))
-        out.put(f"{prefix}/max", hi)
-        out.put(f"{prefix}/min", lo)
-
-    def seq_std(x: torch.Tensor) -> torch.Tensor:
-        return x.std() if x.numel() > 1 else seq_nan(x)
-
-    def per_seq(t: torch.Tensor, within: torch.Tensor | None = None) -> torch.Tensor:
-        """A ``[B]`` or ``[B, T]`` input as ``[B]`` floats (``[B, T]``: summed over the selected tokens)."""
-        t = t.detach()
-        if t.dim() == 2:
-            x = as_float(sel.take(t))
-            return sel.row_sums(x if within is None else torch.where(within, x, 0.0))
-        return as_float(t.reshape(-1))
-
-    lp, old = tok("log_probs"), tok("old_log_probs")
-    log_ratio = lp - old
-    ratio = log_ratio.exp() if roll or trl else log_ratio  # veRL clamps the log-ratio first
-    adv = tok("advantages")
-    ref = tok("ref_log_probs")
-    ent = tok("entropy")
-    ret, val, vpr = tok("returns"), tok("values"), tok("vpreds")
-    n_resp = sel.n
-
-    if roll:
-        # ROLL (roll/pipeline/rlvr/actor_worker.py loss_func; roll/utils/functionals.py agg_loss, masked_mean)
-        fin = None if a["final_response_mask"] is None else sel.take_mask(a["final_response_mask"])
-        n_fin = n_resp if fin is None else torch.count_nonzero(fin).to(torch.float32)
-        if seq_is:  # one ratio a sequence: exp(masked_mean(log_ratio, final_response_mask, dim=-1))
-            counts = sel.row_counts_within(fin)
-            row_lr = sel.row_sums(log_ratio if fin is None else torch.where(fin, log_ratio, 0.0))
-            seq_ratio = torch.where(counts > 0, row_lr / counts.clamp(min=1).to(row_lr.dtype), 0.0).exp()
-            r_ratio = sel.per_row(seq_ratio)
-            high_rows, low_rows = seq_ratio > 1.0 + clip_high, seq_ratio < 1.0 - clip_low
-            n_high = torch.count_nonzero(high_rows) * width  # the ratio is broadcast over all T positions
-            n_low = torch.count_nonzero(low_rows) * width
-        else:
-            r_ratio = ratio
-            n_high, n_low = sel.sum(ratio > 1.0 + clip_high), sel.sum(ratio < 1.0 - clip_low)
-        n_clipped = n_high + n_low  # clipped = clipped_low + clipped_high
-
-        def roll_agg(x: torch.Tensor, within: torch.Tensor | None, n_tokens: torch.Tensor) -> torch.Tensor:
-            """agg_loss with loss_agg_mode: token-mean sums x over response_mask (ROLL sums every position) and
-            divides by ``n_tokens``; seq-mean-token-mean averages the sequences of ``within`` (0 if none)."""
-            if seq_mean:
-                return sel.seq_mean(x, within, empty=0.0)
-            return sel.sum(x) / n_tokens
-
-        n_resp_eps = n_resp + 1e-8  # float32: n itself for n >= 1
-        n_fin_eps = n_resp_eps if fin is None else n_fin + 1e-8
-
-        def roll_masked_mean(x: torch.Tensor, within: torch.Tensor | None) -> torch.Tensor:
-            """ROLL's masked_mean: sum / (count + 1e-8) over the tokens (0 for none)."""
-            if within is None:
-                return sel.sum(x) / n_resp_eps
-            return sel.sum(torch.where(within, x, 0.0)) / n_fin_eps
-
-        def roll_family(prefix: str, x: torch.Tensor, within: torch.Tensor | None) -> None:
-            lo, hi = sel.min_max(x, within)
-            out.put(f"{prefix}/mean", roll_masked_mean(x, within))
-            out.put(f"{prefix}/max", hi)
-            out.put(f"{prefix}/min", lo)
-
-        lo, hi = sel.min_max_fill(r_ratio, ROLL_RATIO_MIN_FILL, 0.0)
-        out.put("actor/ratio_mean", sel.seq_mean(r_ratio, empty=0.0))
-        out.put("actor/ratio_max", hi)
-        out.put("actor/ratio_min", lo)
-        out.put("actor/ppo_ratio_high_clipfrac", n_high / n_fin)
-        out.put("actor/ppo_ratio_low_clipfrac", n_low / n_fin)
-        out.put("actor/ppo_ratio_clipfrac", n_clipped / n_fin)
-        if adv is not None:
-            surr1 = r_ratio * adv
-            surr2 = r_ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
-            roll_clipped = surr2 < surr1
-            objective = torch.minimum(surr1, surr2)  # loss = -objective, negated after the sum (exact)
-            if clip_c is not None:  # dual_clip_loss: -max(-loss, c * A) where A < 0
-                objective = torch.where(adv < 0, torch.maximum(objective, clip_c * adv), objective)
-            out.put("actor/clipfrac", roll_agg(roll_clipped, None, n_fin))
-            out.put("actor/pg_loss", -roll_agg(objective, fin, n_fin))
-        out.put("actor/approxkl", 0.5 * roll_agg(log_ratio.square(), None, n_resp))  # halving is exact
-        out.put("actor/policykl", roll_agg(log_ratio, None, n_resp))  # compute_approx_kl(logp, logp_old, "kl")
-        dist("actor/ratio_dist", r_ratio, True)
-        dist("actor/log_prob_dist", lp, True)
-        if ref is not None:
-            kl = kl_penalty_terms(lp, ref, kl_penalty)
-            out.put("actor/kl_loss", roll_agg(kl if fin is None else torch.where(fin, kl, 0.0), fin, n_fin))
-            roll_family("critic/ref_log_prob", ref, None)
-            dist("actor/kl_dist", lp - ref, True)
-        roll_family("critic/old_log_prob", old, None)
-        if ent is not None:
-            family("critic/entropy", ent)  # agg_loss(entropy, response_mask, "token-mean")
-        if adv is not None:
-            roll_family("critic/advantages", adv, fin)
-            dist("critic/advantages_dist", adv, True, fin)
-        if ret is not None:
-            roll_family("critic/returns", ret, fin)
-        if val is not None:
-            roll_family("critic/values", val, fin)
-            out.put("critic/value", sel.mean_of_row_means(val))
-        if vpr is not None:
-            out.put("critic/vpred", sel.mean_of_row_means(vpr))
-        pred = vpr if vpr is not None else val
-        if ret is not None and pred is not None:
-            err = (pred - ret).square()
-            error = sel.mean_of_row_means(err)
-            out.put("critic/error", error)
-            if vpr is not None and val is not None and value_clip is not None:
-                clipped = torch.maximum(torch.minimum(vpr, val + value_clip), val - value_clip)
-                err_clipped = (clipped - ret).square()
-                out.put("critic/clipfrac", sel.mean_of_row_means(err_clipped > err))
-                out.put("critic/loss", 0.5 * sel.mean_of_row_means(torch.maximum(err, err_clipped)))
-            elif vpr is not None:
-                out.put("critic/loss", 0.5 * error)
-        if a["rewards"] is not None:
-            # token_level_rewards.sum(-1), the rewards zeroed off final_response_mask (compute_advantage)
-            seq_rewards = per_seq(a["rewards"], fin)
-            if a["rewards"].dim() != 2:
-                seq_rewards = torch.where(sel.row_counts_within(fin) > 0, seq_rewards, 0.0)
-            else:
-                seq_family("critic/token_level_rewards_mean", seq_rewards / width)
-            seq_family("critic/rewards", seq_rewards)
-            dist("critic/rewards_dist", seq_rewards, False)
-
-    if trl:
-        if adv is not None:
-            surr1 = ratio * adv
-            surr2 = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
-            out.put("ppo/policy/clipfrac", agg(surr2 < surr1))
-        out.put("ppo/policy/approxkl", 0.5 * agg(log_ratio.square()))
-        out.put("ppo/policy/policykl", -agg(log_ratio))  # TRL: masked_mean(old_logprobs - logprobs)
-        dist("ppo/policy/ratio", ratio, True)
-        dist("objective/logprobs", old, True)
-        if ref is not None:
-            # TRL's objective/* describe the rollout: its log-probs against the reference, summed per sequence.
-            kl_seq = sel.row_sums(old - ref)
-            out.put("objective/kl", seq_mean_of(kl_seq))
-            if kl_coef is not None:
-                out.constants["objective/kl_coef"] = float(kl_coef)
-                out.put("ppo/mean_non_score_reward", seq_mean_of(-float(kl_coef) * kl_seq))
-            dist("objective/kl_dist", kl_seq, False)
-            dist("objective/ref_logprobs", ref, True)
-        out.put("objective/entropy", seq_mean_of(-sel.row_sums(old)))
-        if ent is not None:
-            out.put("ppo/policy/entropy", sel.mean(ent))
-        if adv is not None:
-            out.put("ppo/policy/advantages_mean", sel.mean(adv))
-            dist("ppo/policy/advantages", adv, True)
-        for x, prefix in ((ret, "ppo/returns"), (val, "ppo/val")):
-            if x is not None:
-                out.put(f"{prefix}/mean", sel.mean(x))
-                out.put(f"{prefix}/var", sel.var(x, unbiased=True))
-        if vpr is not None:
-            out.put("ppo/val/vpred", sel.mean(vpr))
-        pred = vpr if vpr is not None else val
-        if ret is not None and pred is not None:
-            err = (pred - ret).square()
-            out.put("ppo/val/error", sel.mean(err))
-            # Explained variance: a ratio of variances, so population and Bessel-corrected agree.
-            out.put("ppo/val/var_explained", 1.0 - sel.var(ret - pred) / sel.var(ret))
-            if vpr is not None and val is not None and value_clip is not None:
-                clipped = torch.maximum(torch.minimum(vpr, val + value_clip), val - value_clip)
-                out.put("ppo/val/clipfrac", agg((clipped - ret).square() > err))
-
-    if verl:
-        # veRL 0.9.1: core_algos.compute_policy_loss_vanilla (masked_mean = sum / (count + 1e-8)), agg_loss
-        def verl_masked_mean(x: torch.Tensor) -> torch.Tensor:
-            s = sel.sum(x)
-            return s / (n_resp + 1e-8).to(s.dtype if s.is_floating_point() else torch.float32)
-
-        neg_kl = log_ratio.clamp(-20.0, 20.0)
-        out.put("actor/ppo_kl", verl_masked_mean(-neg_kl))
-        if adv is not None:
-            v_ratio = neg_kl.exp()
-            losses1 = -adv * v_ratio
-            losses2 = -adv * v_ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-            clip_losses1 = torch.maximum(losses1, losses2)
-            losses3 = -adv * (VERL_CLIP_RATIO_C if clip_c is None else clip_c)
-            negative = adv < 0
-            out.put("actor/pg_clipfrac", verl_masked_mean(losses2 > losses1))
-            out.put("actor/pg_clipfrac_lower", verl_masked_mean((clip_losses1 > losses3) & negative))
-            out.put("actor/pg_loss", agg(torch.where(negative, torch.minimum(losses3, clip_losses1), clip_losses1)))
-        if ref is not None:
-            out.put("actor/kl_loss", agg(kl_penalty_terms(lp, ref, kl_penalty)))
-        if ent is not None:
-            out.put("actor/entropy", agg(ent))
-        # metric_utils.compute_data_metrics
-        lengths = (sel.row_counts if a["response_lengths"] is None else a["response_lengths"].detach().reshape(-1)
-                   ).to(torch.float64)
-        kept = lengths != 0  # aborted: response length 0
-        n_kept = kept.sum().to(torch.float64)
-
-        def kept_family(prefix: str, x: torch.Tensor, clip: bool = False) -> None:
-            some = n_kept > 0
-            out.put(f"{prefix}/mean", torch.where(kept, x, 0.0).sum() / n_kept)
-            out.put(f"{prefix}/max", torch.where(some, torch.where(kept, x, -torch.inf).max(), nan)
-                    if x.numel() else seq_nan(x))
-            out.put(f"{prefix}/min", torch.where(some, torch.where(kept, x, torch.inf).min(), nan)
-                    if x.numel() else seq_nan(x))
+    def kept_family(prefix: str, x: torch.Tensor, clip: bool = False) -> None:
+        if sel.compact:  # on a CPU a boolean index costs no sync: select once, then two reductions
+            xk = x[kept]
+            s.put(f"{prefix}/mean", xk.sum() / n_kept)
+            lo, hi = torch.aminmax(xk) if xk.numel() else (_nan_like(x), _nan_like(x))
+            s.put(f"{prefix}/max", hi)
+            s.put(f"{prefix}/min", lo)
             if clip:
-                out.put(f"{prefix}/clip_ratio", ((x == width) & kept).sum() / n_kept)
+                s.put(f"{prefix}/clip_ratio", torch.count_nonzero(xk == width) / n_kept)
+            return
+        some = n_kept > 0
+        s.put(f"{prefix}/mean", torch.where(kept, x, 0.0).sum() / n_kept)
+        s.put(f"{prefix}/max", torch.where(some, torch.where(kept, x, -torch.inf).max(), nan)
+              if x.numel() else _nan_like(x))
+        s.put(f"{prefix}/min", torch.where(some, torch.where(kept, x, torch.inf).min(), nan)
+              if x.numel() else _nan_like(x))
+        if clip:
+            s.put(f"{prefix}/clip_ratio", ((x == width) & kept).sum() / n_kept)
 
-        for name, prefix in (("scores", "critic/score"), ("rewards", "critic/rewards")):
-            if a[name] is not None:  # token_level_{scores,rewards}.sum(-1): every position, as veRL sums
-                t = a[name].detach()
-                kept_family(prefix, as_float(t).sum(-1) if t.dim() == 2 else as_float(t.reshape(-1)))
-        for x, prefix in ((adv, "critic/advantages"), (ret, "critic/returns"), (val, "critic/values")):
-            if x is not None:
-                family(prefix, x)
-        if ret is not None and val is not None:
-            out.put("critic/vf_explained_var",
-                    1.0 - sel.var(ret - val, unbiased=True) / (sel.var(ret, unbiased=True) + 1e-5))
-        seq_family("response_length", lengths)
-        out.put("response_length/clip_ratio", seq_mean_of((lengths == width).to(torch.float64)))
-        kept_family("response_length_non_aborted", lengths, clip=True)
-        out.put("response/aborted_ratio", seq_mean_of((~kept).to(torch.float64)))
-        if a["prompt_mask"] is not None:
-            pm = a["prompt_mask"].detach()
-            prompt_len = pm.bool().sum(-1).to(torch.float64)
-            seq_family("prompt_length", prompt_len)
-            out.put("prompt_length/clip_ratio", seq_mean_of((prompt_len == pm.shape[-1]).to(torch.float64)))
+    for name, prefix in (("scores", "critic/score"), ("rewards", "critic/rewards")):
+        t = a[name]
+        if t is not None:  # token_level_{scores,rewards}.sum(-1): every position, as veRL sums
+            t = t.detach()
+            kept_family(prefix, as_float(t).sum(-1) if t.dim() == 2 else as_float(t.reshape(-1)))
+    s.seq_family("response_length", lengths)
+    s.put("response_length/clip_ratio", _seq_mean_of((lengths == width).to(torch.float64)))
+    kept_family("response_length_non_aborted", lengths, clip=True)
+    s.put("response/aborted_ratio", _seq_mean_of((~kept).to(torch.float64)))
+    if a["prompt_mask"] is not None:
+        pm = a["prompt_mask"].detach()
+        prompt_len = pm.bool().sum(-1, dtype=torch.int32).to(torch.float64)
+        s.seq_family("prompt_length", prompt_len)
+        s.put("prompt_length/clip_ratio", _seq_mean_of((prompt_len == pm.shape[-1]).to(torch.float64)))
 
-    if a["scores"] is not None and (roll or trl):
-        sc = per_seq(a["scores"])
+
+def _sequences(s: _Stats, *, roll: bool, trl: bool) -> None:
+    """Per-sequence scores and lengths, ROLL's and TRL's."""
+    a = s.a
+    if a["scores"] is not None:
+        sc = s.per_seq(a["scores"])
         if roll:
-            seq_family("critic/score", sc)
-            dist("critic/score_dist", sc, False)
+            s.seq_family("critic/score", sc)
+            s.dist("critic/score_dist", sc, False)
         if trl:
-            mean, std = seq_mean_of(sc), seq_std(sc)
-            out.put("env/reward_mean", mean)
-            out.put("env/reward_std", std)
-            out.put("ppo/mean_scores", mean)
-            out.put("ppo/std_scores", std)
-            dist("env/reward_dist", sc, False)
-
-    if roll or trl:
-        resp_len = sel.row_counts.to(torch.float64)
+            mean, std = _seq_mean_of(sc), _seq_std(sc)
+            s.put("env/reward_mean", mean)
+            s.put("env/reward_std", std)
+            s.put("ppo/mean_scores", mean)
+            s.put("ppo/std_scores", std)
+            s.dist("env/reward_dist", sc, False)
+    resp_len = s.sel.row_counts.to(torch.float64)
+    if roll:
+        s.seq_family("tokens/response_length", resp_len)
+        s.dist("tokens/response_length_dist", resp_len, False)
+    if trl:
+        s.put("tokens/responses_len_mean", _seq_mean_of(resp_len))
+        s.put("tokens/responses_len_std", _seq_std(resp_len))
+        s.dist("tokens/responses_dist", resp_len, False)
+    if a["prompt_mask"] is not None:
+        prompt_len = a["prompt_mask"].detach().bool().sum(-1, dtype=torch.int32).to(torch.float64)
         if roll:
-            seq_family("tokens/response_length", resp_len)
-            dist("tokens/response_length_dist", resp_len, False)
+            s.seq_family("tokens/prompt_length", prompt_len)
         if trl:
-            out.put("tokens/responses_len_mean", seq_mean_of(resp_len))
-            out.put("tokens/responses_len_std", seq_std(resp_len))
-            dist("tokens/responses_dist", resp_len, False)
-        if a["prompt_mask"] is not None:
-            prompt_len = a["prompt_mask"].detach().bool().sum(-1).to(torch.float64)
-            if roll:
-                seq_family("tokens/prompt_length", prompt_len)
-            if trl:
-                out.put("tokens/queries_len_mean", seq_mean_of(prompt_len))
-                out.put("tokens/queries_len_std", seq_std(prompt_len))
-                dist("tokens/queries_dist", prompt_len, False)
-
-    result: dict[str, float | BucketCounts | torch.Tensor] = dict(out.read())
-    result.update(tensors)
-    return result
+            s.put("tokens/queries_len_mean", _seq_mean_of(prompt_len))
+            s.put("tokens/queries_len_std", _seq_std(prompt_len))
+            s.dist("tokens/queries_dist", prompt_len, False)
