@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
+from rl_otel._internal.tracing.carriers import extract, inject
 from rl_otel._internal.tracing.phase import Phase
-from rl_otel._internal.tracing.tracing import extract, inject
 
 __all__ = ["Phase", "extract", "inject"]

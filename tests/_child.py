@@ -30,7 +30,7 @@ class Child:
         path = tmp / "child.py"
         path.write_text(PRELUDE + script)
         self.stderr_path = tmp / "child.stderr"
-        self._stderr = open(self.stderr_path, "w")
+        self._stderr = open(self.stderr_path, "w")  # noqa: SIM115 (the child's stderr, open while it runs)
         self.proc = subprocess.Popen([sys.executable, str(path), *args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._stderr, text=True,
                                      env={**os.environ, **(env or {})}, cwd=tmp)

@@ -31,7 +31,8 @@ def tensorboard_scalars(log_dir: str) -> dict[str, list[tuple[int, float]]]:
 
 def _leveldb_records(path: str, ident: bytes):
     """Records of a W&B/SwanLab datastore file: LevelDB log format, 32 KiB blocks, 7-byte record headers."""
-    data = open(path, "rb").read()
+    with open(path, "rb") as f:
+        data = f.read()
     assert data[:4] == ident, data[:7]
     pos, block, pending = 7, 32768, b""
     while pos + 7 <= len(data):

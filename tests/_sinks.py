@@ -9,6 +9,7 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 from rl_otel.sinks import register_sink
 
@@ -16,12 +17,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class Recorder:
-    instances: list[Recorder] = []
+    instances: ClassVar[list[Recorder]] = []
 
     def __init__(self, *, run: str, fail: str | None = None, secret: str = "") -> None:
         self.steps: list[tuple[int, dict]] = []
         self.fail, self.secret, self.closed = fail, secret, False
         self.release = threading.Event()
+        self.entered = threading.Event()  # a step reached log() (and, when hanging, waits there)
         self.seen = threading.Condition()
         Recorder.instances.append(self)
 
@@ -32,6 +34,7 @@ class Recorder:
     def log(self, metrics, step):
         if self.fail == "raise":
             raise RuntimeError(f"tracker exploded (key {self.secret})")
+        self.entered.set()
         if self.fail == "hang":
             self.release.wait()
         with self.seen:
@@ -47,15 +50,28 @@ register_sink("boom", lambda **kw: Recorder(fail="raise", **kw))
 register_sink("hang", lambda **kw: Recorder(fail="hang", **kw))
 
 
-def tel_errors(tel) -> dict[tuple[str, str], float]:
-    from rl_otel.catalog import meta
+class _Errors:
+    """``rl_telemetry_errors_total`` of a Telemetry by ``(sink, reason)``, read with the public ``tel.value``."""
 
-    out = {}
-    for metric in tel._store.collect():
-        if metric.name == meta.ERRORS.name:
-            for p in metric.data.data_points:
-                out[(p.attributes["sink"], p.attributes["reason"])] = p.value
-    return out
+    def __init__(self, tel) -> None:
+        self._tel = tel
+
+    def get(self, key: tuple[str, str], default=None):
+        value = self._tel.value("rl_telemetry_errors_total", sink=key[0], reason=key[1])
+        return default if value is None else value
+
+    def __getitem__(self, key: tuple[str, str]) -> float:
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return self.get(key) is not None
+
+
+def tel_errors(tel) -> _Errors:
+    return _Errors(tel)
 
 
 def run_script(code: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:

@@ -42,7 +42,7 @@ class FullStep:
 
     def step(self, n: int) -> dict[str, object]:
         return {key: (self._dist + n if hist else n + i / 1000) for i, (key, hist) in
-                enumerate(zip(self.keys, self._is_hist))}
+                enumerate(zip(self.keys, self._is_hist, strict=True))}
 
     def decode(self, series: dict[tuple[str, tuple], float]) -> dict[tuple[str, tuple], int]:
         """``{series: step}`` for every seed series in ``series`` (``{(sample, labels): value}``, labels without

@@ -35,16 +35,17 @@ def _batch(gen: torch.Generator, step: int, batch: int = 8, tokens: int = 16) ->
     old = -torch.rand(batch, tokens, generator=gen) * 3
     drift = 0.02 + 0.01 * math.sin(step)
     returns = torch.randn(batch, tokens, generator=gen)
-    return dict(
-        log_probs=old + drift * torch.randn(batch, tokens, generator=gen), old_log_probs=old, response_mask=mask,
-        ref_log_probs=old + 0.05 * torch.randn(batch, tokens, generator=gen),
-        advantages=torch.randn(batch, tokens, generator=gen),
+    return {
+        "log_probs": old + drift * torch.randn(batch, tokens, generator=gen), "old_log_probs": old,
+        "response_mask": mask,
+        "ref_log_probs": old + 0.05 * torch.randn(batch, tokens, generator=gen),
+        "advantages": torch.randn(batch, tokens, generator=gen),
         # a critic that has learned something: explained variance near 0.9
-        values=returns + 0.3 * torch.randn(batch, tokens, generator=gen), returns=returns,
-        vpreds=returns + 0.3 * torch.randn(batch, tokens, generator=gen),
-        scores=torch.rand(batch, generator=gen) * (0.3 + 0.05 * step),
-        entropy=torch.rand(batch, tokens, generator=gen) + 0.5,
-        prompt_mask=torch.ones(batch, 12))
+        "values": returns + 0.3 * torch.randn(batch, tokens, generator=gen), "returns": returns,
+        "vpreds": returns + 0.3 * torch.randn(batch, tokens, generator=gen),
+        "scores": torch.rand(batch, generator=gen) * (0.3 + 0.05 * step),
+        "entropy": torch.rand(batch, tokens, generator=gen) + 0.5,
+        "prompt_mask": torch.ones(batch, 12)}
 
 
 def _trinity(step: int) -> dict[str, float]:

@@ -122,3 +122,17 @@ class FakeNvml(types.ModuleType):
         if version == self.nvmlMemory_v2:
             info.reserved = 300 * 2**20
         return info
+
+
+def wait_for_nvml(url: str, timeout_s: float = 30.0) -> bool:
+    """True once the endpoint at ``url`` serves the NVML poller's first values (it polls on a thread of its own)."""
+    import time
+
+    from tests.promtools import scrape
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if "\nrl_gpu_device_memory_used_bytes{" in scrape(url):
+            return True
+        time.sleep(0.02)
+    return False

@@ -81,7 +81,8 @@ class _Decoding:
                     data = getattr(m, kind)
                     temporality = getattr(data, "aggregation_temporality", 0)
                     for dp in data.data_points:
-                        times = {"start": dp.start_time_unix_nano, "time": dp.time_unix_nano, "temporality": temporality}
+                        times = {"start": dp.start_time_unix_nano, "time": dp.time_unix_nano,
+                                 "temporality": temporality}
                         if kind == "histogram":
                             out.append(Point(m.name, kind, attributes(dp.attributes), None, dp.count,
                                              tuple(dp.bucket_counts), resource, sum=dp.sum,

@@ -97,7 +97,7 @@ class PrometheusServer:
             "scrape_configs": scrape_configs,
             **({"rule_files": [str(p) for p in rule_files]} if rule_files else {}),
         }, sort_keys=False))
-        self.log = open(tmp / "prometheus.log", "w")
+        self.log = open(tmp / "prometheus.log", "w")  # noqa: SIM115 (Prometheus' output, open while it runs)
         self.proc = subprocess.Popen(
             [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],

@@ -7,6 +7,7 @@ import logging
 import os
 import select
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -64,7 +65,7 @@ def test_trackers_and_prometheus_see_the_same_values():
         res = default_catalog().resolve(key)
         labels = tuple(sorted(base + res.labels))
         if res.spec.kind is Kind.HISTOGRAM:  # one series per key: its +Inf bucket is the count
-            expected[(res.spec.name + "_bucket", tuple(sorted(labels + (("le", "+Inf"),))))] = float(len(value))
+            expected[(res.spec.name + "_bucket", tuple(sorted((*labels, ("le", "+Inf")))))] = float(len(value))
             sums[(res.spec.name + "_sum", labels)] = float(np.sum(value)) * res.spec.scale
         else:
             expected[(res.spec.prometheus_name, labels)] = value * res.spec.scale
@@ -133,7 +134,6 @@ def test_wait_for_trackers_loses_no_step_of_a_burst_and_never_waits_for_a_hung_s
     tel = rl_otel.init(prometheus=False, trackers=["hang"], sink_queue_size=4, close_timeout_s=30,
                        handle_sigterm=False)
     (slow,) = Recorder.instances
-    (worker,) = tel._bridge._workers
 
     def burst(n: int) -> None:
         for step in range(n):
@@ -141,8 +141,12 @@ def test_wait_for_trackers_loses_no_step_of_a_burst_and_never_waits_for_a_hung_s
 
     thread = threading.Thread(target=burst, args=(20,))
     thread.start()
-    with worker._cond:  # the sink holds step 0, half the queue (2 steps) waits behind it: the burst waits
-        assert worker._cond.wait_for(lambda: worker.busy and worker.queued == 2, timeout=30)
+    # the sink holds step 0, half the queue (steps 1, 2) waits behind it: step 3 waits for room (without the wait,
+    # 20 steps into a queue of 4 behind a held sink would drop, which the last assertion rules out)
+    deadline = time.monotonic() + 30
+    while tel.step != 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tel.step == 3
     slow.release.set()
     thread.join(timeout=60)
     assert not thread.is_alive() and tel.flush(30)
@@ -227,6 +231,53 @@ def test_sigterm_chains_the_previous_handler(tmp_path):
     assert (tmp_path / "out.log").read_text().count("metrics_tag: ") == 1
 
 
+def test_sigterm_with_the_applications_graceful_handler_loses_no_final_step(tmp_path):
+    """The application stops gracefully on SIGTERM (a framework checkpointing and logging its last steps): rl_otel
+    writes what is logged, runs the application's handler and stays open - the final steps reach the tracker and
+    the endpoint serves until the application exits (before: rl_otel closed first; the 50 final steps were lost)."""
+    code = """
+        import os, signal, urllib.request, rl_otel
+        stop = []
+        signal.signal(signal.SIGTERM, lambda *a: stop.append(True))
+        tel = rl_otel.init(prometheus={"host": "127.0.0.1", "port": 0}, trackers={"stdout": {"file": "out.log"}})
+        step = 0
+        while not stop:
+            tel.log({"actor/pg_loss": float(step)}, step=step)
+            step += 1
+            if step == 10:
+                os.kill(os.getpid(), signal.SIGTERM)
+        served = 0
+        for _ in range(50):  # checkpointing: the final steps
+            tel.log({"actor/pg_loss": float(step)}, step=step)
+            step += 1
+            served += b"rl_actor_pg_loss" in urllib.request.urlopen(tel.metrics_url, timeout=10).read()
+        print("steps", step, "served", served)
+    """
+    proc = run_script(code, {}, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    steps = int(proc.stdout.split()[1])
+    assert proc.stdout.split()[2:] == ["served", "50"]
+    assert (tmp_path / "out.log").read_text().count("metrics_tag: ") == steps
+
+
+def test_sigterm_without_trackers_removes_the_file_sd_target(tmp_path):
+    """No tracker, but a file_sd target: a SIGTERM'd rank must not leave its target behind (a critical "target
+    down" alert would fire until someone deleted it); before, no handler was installed without trackers."""
+    code = """
+        import os, signal, time, rl_otel
+        tel = rl_otel.init(run="sd", prometheus={"host": "127.0.0.1", "port": 0, "file_sd": "sd"})
+        tel.log({"actor/pg_loss": 1.0}, step=0)
+        print(sorted(os.listdir("sd")), flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+        raise SystemExit("SIGTERM did not end the run")
+    """
+    proc = run_script(code, {}, tmp_path)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    assert "json" in proc.stdout  # the target was published...
+    assert os.listdir(tmp_path / "sd") == []  # ...and removed by the SIGTERM
+
+
 def test_secrets_never_written_anywhere(tmp_path):
     """Every tracker at once, secrets in tracker_kwargs, login_kwargs and the uploaded config: grep every file."""
     pytest.importorskip("wandb")
@@ -244,7 +295,8 @@ def test_secrets_never_written_anywhere(tmp_path):
         trackers = {{
             "tensorboard": {{"log_dir": "tb"}},
             "wandb": {{"api_key": "{secret_w}", "project": "p", "dir": "wb",
-                       "config": {{"lr": 1e-6, "api_key": "{secret_w}", "tracker_kwargs": {{"api_key": "{secret_w}"}}}}}},
+                       "config": {{"lr": 1e-6, "api_key": "{secret_w}",
+                                  "tracker_kwargs": {{"api_key": "{secret_w}"}}}}}},
             "swanlab": {{"login_kwargs": {{"api_key": "{secret_s}"}}, "project": "p", "logdir": "swanlog",
                          "mode": "offline", "config": {{"login_kwargs": {{"api_key": "{secret_s}"}}}}}},
             "stdout": {{"table": True}},
@@ -344,9 +396,7 @@ def test_a_forked_child_starts_with_an_empty_queue_even_when_the_parents_sink_is
     try:
         for step in range(3):  # step 0 is in the sink's hands (hung), 1 and 2 wait
             tel.log({"actor/pg_loss": float(step)}, step=step)
-        (worker,) = tel._bridge._workers
-        with worker._cond:
-            assert worker._cond.wait_for(lambda: worker.busy and worker.queued == 2, timeout=30)
+        assert rec.entered.wait(30)  # the sink holds step 0; 1 and 2 were queued before log() returned
 
         def child() -> bytes:
             rec.release.set()  # the child's copy of the sink is not hung
@@ -360,3 +410,29 @@ def test_a_forked_child_starts_with_an_empty_queue_even_when_the_parents_sink_is
     finally:
         rec.release.set()
         tel.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_forked_childs_close_returns_and_leaves_the_parents_endpoint_and_target(tmp_path):
+    """fork() after init() (a DataLoader worker, a subprocess pool): the child's close() returns (before: it hung
+    forever waiting for a serve thread the child does not have) and removes neither the parent's file_sd target
+    nor its endpoint."""
+    from tests.promtools import scrape
+
+    tel = rl_otel.init(run="fork", prometheus={"host": "127.0.0.1", "port": 0, "file_sd": str(tmp_path)},
+                       handle_sigterm=False)
+    try:
+        tel.log({"actor/pg_loss": 1.0}, step=0)
+        (target,) = list(tmp_path.iterdir())
+
+        def child() -> bytes:
+            tel.log({"actor/pg_loss": 2.0}, step=1)
+            tel.close()
+            return b"closed"
+
+        assert _in_forked_child(child) == b"closed"
+        assert target.exists()  # the parent still serves the target it names
+        assert "rl_actor_pg_loss{" in scrape(tel.metrics_url)
+    finally:
+        tel.close()
+    assert not target.exists()

@@ -172,4 +172,5 @@ def test_json_and_markdown_list_every_entry():
 
 def test_committed_metrics_doc_is_current():
     doc = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
-    assert doc.read_text() == CATALOG.to_markdown() + "\n", "regenerate: rl-otel catalog --format markdown > docs/metrics.md"
+    assert doc.read_text() == CATALOG.to_markdown() + "\n", \
+        "regenerate: rl-otel catalog --format markdown > docs/metrics.md"

@@ -57,7 +57,7 @@ def test_at_least_95_percent_of_the_emitted_keys_are_catalogued(framework):
 
 
 def test_catalogued_keys_have_the_framework_kind_and_unit(framework):
-    name, keys = framework
+    _name, keys = framework
     resolved = resolve(keys)
     wrong = []
     for k in keys:
@@ -74,7 +74,7 @@ def test_catalogued_keys_have_the_framework_kind_and_unit(framework):
 
 
 def test_free_parts_of_a_key_become_labels(framework):
-    name, keys = framework
+    _name, keys = framework
     resolved = resolve(keys)
     baked = []
     for k in keys:

@@ -145,7 +145,8 @@ def test_unwritable_file_sd_is_a_configuration_error_and_the_endpoint_is_closed(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(ConfigurationError, match=f"file_sd targets file {re.escape(str(sd))}.*cannot be written.*Not a directory"):
+    with pytest.raises(ConfigurationError,
+                       match=f"file_sd targets file {re.escape(str(sd))}.*cannot be written.*Not a directory"):
         rl_otel.init(run="r", prometheus={"host": "127.0.0.1", "port": port, "file_sd": str(sd)})
     with rl_otel.init(run="r", prometheus={"host": "127.0.0.1", "port": port}) as tel:  # the port was released
         assert port_of(tel) == port
@@ -202,7 +203,7 @@ def test_eight_ranks_discovered_by_file_sd_and_aggregated(tmp_path):
                and [float(r["value"][1]) for r in server.query("run:rl_step:count")] != [WORLD]):
             time.sleep(0.3)
         server.wait_for_scrapes(1)
-        recorded = {r["metric"]["__name__"]: r for r in server.query('{__name__=~"run:.+", run="%s"}' % run)}
+        recorded = {r["metric"]["__name__"]: r for r in server.query(f'{{__name__=~"run:.+", run="{run}"}}')}
         assert all("rank" not in r["metric"] for r in recorded.values())
         assert one("run:rl_step:count") == WORLD
         assert one("run:rl_step:max") == 10

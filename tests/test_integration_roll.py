@@ -4,6 +4,7 @@ never calls ``finish()``."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -105,7 +106,7 @@ def test_replay_from_a_thread_never_moves_the_endpoint_back_and_trackers_get_the
         watcher.join(timeout=60)
     text = scrape(url)
     seen.append((samples(text, "rl_step")[run], samples(text, "rl_system_samples_total")[run]))
-    assert all(a <= b for a, b in zip(seen, seen[1:])), "rl_step or a counter went back"
+    assert all(a <= b for a, b in itertools.pairwise(seen)), "rl_step or a counter went back"
     assert seen[-1] == (110.0, (110 + 1) * 8)
     assert key_samples(url, "critic/score/mean", "roll-resume") == {frozenset({("stat", "mean")}): 0.11}
     assert tracker.telemetry.flush(30)

@@ -162,7 +162,7 @@ def test_trainer_rl_otel_refuses_an_unknown_option_by_name():
 
     with pytest.raises(ConfigurationError, match="log_dirr"):
         Tracking("p", "e", default_backend=["rl_otel"], config={"trainer": {"rl_otel": {"log_dirr": "x"}}})
-    with pytest.raises(ConfigurationError, match="trainer.rl_otel must be a mapping"):
+    with pytest.raises(ConfigurationError, match=r"trainer\.rl_otel must be a mapping"):
         Tracking("p", "e", default_backend=["rl_otel"], config={"trainer": {"rl_otel": 9464}})
 
 

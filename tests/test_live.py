@@ -12,7 +12,7 @@ import pytest
 import rl_otel
 from rl_otel._internal.probes.live import NvmlPoller, torch_process_memory, visible_devices
 from rl_otel.catalog import live as specs
-from tests.gpu_fakes import GIB, FakeCuda, FakeNvml, fake_torch
+from tests.gpu_fakes import GIB, FakeCuda, FakeNvml, fake_torch, wait_for_nvml
 from tests.promtools import promtool_check, samples, scrape
 
 
@@ -22,8 +22,8 @@ def served(monkeypatch, nvml=None, cuda=None):
     if cuda is not None:
         monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
     tel = rl_otel.init(run="live", prometheus={"host": "127.0.0.1", "port": 0})
-    if tel._live.nvml is not None:
-        assert tel._live.nvml.wait_ready(10)
+    if nvml is not None and not nvml.fail_init and nvml.uuids:
+        assert wait_for_nvml(tel.metrics_url)
     return tel
 
 

@@ -1,6 +1,6 @@
-"""The one adapter over a dependency's private API (rl_otel/_internal/exporters/otel_compat.py), and the rule that no other
-module uses one. These fail loudly when an OpenTelemetry upgrade moves what the adapter reads - or adds the public
-hook that makes it unnecessary."""
+"""The one adapter over a dependency's private API (rl_otel/_internal/exporters/otel_compat.py), and the rule that
+no other module uses one. These fail loudly when an OpenTelemetry upgrade moves what the adapter reads - or adds the
+public hook that makes it unnecessary."""
 
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ def test_pushes_periodically(receiver):
     with rl_otel.init(run="periodic", prometheus=False, otlp={"endpoint": receiver.url, "interval_s": 0.2}) as tel:
         for step in range(3):
             tel.log({"critic/score/mean": float(step)}, step=step)
-            wait_until(lambda: any(p.metric == "rl_step" and p.value == step for p in receiver.points())
+            wait_until(lambda step=step: any(p.metric == "rl_step" and p.value == step for p in receiver.points())
                        if receiver.metrics else False)
         assert len(receiver.metrics) >= 3
 
@@ -329,3 +329,52 @@ def test_own_metric_exporter_gets_the_store_in_its_temporality(temporality):
 def test_own_metric_exporter_with_endpoint_options_is_refused():
     with pytest.raises(ConfigurationError, match="construct it with them"):
         rl_otel.init(prometheus=False, otlp={"exporter": CapturingExporter(), "endpoint": "http://c:4318"})
+
+
+def test_the_providers_shut_down_together_and_span_export_failures_are_counted():
+    """close() shuts the meter and tracer providers down at once (each may wait its export timeout for a collector
+    that does not answer: in sequence, close() took 2-4.5x timeout_s), and a failed span export is counted."""
+    import threading
+
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    both_shutting = threading.Barrier(2, timeout=30)  # passes only if both shutdowns run at the same time
+
+    class MeetingMetricExporter(CapturingExporter):
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
+            both_shutting.wait()
+            self.shut = True
+
+    class FailingSpanExporter(SpanExporter):
+        shut = False
+
+        def export(self, spans):
+            return SpanExportResult.FAILURE  # a collector that rejects the spans
+
+        def shutdown(self):
+            both_shutting.wait()
+            FailingSpanExporter.shut = True
+
+    metrics = MeetingMetricExporter()
+    tel = rl_otel.init(run="close", prometheus=False, otlp={"exporter": metrics, "interval_s": 60},
+                       tracing=FailingSpanExporter())
+    with tel.phase("actor_train", "train_step"):
+        pass
+    tel.close()
+    assert metrics.shut and FailingSpanExporter.shut and not both_shutting.broken
+    assert tel.value("rl_telemetry_errors_total", sink="tracing", reason="span_export_failed") == 1
+    assert tel.value("rl_telemetry_errors_total", sink="close", reason="meter_provider") is None
+
+
+def test_a_collector_that_is_down_says_so_once_not_every_interval(caplog):
+    """The SDK's exporters log a line per failed export (every interval while the collector is down); rl_otel
+    counts each failure and lets one line per logger through per five minutes."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        tel = rl_otel.init(run="down", prometheus=False,
+                           otlp={"endpoint": f"http://127.0.0.1:{free_port()}", "interval_s": 0.1, "timeout_s": 0.2})
+        wait_until(lambda: (tel.value("rl_telemetry_errors_total", sink="otlp", reason="export_failed") or 0) >= 5)
+        tel.close()
+    sdk_lines = [r for r in caplog.records if r.name.startswith("opentelemetry.exporter")]
+    assert len(sdk_lines) <= 2  # before: one per failed export (>= 5 here); said once per 5 min per logger

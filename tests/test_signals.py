@@ -39,13 +39,20 @@ def test_signal_in_a_held_section_is_handled_at_release_then_chained(previous_si
     assert calls[-2:] == ["previous", "previous"] and guard.installed == ()
 
 
-def test_sigterm_with_an_ignoring_previous_handler_closes_and_uninstalls():
-    original = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def test_sigterm_that_does_not_end_the_process_only_flushes_and_stays_installed():
+    """SIG_IGN, or the application's own graceful handler: the run goes on, so nothing is closed (before: the
+    Telemetry closed first, and the final steps the application logged while stopping were lost)."""
     calls: list[str] = []
-    try:
-        guard = SignalFlush(on_term=lambda: calls.append("close"), on_int=lambda: None, timeout_s=5)
-        os.kill(os.getpid(), signal.SIGTERM)
-        assert calls == ["close"] and signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
-        assert signal.SIGTERM not in guard.installed
-    finally:
-        signal.signal(signal.SIGTERM, original)
+    for previous in (signal.SIG_IGN, lambda signum, frame: calls.append("application")):
+        original = signal.signal(signal.SIGTERM, previous)
+        try:
+            guard = SignalFlush(on_term=lambda: calls.append("close"), on_int=lambda: calls.append("flush"),
+                                timeout_s=5)
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)  # a second one is handled the same way: still installed
+            assert signal.SIGTERM in guard.installed
+            guard.uninstall()
+            assert signal.getsignal(signal.SIGTERM) == previous
+        finally:
+            signal.signal(signal.SIGTERM, original)
+    assert calls == ["flush", "flush", "flush", "application", "flush", "application"]

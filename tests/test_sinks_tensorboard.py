@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("tensorboard")
 
+from rl_otel.sinks.base import SinkError
 from rl_otel.sinks.tensorboard import TensorBoardSink
 from tests._readers import tensorboard_scalars
 
@@ -106,9 +107,9 @@ def test_a_failed_write_then_a_failed_reopen_then_recovery(tmp_path, monkeypatch
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(EventFileWriter, "_write", full)
-    with pytest.raises(OSError) as failed:
+    with pytest.raises(SinkError) as failed:
         sink.log({"x": 1.0}, 1)
-    assert error_reason(failed.value) == "disk_full"
+    assert error_reason(failed.value) == "disk_full" and failed.value.steps == 1
     monkeypatch.setattr(EventFileWriter, "_write", real_write)
     shutil.move(str(log_dir), str(tmp_path / "kept"))
     log_dir.write_text("not a directory")  # the new event file cannot be opened
@@ -119,3 +120,28 @@ def test_a_failed_write_then_a_failed_reopen_then_recovery(tmp_path, monkeypatch
     sink.close()
     assert [s for s, _ in tensorboard_scalars(str(tmp_path / "kept"))["x"]] == [0]
     assert [s for s, _ in tensorboard_scalars(str(log_dir))["x"]] == [3]
+
+
+def test_a_failed_write_counts_every_step_its_buffer_held(tmp_path, monkeypatch):
+    """A full disk met by a write of 20 buffered steps loses 20 steps, and says so (before: the failing call was
+    counted once and the 19 steps buffered before it vanished uncounted)."""
+    import errno
+
+    from rl_otel.sinks.tfevents import EventFileWriter
+
+    sink = TensorBoardSink(run="r", log_dir=tmp_path / "tb", flush_secs=3600, reopen_secs=0)
+    for step in range(5):
+        sink.log({"x": float(step)}, step)
+    sink.flush()  # steps 0-4 on disk
+
+    def full(writer, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(EventFileWriter, "_write", full)
+    for step in range(5, 25):
+        sink.log({"x": float(step)}, step)  # buffered: nothing written yet
+    with pytest.raises(SinkError) as failed:
+        sink.flush()
+    assert failed.value.reason == "disk_full" and failed.value.steps == 20
+    sink.close()
+    assert [s for s, _ in tensorboard_scalars(str(tmp_path / "tb"))["x"]] == list(range(5))

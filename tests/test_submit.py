@@ -49,7 +49,7 @@ def test_ppo_stats_submitted_equals_ppo_stats_computed_inline(tel):
     lp, old = torch.randn(8, 5, generator=g), torch.randn(8, 5, generator=g)
     mask = (torch.rand(8, 5, generator=g) > 0.2).float()
     adv = torch.randn(8, 5, generator=g)
-    kwargs = dict(log_probs=lp, old_log_probs=old, response_mask=mask, advantages=adv, catalog=tel.catalog)
+    kwargs = {"log_probs": lp, "old_log_probs": old, "response_mask": mask, "advantages": adv, "catalog": tel.catalog}
     inline = ppo_stats(**kwargs)
     submitted = tel.submit(ppo_stats, step=2, **kwargs).result(timeout=10)
     assert submitted == inline and len(inline) > 5
@@ -329,7 +329,10 @@ def test_a_bug_inside_log_is_counted_inline_and_when_queued(tel, monkeypatch, ca
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in the write path")
 
-    monkeypatch.setattr(tel, "_prepare", broken)
+    from rl_otel._internal.pipeline.ingest import Pipeline
+
+    monkeypatch.setattr(Pipeline, "prepare", broken)  # the per-key path (queued steps take it)
+    monkeypatch.setattr(Pipeline, "ingest_flat", broken)  # the vector path of a flat step logged inline
     with caplog.at_level(logging.WARNING, logger="rl_otel"):
         tel.log({"critic/score/mean": 0.5}, step=0)  # inline
         gate = threading.Event()

@@ -250,7 +250,7 @@ def test_histogram_values_ignore_nan_and_count_it(tel):
     assert value(tel, "rl_telemetry_errors_total", sink="input", reason="non_finite_in_distribution") == 1
 
 
-def test_a_failing_close_step_is_counted_and_the_later_steps_still_run(caplog):
+def test_a_failing_close_step_is_counted_and_the_later_steps_still_run(caplog, monkeypatch):
     from tests._sinks import Recorder, tel_errors
 
     Recorder.instances.clear()
@@ -261,8 +261,11 @@ def test_a_failing_close_step_is_counted_and_the_later_steps_still_run(caplog):
     def fail():
         raise RuntimeError("shutdown exploded")
 
-    t._live.close = fail  # the first resource closed, and a later one (the CPU probe), raise
-    t._cpu.close = fail
+    from rl_otel._internal.probes.live import LiveGauges
+    from rl_otel._internal.probes.memory import CpuProbe
+
+    monkeypatch.setattr(LiveGauges, "close", lambda self: fail())  # an early step and a later one raise
+    monkeypatch.setattr(CpuProbe, "close", lambda self: fail())
     with caplog.at_level(logging.WARNING, logger="rl_otel"):
         t.close()  # never raises
     (rec,) = Recorder.instances
@@ -276,13 +279,13 @@ def test_a_failing_close_step_is_counted_and_the_later_steps_still_run(caplog):
 
 
 def test_a_failing_init_step_closes_what_was_already_built(tmp_path, monkeypatch):
-    import rl_otel.telemetry as telemetry_module
+    import rl_otel._internal.runtime.parts as parts_module
 
     def broken_live_gauges(*args, **kwargs):
         raise RuntimeError("live gauges exploded")
 
     # a step after the tracer provider (jsonl file + span thread) and the metric readers, before the endpoint
-    monkeypatch.setattr(telemetry_module, "LiveGauges", broken_live_gauges)
+    monkeypatch.setattr(parts_module, "LiveGauges", broken_live_gauges)
     threads_before = set(threading.enumerate())
     with pytest.raises(RuntimeError, match="live gauges exploded"):
         rl_otel.init(run="test", prometheus={"host": "127.0.0.1", "port": 0},
@@ -398,9 +401,8 @@ def test_trackers_get_every_logged_key_before_any_prometheus_rule(tmp_path, capl
         with caplog.at_level(logging.WARNING, logger="rl_otel"):
             t.log({f"custom/m{i}": float(i) for i in range(8)}, step=0)  # 3 fallbacks, 5 past the cap
         with rl_otel.init(run="test", prometheus=False, trackers={"tensorboard": {"log_dir": str(tmp_path / "tb2")}},
-                          handle_sigterm=False) as t2:
-            with caplog.at_level(logging.WARNING, logger="rl_otel"):
-                t2.log({"custom/my-loss": 1.0, "custom/my_loss": 2.0}, step=0)  # one fallback name for both
+                          handle_sigterm=False) as t2, caplog.at_level(logging.WARNING, logger="rl_otel"):
+            t2.log({"custom/my-loss": 1.0, "custom/my_loss": 2.0}, step=0)  # one fallback name for both
         t.log({"step": 7.0, "critic/loss": np.ones(3), "actor/pg_loss": 0.5}, step=1)
         assert t.flush(10)
         served = samples(t)

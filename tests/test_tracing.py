@@ -10,7 +10,9 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import rl_otel
-from rl_otel._internal.tracing.tracing import UrandomIdGenerator, extract, inject, tracing_config
+from rl_otel._internal.tracing.carriers import extract, inject
+from rl_otel._internal.tracing.config import tracing_config
+from rl_otel._internal.tracing.tracing import UrandomIdGenerator
 
 
 @pytest.mark.parametrize("bad, words", [

@@ -8,8 +8,9 @@ import logging
 import pytest
 
 import rl_otel
+from rl_otel._internal.runtime.options import load_config_file
 from rl_otel._internal.runtime.ranks import check_tracker_ranks, mirrors_to_trackers
-from rl_otel._internal.trackers.config import TrackerSpec, load_config_file, normalize_trackers, redact, secret_values
+from rl_otel._internal.trackers.config import TrackerSpec, normalize_trackers, redact, secret_values
 from rl_otel.cli import main
 from rl_otel.errors import ConfigurationError
 from rl_otel.sinks import register_sink, registered_sinks
@@ -40,13 +41,13 @@ def test_trackers_mapping_and_list_forms():
 
 
 @pytest.mark.parametrize(("args", "match"), [
-    (dict(track_with="mlflow"), "unknown tracker 'mlflow'"),
-    (dict(track_with="stdout", trackers={"stdout": {}}), "not both"),
-    (dict(tracker_kwargs={"a": 1}), "without track_with"),
-    (dict(track_with=["tensorboard", "stdout"], tracker_kwargs={"log_dir": "x"}), r"\['log_dir'\]"),
-    (dict(trackers=["stdout", "stdout"]), "given twice"),
-    (dict(track_with=3), "track_with must be"),
-    (dict(trackers=[{"log_dir": "x"}]), "trackers entry"),
+    ({"track_with": "mlflow"}, "unknown tracker 'mlflow'"),
+    ({"track_with": "stdout", "trackers": {"stdout": {}}}, "not both"),
+    ({"tracker_kwargs": {"a": 1}}, "without track_with"),
+    ({"track_with": ["tensorboard", "stdout"], "tracker_kwargs": {"log_dir": "x"}}, r"\['log_dir'\]"),
+    ({"trackers": ["stdout", "stdout"]}, "given twice"),
+    ({"track_with": 3}, "track_with must be"),
+    ({"trackers": [{"log_dir": "x"}]}, "trackers entry"),
 ])
 def test_bad_tracker_options_fail_naming_the_value(args, match):
     with pytest.raises(ConfigurationError, match=match):
@@ -84,7 +85,7 @@ def test_yaml_rl_otel_section_is_strict(tmp_path):
 
 
 def test_init_fails_fast_on_bad_sink_kwargs():
-    with pytest.raises(ConfigurationError, match="tracker 'stdout'.*stream"):
+    with pytest.raises(ConfigurationError, match=r"tracker 'stdout'.*stream"):
         rl_otel.init(prometheus=False, track_with="stdout", tracker_kwargs={"stream": "nowhere"})
 
 
@@ -92,7 +93,8 @@ def test_rank_policy_is_one_pure_function():
     assert mirrors_to_trackers(0, check_tracker_ranks(0))
     assert not mirrors_to_trackers(1, check_tracker_ranks(0))
     assert mirrors_to_trackers(3, check_tracker_ranks("all"))
-    assert mirrors_to_trackers(2, check_tracker_ranks([0, 2])) and not mirrors_to_trackers(1, check_tracker_ranks([0, 2]))
+    assert mirrors_to_trackers(2, check_tracker_ranks([0, 2]))
+    assert not mirrors_to_trackers(1, check_tracker_ranks([0, 2]))
     for bad in (-1, True, [], "some", 1.5):
         with pytest.raises(ConfigurationError, match="tracker_ranks"):
             check_tracker_ranks(bad)

@@ -79,6 +79,15 @@ class Catalog:
                 self._concrete[spec.key] = spec
         self._exposed = frozenset(owners)
         self._by_name = by_name
+        # the templates a key can match, by the key's first segment: those with that literal first segment and
+        # those with a placeholder there, in catalog order (the first match wins)
+        self._segment: dict[str, list[MetricSpec]] = {}
+        for spec in self._templates:
+            seg = spec.first_segment
+            if seg is not None:
+                self._segment.setdefault(seg, []).append(spec)
+        self._anywhere = [s for s in self._templates if s.first_segment is None]
+        self._candidates: dict[str, tuple[MetricSpec, ...]] = {}
 
     def __len__(self) -> int:
         return len(self.specs)
@@ -99,11 +108,21 @@ class Catalog:
         spec = self._concrete.get(key)
         if spec is not None:
             return Resolution(key, True, spec, ())
-        for spec in self._templates:
+        for spec in self._candidates_for(key.split("/", 1)[0]):
             labels = spec.match(key)
             if labels is not None:
                 return Resolution(key, True, spec, tuple(labels.items()))
         return None
+
+    def _candidates_for(self, segment: str) -> tuple[MetricSpec, ...]:
+        found = self._candidates.get(segment)
+        if found is None:
+            order = {id(s): i for i, s in enumerate(self._templates)}
+            merged = sorted((*self._segment.get(segment, ()), *self._anywhere), key=lambda s: order[id(s)])
+            found = tuple(merged)
+            if len(self._candidates) < 10_000:  # first segments are few; a hostile stream of new ones is bounded
+                self._candidates[segment] = found
+        return found
 
     def resolve(self, key: str) -> Resolution:
         """The entry covering ``key``, else a fallback gauge named from the sanitized key (``known`` false)."""

@@ -43,7 +43,7 @@ class Source:
         m = _SELECTOR.fullmatch(self.selector)
         if m is None or not m.group(2):
             return ()
-        return tuple(match.groups() for match in _MATCHER.finditer(m.group(2)))
+        return tuple((match[1], match[2], match[3]) for match in _MATCHER.finditer(m.group(2)))
 
     def promql(self, extra: str = "") -> str:
         """The selector (with ``extra`` matchers such as Grafana's ``run=~"$run"`` added) and its relabelling."""

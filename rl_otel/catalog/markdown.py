@@ -37,7 +37,8 @@ def render(catalog: Catalog) -> str:
     ]
     for source in sorted({s.source for s in catalog}, key=_order):
         specs = [s for s in catalog if s.source == source]
-        lines += [f"## {_title(source)}", "", "| key | Prometheus | type | unit (tracker → Prometheus) | labels | meaning |",
+        lines += [f"## {_title(source)}", "",
+                  "| key | Prometheus | type | unit (tracker → Prometheus) | labels | meaning |",
                   "|---|---|---|---|---|---|"]
         for s in specs:
             unit = s.unit if not s.tracker_unit else f"{s.tracker_unit} → {s.unit}"
@@ -53,7 +54,8 @@ def _concepts() -> list[str]:
     from rl_otel.catalog.concepts import CONCEPTS
 
     lines = ["## Concepts: one quantity, every framework's key", "",
-             "The recording rules, alerts and dashboards read these (`rl_otel/catalog/concepts.py`): the first source a",
+             "The recording rules, alerts and dashboards read these (`rl_otel/catalog/concepts.py`): the first "
+             "source a",
              "run reports wins, so a ROLL, veRL, TRL or Trinity-RFT run feeds the same rule and panel.", "",
              "| concept | recorded as | sources, in order | meaning |", "|---|---|---|---|"]
     for c in CONCEPTS:

@@ -67,7 +67,6 @@ class MetricSpec:
     scale: float = 1.0
     buckets: tuple[float, ...] = ()
     tracker_unit: str = ""
-    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
     placeholders: tuple[tuple[str, str | None], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -86,7 +85,14 @@ class MetricSpec:
         placeholders = tuple((m.group(1), m.group(2)) for m in _PLACEHOLDER.finditer(self.key))
         for label, _ in placeholders:
             if label not in ALLOWED_LABELS and not label.startswith("_"):
-                raise ValueError(f"{self.key!r}: label {label!r} is not one of the bounded labels {sorted(ALLOWED_LABELS)}")
+                raise ValueError(f"{self.key!r}: label {label!r} is not one of the bounded labels "
+                                 f"{sorted(ALLOWED_LABELS)}")
+        object.__setattr__(self, "placeholders", placeholders)
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        """The key template as a regex, compiled at its first use (700 entries compiled at import would cost
+        ``import rl_otel`` ~60 ms; a key is only matched against the entries of its first segment)."""
         pattern, last = [], 0
         for m in _PLACEHOLDER.finditer(self.key):
             pattern.append(re.escape(self.key[last:m.start()]))
@@ -94,8 +100,13 @@ class MetricSpec:
             pattern.append(f"({group}{m.group(2) or '[^/]+'})")
             last = m.end()
         pattern.append(re.escape(self.key[last:]))
-        object.__setattr__(self, "placeholders", placeholders)
-        object.__setattr__(self, "regex", re.compile("".join(pattern)))
+        return re.compile("".join(pattern))
+
+    @property
+    def first_segment(self) -> str | None:
+        """The key's literal first segment (``actor`` of ``actor/{x}/y``), ``None`` when a placeholder is in it."""
+        head = self.key.split("/", 1)[0]
+        return None if "{" in head else head
 
     @property
     def templated(self) -> bool:
@@ -137,7 +148,7 @@ class MetricSpec:
         keys = []
         for combo in itertools.product(*choices):
             values = iter(combo)
-            keys.append(_PLACEHOLDER.sub(lambda _m: next(values), self.key))
+            keys.append(_PLACEHOLDER.sub(lambda _m: next(values), self.key))  # noqa: B023 (called here, not later)
         return tuple(keys)
 
     def to_dict(self) -> dict[str, object]:

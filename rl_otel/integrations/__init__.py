@@ -16,14 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rl_otel._internal.trackers.config import FILE_KEYS
+from rl_otel._internal.runtime.options import INTEGRATION_OPTIONS
 from rl_otel.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from rl_otel.telemetry import Telemetry
-
-# rl_otel.init()'s options an integration passes through: a config file's keys, the file itself, tracing.
-INIT_OPTIONS = (*FILE_KEYS, "config", "tracing")
 
 
 def plain_options(value: Any) -> Any:
@@ -39,9 +36,9 @@ def telemetry_from_options(where: str, run: str | None, options: Mapping[str, An
     """``rl_otel.init(run=run, **options)``, with an unknown option refused by name (``where`` says whose)."""
     import rl_otel
 
-    unknown = sorted(set(options) - set(INIT_OPTIONS))
+    unknown = sorted(set(options) - set(INTEGRATION_OPTIONS))
     if unknown:
-        raise ConfigurationError(f"unknown rl_otel option(s) {unknown} for {where}; known: {list(INIT_OPTIONS)}")
+        raise ConfigurationError(f"unknown rl_otel option(s) {unknown} for {where}; known: {list(INTEGRATION_OPTIONS)}")
     options = dict(options)
     run = options.pop("run", None) or run
     return rl_otel.init(run, **options) if run is not None else rl_otel.init(**options)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, cast
 
 from rl_otel.integrations import telemetry_from_options
 
@@ -70,5 +70,7 @@ class RLOtelTracker:
 def register(registry: MutableMapping[str, Any] | None = None, name: str = NAME) -> None:
     """Add :class:`RLOtelTracker` to ROLL's tracker registry (default ``roll.utils.tracking.tracker_registry``)."""
     if registry is None:
-        from roll.utils.tracking import tracker_registry as registry  # type: ignore[import-not-found,no-redef]
+        from roll.utils.tracking import tracker_registry
+
+        registry = cast("MutableMapping[str, Any]", tracker_registry)  # ROLL's dict of tracker classes
     registry[name] = RLOtelTracker

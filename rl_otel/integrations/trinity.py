@@ -30,9 +30,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rl_otel.integrations import plain_options, telemetry_from_options
+
+if TYPE_CHECKING:
+    from rl_otel.telemetry import Telemetry
 
 NAME = "rl_otel"
 MONITOR_TYPE = f"{__name__}.RLOtelMonitor"  # the dotted monitor_type: "rl_otel.integrations.trinity.RLOtelMonitor"
@@ -49,7 +52,8 @@ class RLOtelMonitor:
     through the catalog; ``rl_otel.stats.trinity`` reproduces Trinity's aggregation when a loop logs its own.
     """
 
-    telemetry = None  # until __init__ has built it (close() and __del__ of a half-built monitor do nothing)
+    # None until __init__ has built it (close() and __del__ of a half-built monitor do nothing)
+    telemetry: Telemetry | None = None
 
     def __init__(self, project: str = "Trinity-RFT", group: str = "", name: str = "rft", role: str = "explorer",
                  config: Any = None) -> None:
@@ -65,7 +69,8 @@ class RLOtelMonitor:
 
     def log(self, data: dict, step: int, commit: bool = False) -> None:
         """One step's metrics (``commit`` has no meaning here: every call is exported). Never raises."""
-        self.telemetry.log(data, step)
+        if self.telemetry is not None:  # always, but on a half-built monitor
+            self.telemetry.log(data, step)
 
     def log_table(self, table_name: str, experiences_table: Any, step: int) -> None:
         """Tables (sample experiences) are not metrics; rl_otel leaves them to the other monitors."""
@@ -100,7 +105,9 @@ def register(registry: Any = None, name: str = NAME) -> type[RLOtelMonitor]:
     (Trinity's registry raises KeyError on a second registration). Not needed with the dotted
     ``monitor_type`` (:data:`MONITOR_TYPE`)."""
     if registry is None:
-        from trinity.utils.monitor import MONITOR as registry  # type: ignore[import-not-found,no-redef]
+        from trinity.utils.monitor import MONITOR
+
+        registry = MONITOR
     modules = getattr(registry, "modules", None)
     if isinstance(modules, Mapping) and modules.get(name) is RLOtelMonitor:
         return RLOtelMonitor

@@ -166,7 +166,9 @@ def install(tracking_cls: Any = None) -> Any:
         VerlIncompatibleError: ``Tracking`` is not the shape this relies on (see :func:`check_tracking`).
     """
     if tracking_cls is None:
-        from verl.utils.tracking import Tracking as tracking_cls  # type: ignore[import-not-found,no-redef]
+        from verl.utils.tracking import Tracking
+
+        tracking_cls = Tracking
     if getattr(tracking_cls, _INSTALLED, False):
         if NAME not in tracking_cls.supported_backend:
             tracking_cls.supported_backend.append(NAME)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from rl_otel._internal.runtime.options import options_markdown
 from rl_otel.ops import dashboards, promtests, rules
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
 
@@ -19,7 +20,8 @@ def dump_yaml(document: object) -> str:
 
 def prometheus_rule(t: Thresholds = DEFAULT, runbook_base: str = rules.RUNBOOK_BASE) -> dict[str, object]:
     """The same rules as a prometheus-operator ``PrometheusRule`` (for kube-prometheus-stack)."""
-    groups = [g for doc in rules.rule_files(t, runbook_base).values() for g in doc["groups"]]
+    groups = [g for doc in rules.rule_files(t, runbook_base).values()
+              for g in doc["groups"]]  # type: ignore[attr-defined]  # a rule file's "groups" is a list
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
             "metadata": {"name": "rl-otel", "namespace": "monitoring",
                          "labels": {"app.kubernetes.io/name": "rl-otel", "release": "kube-prometheus-stack"}},
@@ -33,6 +35,7 @@ def render_all(t: Thresholds = DEFAULT, runbook_base: str = rules.RUNBOOK_BASE) 
     for board in dashboards.dashboards(t):
         files[f"grafana/dashboards/{board.uid}.json"] = dashboards.render(board)
     files["deploy/kubernetes/prometheusrule.yaml"] = HEADER + dump_yaml(prometheus_rule(t, runbook_base))
+    files["docs/options.md"] = options_markdown()  # init()'s options, from their one definition
     return files
 
 
@@ -50,3 +53,17 @@ def write_all(root: Path, files: dict[str, str]) -> list[str]:
 
 def stale(root: Path, files: dict[str, str]) -> list[str]:
     return [rel for rel, text in files.items() if not (root / rel).exists() or (root / rel).read_text() != text]
+
+
+def is_checkout(root: Path) -> bool:
+    """Whether ``root`` is a checkout of the rl_otel repository: the generated files' folders and the generator."""
+    return (root / "rl_otel" / "ops" / "generate.py").is_file() and (root / "prometheus").is_dir() \
+        and (root / "grafana").is_dir()
+
+
+def find_root(cwd: Path) -> Path | None:
+    """The checkout to write to: ``cwd`` if it is one, else the one this package is imported from, else None."""
+    if is_checkout(cwd):
+        return cwd
+    here = Path(__file__).resolve().parent.parent.parent  # rl_otel/ops/generate.py -> the checkout
+    return here if is_checkout(here) else None

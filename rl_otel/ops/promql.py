@@ -10,7 +10,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import yaml
@@ -64,8 +64,8 @@ def metric_names(expr: str) -> set[str]:
         elif c == "$":  # a Grafana variable left in the expression: not a name
             m = _IDENT.match(expr, i + 1)
             i = m.end() if m else i + 1
-        elif _IDENT.match(expr, i):
-            word = _IDENT.match(expr, i).group()
+        elif ident := _IDENT.match(expr, i):
+            word = ident.group()
             j = i + len(word)
             while j < n and expr[j].isspace():
                 j += 1
@@ -88,8 +88,13 @@ def substitute(expr: str, values: Mapping[str, str]) -> str:
     merged = {**{k.lstrip("$"): v for k, v in GRAFANA_INTERVALS.items()}, **values}
     for name in sorted(merged, key=len, reverse=True):
         expr = expr.replace("${" + name + "}", merged[name])
-        expr = re.sub(r"\$" + re.escape(name) + r"(?![A-Za-z0-9_])", lambda _m, v=merged[name]: v, expr)
+        expr = re.sub(r"\$" + re.escape(name) + r"(?![A-Za-z0-9_])", _literal(merged[name]), expr)
     return expr
+
+
+def _literal(text: str) -> Callable[[re.Match[str]], str]:
+    """A ``re.sub`` replacement inserting ``text`` as it is (a str replacement would read its backslashes)."""
+    return lambda _m: text
 
 
 def check_expressions(exprs: Iterable[str], promtool: str | None = None) -> str:

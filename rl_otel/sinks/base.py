@@ -37,11 +37,13 @@ SinkFactory = Callable[..., Sink]
 
 
 class SinkError(Exception):
-    """Raised by a sink for an expected failure; the bridge counts it under ``reason`` instead of "exception"."""
+    """Raised by a sink for an expected failure; the bridge counts it under ``reason`` instead of "exception",
+    ``steps`` times: the logged steps it lost (a failed write of a buffer loses the steps buffered before too)."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, steps: int = 1) -> None:
         super().__init__(message)
         self.reason = reason
+        self.steps = steps
 
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from rl_otel._internal.pipeline.uniform_histogram import uniform_histogram
 from rl_otel._internal.trackers.bridge import error_reason
 from rl_otel.sinks.base import Metrics, SinkError, missing_dependency
+
+if TYPE_CHECKING:
+    from rl_otel.sinks.tfevents import EventFileWriter
 
 
 class TensorBoardSink:
@@ -54,7 +58,7 @@ class TensorBoardSink:
         self._open = lambda: EventFileWriter(self.log_dir, flush_secs=flush_secs, filename_suffix=filename_suffix)
         self._reopen_secs = float(reopen_secs)
         self._failed: tuple[float, BaseException] | None = None  # when the writer broke, and why
-        self._writer = self._open()
+        self._writer: EventFileWriter | None = self._open()  # None while broken (see _drop_writer)
 
     def log(self, metrics: Metrics, step: int) -> None:
         value = self._Summary.Value
@@ -68,7 +72,7 @@ class TensorBoardSink:
                 values.append(value(tag=key, simple_value=v))
         event = self._Event(wall_time=time.time(), step=step, summary=self._Summary(value=values))
         if self._writer is None:
-            broke_at, error = self._failed
+            broke_at, error = cast("tuple[float, BaseException]", self._failed)  # set when the writer was dropped
             if time.monotonic() - broke_at < self._reopen_secs:  # counted under the first error's reason
                 raise SinkError(error_reason(error), f"the event file writer failed ({error}); a new one is "
                                 f"tried {self._reopen_secs:g} s after")
@@ -77,15 +81,18 @@ class TensorBoardSink:
             except Exception as exc:  # the disk is still full: wait reopen_secs again
                 self._failed = (time.monotonic(), exc)
                 raise
+        writer = self._writer
         try:
-            self._writer.add_event(event.SerializeToString())
+            writer.add_event(event.SerializeToString())
         except Exception as exc:
             self._drop_writer(exc)
-            raise
+            raise self._lost(exc, max(1, writer.lost)) from exc
 
     def _drop_writer(self, exc: BaseException) -> None:
         writer, self._writer = self._writer, None
         self._failed = (time.monotonic(), exc)
+        if writer is None:  # never: it is dropped after it failed
+            return
         try:
             writer.close()  # releases the file; the failed write's records are lost
         except Exception:
@@ -100,12 +107,20 @@ class TensorBoardSink:
 
     def flush(self) -> None:
         """Write every pending event to the file (``Telemetry.flush()`` calls it on the sink's worker thread)."""
-        if self._writer is not None:
+        writer = self._writer
+        if writer is not None:
             try:
-                self._writer.flush()
+                writer.flush()
             except Exception as exc:
                 self._drop_writer(exc)
-                raise
+                raise self._lost(exc, writer.lost) from exc
+
+    @staticmethod
+    def _lost(exc: Exception, steps: int) -> SinkError:
+        """A failed write, counted once per step it lost (the buffered steps whose records did not reach the
+        file, not just the call that met the error)."""
+        return SinkError(error_reason(exc), f"the event file writer failed ({exc}); {steps} step(s) lost",
+                         steps=steps)
 
     def close(self) -> None:
         if self._writer is not None:

@@ -32,9 +32,10 @@ def _crc32c() -> Callable[[bytes], int]:
     try:
         import google_crc32c
     except ImportError:
-        google_crc32c = None
-    if google_crc32c is not None and google_crc32c.implementation == "c":
-        return google_crc32c.value
+        pass
+    else:
+        if google_crc32c.implementation == "c":
+            return google_crc32c.value
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import crc32c
 
     return crc32c
@@ -72,7 +73,7 @@ class EventFileWriter:
         while True:
             self.path = os.path.join(log_dir, f"events.out.tfevents.{stamp}.{next(_uid)}{filename_suffix}")
             try:
-                self._file = open(self.path, "xb", buffering=0)
+                self._file = open(self.path, "xb", buffering=0)  # noqa: SIM115 (the writer's, until close())
                 break
             except FileExistsError:  # another writer of this process or host took the name: next uid
                 continue
@@ -80,6 +81,8 @@ class EventFileWriter:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._broken: BaseException | None = None
+        self.lost = 0  # after a failed write: how many of the events added (not the header) did not reach the file
+        self._header_pending = True
         self._last_flush = time.monotonic()
         try:
             self.add_event(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
@@ -108,16 +111,22 @@ class EventFileWriter:
         self._last_flush = time.monotonic()
         if not self._pending:
             return
-        data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
-        self._pending.clear()
+        records = self._pending
+        data = b"".join(records) if len(records) > 1 else records[0]
+        self._pending = []
         self._pending_bytes = 0
+        written = 0
         try:
             view = memoryview(data)
             while view:  # an unbuffered write may write less than asked (a nearly full disk)
-                view = view[self._write(view):]
+                n = self._write(view)
+                written += n
+                view = view[n:]
         except BaseException as exc:
             self._broken = exc
+            self.lost = _incomplete(records, written) - (1 if self._header_pending else 0)
             raise
+        self._header_pending = False
 
     def _write(self, data: memoryview) -> int:
         """The one place bytes reach the file (tests inject a full disk here when they cannot mount one)."""
@@ -130,3 +139,14 @@ class EventFileWriter:
                 self.flush()
         finally:
             self._file.close()
+
+
+def _incomplete(records: list[bytes], written: int) -> int:
+    """How many of ``records`` (written back to back) did not fully reach the file when ``written`` bytes did:
+    the complete ones before the cut are read back by TensorBoard, the rest are lost."""
+    end = 0
+    for i, rec in enumerate(records):
+        end += len(rec)
+        if end > written:
+            return len(records) - i
+    return 0

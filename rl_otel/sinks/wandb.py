@@ -50,7 +50,8 @@ class WandbSink:
             if isinstance(v, np.ndarray):
                 finite = v[np.isfinite(v)]
                 if finite.size:
-                    row[key] = self._wandb.Histogram(finite, num_bins=self._bins)
+                    # wandb's annotation says Sequence, but it runs np.histogram on the values: an array is fine
+                    row[key] = self._wandb.Histogram(finite, num_bins=self._bins)  # type: ignore[arg-type]
             else:
                 row[key] = v
         self._run.log(row, step=step)

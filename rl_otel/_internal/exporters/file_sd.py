@@ -52,6 +52,7 @@ class TargetsFile:
         # new file (os.replace), which close() must leave alone
         self._identity = _identity(path)
         self._closed = False
+        self._pid = os.getpid()  # a forked child's close() leaves the file to the process that serves the target
 
     def _write(self, text: str) -> None:
         """Write ``text`` to a temporary file beside the target, then ``os.replace`` it: never half a file."""
@@ -70,10 +71,13 @@ class TargetsFile:
             raise
 
     def close(self) -> None:
-        """Remove the file, unless another process has replaced it since (a restarted rank owns it now)."""
+        """Remove the file, unless another process has replaced it since (a restarted rank owns it now), or this
+        is a forked child (the endpoint the file names is its parent's)."""
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self._pid:
+            return
         try:
             if _identity(self.path) == self._identity:
                 self.path.unlink()

@@ -1,8 +1,8 @@
 """The user's own OpenTelemetry instruments, served beside rl_otel's series: ``Telemetry.meter_provider``.
 
-rl_otel's series do not go through the SDK's instruments (see :mod:`rl_otel._internal.pipeline.store`), so the endpoint has no
-SDK meter provider behind it until a user asks for one: the first read of ``tel.meter_provider`` builds a
-``MeterProvider`` (the Telemetry's resource, exemplars off) whose instruments are
+rl_otel's series do not go through the SDK's instruments (see :mod:`rl_otel._internal.pipeline.store`), so the
+endpoint has no SDK meter provider behind it until a user asks for one: the first read of ``tel.meter_provider``
+builds a ``MeterProvider`` (the Telemetry's resource, exemplars off) whose instruments are
 
 - rendered at every scrape of the endpoint, after the store's families, by a ``PrometheusMetricReader``
   registered on the scrape registry (no ``target_info`` of its own - the store serves it - and no

@@ -26,9 +26,14 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 from urllib.parse import unquote
 
 from rl_otel.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.util.types import Attributes
 
 PROTOCOLS = ("http/protobuf", "grpc")
 DEFAULT_ENDPOINT = {"http/protobuf": "http://localhost:4318", "grpc": "http://localhost:4317"}
@@ -99,7 +104,7 @@ def _protocol(name: str, value: object) -> str:
     if value not in PROTOCOLS:
         raise ConfigurationError(f"{name} must be 'http/protobuf' or 'grpc' (http/json is not supported by the "
                                  f"Python exporters), got {value!r}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _url(name: str, value: object, protocol: str, base: bool) -> str:
@@ -180,7 +185,7 @@ def temporality(env: Mapping[str, str], explicit: object = None) -> str:
         value = value.lower()
     if value not in TEMPORALITIES:
         raise ConfigurationError(f"{name} must be one of {list(TEMPORALITIES)}, got {value!r}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def resource_attributes(name: str, value: object) -> tuple[tuple[str, object], ...]:
@@ -197,7 +202,7 @@ def resource_attributes(name: str, value: object) -> tuple[tuple[str, object], .
 
 
 def build_resource(defaults: Mapping[str, object], own: Mapping[str, object],
-                   explicit: Mapping[str, object]) -> object:
+                   explicit: Mapping[str, object]) -> Resource:
     """The OTel ``Resource`` of a Telemetry, lowest precedence first: the SDK's ``telemetry.sdk.*``; rl_otel's
     ``defaults`` (``service.name=rl_otel``, ``host.name``...); ``OTEL_RESOURCE_ATTRIBUTES``; ``OTEL_SERVICE_NAME``;
     ``own`` (the ``rl.*`` attributes init()'s own arguments decide: run, rank, role); ``explicit``
@@ -205,4 +210,6 @@ def build_resource(defaults: Mapping[str, object], own: Mapping[str, object],
     from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 
     from_env = OTELResourceDetector().detect().attributes  # OTEL_SERVICE_NAME wins over OTEL_RESOURCE_ATTRIBUTES
-    return Resource.create({**defaults, **from_env, **own, **explicit})
+    attributes = {**defaults, **from_env, **own, **explicit}
+    # OTel attribute values by construction: init()'s own (str, int), checked ones (resource_attributes), the SDK's
+    return Resource.create(cast("Attributes", attributes))

@@ -19,47 +19,24 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any
-
-from opentelemetry.sdk.metrics import Counter, Histogram
-from opentelemetry.sdk.metrics.export import (
-    AggregationTemporality,
-    Metric,
-    MetricExporter,
-    MetricExportResult,
-    MetricsData,
-    ResourceMetrics,
-    ScopeMetrics,
-)
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from rl_otel._internal.checks import boolean, check_known, positive_seconds
 from rl_otel._internal.exporters import otel_env
-from rl_otel._internal.exporters.otel_compat import exporter_preferences
 from rl_otel._internal.exporters.otel_env import SignalConfig
-from rl_otel._internal.exporters.temporality import DeltaConverter
 from rl_otel.errors import ConfigurationError
+
+if TYPE_CHECKING:  # the SDK's metrics package costs ~100 ms to import: only a process that pushes loads it
+    from opentelemetry.sdk.metrics.export import AggregationTemporality, Metric, MetricExporter
+    from opentelemetry.sdk.resources import Resource
 
 _log = logging.getLogger("rl_otel")
 _KEYS = ("endpoint", "protocol", "interval_s", "timeout_s", "headers", "traces", "temporality", "exporter")
 _DEFAULT_INTERVAL_S = 10.0
-SCOPE = InstrumentationScope("rl_otel")
-
-
-def merge(data: MetricsData | None, resource: Resource, extra: list[Metric]) -> MetricsData:
-    """``data`` with ``extra`` as the first scope of the first resource: rl_otel's catalog-defined families
-    come before any stray SDK instrument of the same name."""
-    if not extra and data is not None:
-        return data
-    scope = ScopeMetrics(scope=SCOPE, metrics=extra, schema_url="")
-    if data is None or not data.resource_metrics:
-        return MetricsData(resource_metrics=[ResourceMetrics(resource=resource, scope_metrics=[scope],
-                                                             schema_url="")])
-    first, *rest = data.resource_metrics
-    return MetricsData(resource_metrics=[replace(first, scope_metrics=[scope, *first.scope_metrics]), *rest])
 
 
 @dataclass(frozen=True)
@@ -79,6 +56,12 @@ class OtlpConfig:
         return self.metrics is not None or self.exporter is not None
 
 
+def _is_metric_exporter(value: object) -> bool:
+    from opentelemetry.sdk.metrics.export import MetricExporter
+
+    return isinstance(value, MetricExporter)
+
+
 def otlp_config(value: object, *, tracer_provider_given: bool = False,
                 env: Mapping[str, str] | None = None) -> OtlpConfig | None:
     """Check ``init(otlp=...)``: ``None`` (the default: push what ``OTEL_METRICS_EXPORTER`` /
@@ -95,7 +78,7 @@ def otlp_config(value: object, *, tracer_provider_given: bool = False,
         value = {}
     elif isinstance(value, str):
         value = {"endpoint": value}
-    elif isinstance(value, MetricExporter):
+    elif not isinstance(value, Mapping) and _is_metric_exporter(value):
         value = {"exporter": value}
     if not isinstance(value, Mapping):
         raise ConfigurationError(f"otlp must be None, True, False, an endpoint like 'http://collector:4318', a "
@@ -104,7 +87,7 @@ def otlp_config(value: object, *, tracer_provider_given: bool = False,
     check_known("otlp", value, _KEYS)
     exporter = value.get("exporter")
     if exporter is not None:
-        if not isinstance(exporter, MetricExporter):
+        if not _is_metric_exporter(exporter):
             raise ConfigurationError(f"otlp exporter must be an opentelemetry MetricExporter, got {exporter!r}")
         given = sorted(k for k in ("endpoint", "protocol", "headers", "temporality") if k in value)
         if given:
@@ -125,10 +108,10 @@ def otlp_config(value: object, *, tracer_provider_given: bool = False,
     headers = None if headers is None else otel_env.check_headers("otlp headers", headers)
     timeout = value.get("timeout_s")
     timeout = None if timeout is None else positive_seconds("otlp timeout_s", timeout)
-    options = {"env": env, "base": value.get("endpoint"), "protocol": value.get("protocol"), "headers": headers,
-               "timeout_s": timeout}
-    metrics = None if exporter is not None else otel_env.signal_config("metrics", **options)
-    spans = otel_env.signal_config("traces", **options) if traces else None
+    signal_config = partial(otel_env.signal_config, env=env, base=value.get("endpoint"),
+                            protocol=value.get("protocol"), headers=headers, timeout_s=timeout)
+    metrics = None if exporter is not None else signal_config("metrics")
+    spans = signal_config("traces") if traces else None
     interval = value.get("interval_s")
     interval = (otel_env.export_interval_s(env, _DEFAULT_INTERVAL_S) if interval is None
                 else positive_seconds("otlp interval_s", interval))
@@ -167,6 +150,7 @@ def exporter_class(signal: SignalConfig) -> Any:
     """The OTLP exporter class for ``signal``'s protocol; ConfigurationError with the install hint if absent."""
     grpc = signal.protocol == "grpc"
     package = "opentelemetry-exporter-otlp-proto-grpc" if grpc else "opentelemetry-exporter-otlp-proto-http"
+    cls: Any  # one of four exporter classes
     try:
         if signal.signal == "metrics":
             if grpc:
@@ -187,7 +171,15 @@ def temporality_map(preference: str) -> dict[type, AggregationTemporality]:
     """The spec's ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`` table for the SDK's instrument classes
     (what the OTLP exporters build from the variable): ``delta`` for counters and histograms (and observable
     counters), ``lowmemory`` for the synchronous ones only; up-down counters and gauges stay cumulative."""
-    from opentelemetry.sdk.metrics import ObservableCounter, ObservableGauge, ObservableUpDownCounter, UpDownCounter
+    from opentelemetry.sdk.metrics import (
+        Counter,
+        Histogram,
+        ObservableCounter,
+        ObservableGauge,
+        ObservableUpDownCounter,
+        UpDownCounter,
+    )
+    from opentelemetry.sdk.metrics.export import AggregationTemporality
 
     delta, cumulative = AggregationTemporality.DELTA, AggregationTemporality.CUMULATIVE
     sync = delta if preference in ("delta", "lowmemory") else cumulative
@@ -195,49 +187,46 @@ def temporality_map(preference: str) -> dict[type, AggregationTemporality]:
             UpDownCounter: cumulative, ObservableUpDownCounter: cumulative, ObservableGauge: cumulative}
 
 
-class StoreExporter(MetricExporter):
-    """Wraps a metric exporter: every export also carries rl_otel's series - as deltas for counters and
-    histograms when the exporter prefers delta - and a failed one is counted."""
+class _OncePerWindow(logging.Filter):
+    """Lets one record per logger through per ``window_s``: the OTLP exporters log every retry and every failed
+    export (a line per interval while a collector is down); rl_otel counts each failure in
+    ``rl_telemetry_errors_total{sink="otlp"}``, so one line per window says it is still happening."""
 
-    def __init__(self, inner: MetricExporter, produce: Callable[[], list[Metric]], resource: Resource,
-                 on_error: Callable[[str], None]) -> None:
-        temporality, aggregation = exporter_preferences(inner)
-        super().__init__(preferred_temporality=temporality or None, preferred_aggregation=aggregation or None)
-        delta = AggregationTemporality.DELTA
-        self._delta = DeltaConverter(counters=temporality.get(Counter) is delta,
-                                     histograms=temporality.get(Histogram) is delta)
-        self._inner = inner
-        self._produce = produce
-        self._resource = resource
-        self._on_error = on_error
+    def __init__(self, window_s: float = 300.0) -> None:
+        super().__init__()
+        self._window_s = window_s
+        self._last: dict[str, float] = {}
 
-    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-        try:
-            extra = self._produce()
-            if self._delta.counters or self._delta.histograms:
-                extra = self._delta.convert(extra)
-        except Exception:  # push what the SDK has
-            _log.exception("rl_otel: collecting the series store for OTLP failed")
-            self._on_error("collect")
-            extra = []
-        try:
-            result = self._inner.export(merge(metrics_data, self._resource, extra), timeout_millis=timeout_millis)
-        except Exception:
-            _log.warning("rl_otel: OTLP metric export raised", exc_info=True)
-            result = MetricExportResult.FAILURE
-        if result is not MetricExportResult.SUCCESS:
-            self._on_error("export_failed")
-        return result
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        last = self._last.get(record.name)
+        if last is not None and now - last < self._window_s:
+            return False
+        self._last[record.name] = now
+        return True
 
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return self._inner.force_flush(timeout_millis)
 
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        self._inner.shutdown(timeout_millis=timeout_millis)
+_SDK_EXPORT_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.metric_exporter",
+                       "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                       "opentelemetry.exporter.otlp.proto.grpc.exporter",
+                       "opentelemetry.sdk.metrics._internal.export")
+_quieted = False
+
+
+def _quiet_sdk_export_logs() -> None:
+    """Install :class:`_OncePerWindow` on the SDK's exporter loggers (once per process, by logger name: public
+    logging API, nothing of the SDK's internals)."""
+    global _quieted
+    if not _quieted:
+        _quieted = True
+        once = _OncePerWindow()
+        for name in _SDK_EXPORT_LOGGERS:
+            logging.getLogger(name).addFilter(once)
 
 
 def metric_exporter(signal: SignalConfig, temporality: str) -> MetricExporter:
     """rl_otel's OTLP metric exporter for ``signal`` (http/protobuf or grpc), everything passed explicitly."""
+    _quiet_sdk_export_logs()
     cls = exporter_class(signal)
     return cls(endpoint=signal.endpoint, headers=dict(signal.headers), timeout=signal.timeout_s,
                preferred_temporality=temporality_map(temporality))
@@ -249,9 +238,14 @@ def metric_reader(config: OtlpConfig, produce: Callable[[], list[Metric]], resou
     or an OTLP one; ``None`` when ``config`` pushes no metrics."""
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    if not config.pushes_metrics:
+    from rl_otel._internal.exporters.otlp_push import StoreExporter
+
+    if config.exporter is not None:
+        inner = config.exporter
+    elif config.metrics is not None:
+        inner = metric_exporter(config.metrics, config.temporality)
+    else:  # pushes no metrics
         return None
-    inner = config.exporter if config.exporter is not None else metric_exporter(config.metrics, config.temporality)
     return PeriodicExportingMetricReader(StoreExporter(inner, produce, resource, on_error),
                                          export_interval_millis=config.interval_s * 1000,
                                          export_timeout_millis=config.timeout_s * 1000)
@@ -259,14 +253,43 @@ def metric_reader(config: OtlpConfig, produce: Callable[[], list[Metric]], resou
 
 def span_exporter(signal: SignalConfig) -> Any:
     """An OTLP span exporter for ``signal`` (http/protobuf or grpc), everything passed explicitly."""
+    _quiet_sdk_export_logs()
     cls = exporter_class(signal)
     return cls(endpoint=signal.endpoint, headers=dict(signal.headers), timeout=signal.timeout_s)
 
 
-def span_processor(config: OtlpConfig) -> Any:
+def span_processor(config: OtlpConfig, on_error: Callable[[str], None] | None = None) -> Any:
     """A BatchSpanProcessor sending the phase spans to ``config.traces``; ``None`` when spans are not pushed."""
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     if config.traces is None:
         return None
-    return BatchSpanProcessor(span_exporter(config.traces), export_timeout_millis=config.traces.timeout_s * 1000)
+    exporter = span_exporter(config.traces)
+    if on_error is not None:
+        exporter = counted_span_exporter(exporter, on_error)
+    return BatchSpanProcessor(exporter, export_timeout_millis=config.traces.timeout_s * 1000)
+
+
+def counted_span_exporter(inner: Any, on_error: Callable[[str], None]) -> Any:
+    """``inner`` (a ``SpanExporter``) with every failed export counted as ``span_export_failed`` (the SDK only
+    logs it): spans lost to a collector that is down show in ``rl_telemetry_errors_total``."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class CountedSpanExporter(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            try:
+                result = inner.export(spans)
+            except Exception:
+                _log.warning("rl_otel: span export raised", exc_info=True)
+                result = SpanExportResult.FAILURE
+            if result is not SpanExportResult.SUCCESS:
+                on_error("span_export_failed")
+            return result
+
+        def shutdown(self) -> None:
+            inner.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30_000) -> bool:
+            return bool(inner.force_flush(timeout_millis))
+
+    return CountedSpanExporter()

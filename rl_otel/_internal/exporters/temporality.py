@@ -15,7 +15,9 @@ One converter per exporter; not thread-safe (the SDK's periodic reader serialize
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import TypeVar, cast
 
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
@@ -27,6 +29,8 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 _Key = tuple[str, tuple[tuple[str, object], ...]]
+_Point = TypeVar("_Point", NumberDataPoint, HistogramDataPoint)
+_Seen = dict[_Key, tuple[int, "NumberDataPoint | HistogramDataPoint"]]  # series -> (its export's time, the point)
 
 
 class DeltaConverter:
@@ -34,43 +38,46 @@ class DeltaConverter:
 
     def __init__(self, *, counters: bool, histograms: bool) -> None:
         self.counters, self.histograms = counters, histograms
-        self._last: dict[_Key, tuple[int, object]] = {}  # series -> (time of its last export, cumulative point)
+        self._last: _Seen = {}  # series -> (time of its last export, cumulative point)
         self._last_export_ns: int | None = None
 
     def convert(self, metrics: list[Metric]) -> list[Metric]:
-        seen: dict[_Key, tuple[int, object]] = {}
+        seen: _Seen = {}
         out, export_ns = [], None
+        first: NumberDataPoint | HistogramDataPoint | None  # a converted point: its time is this export's
         for metric in metrics:
             data = metric.data
             if self.counters and isinstance(data, Sum) and data.aggregation_temporality is \
                     AggregationTemporality.CUMULATIVE:
-                points = [self._sum_point(metric.name, p, seen) for p in data.data_points]
-                metric = replace(metric, data=replace(data, data_points=points,
+                sums = [self._sum_point(metric.name, p, seen) for p in data.data_points]
+                metric = replace(metric, data=replace(data, data_points=sums,
                                                       aggregation_temporality=AggregationTemporality.DELTA))
+                first = sums[0] if sums else None
             elif self.histograms and isinstance(data, Histogram) and data.aggregation_temporality is \
                     AggregationTemporality.CUMULATIVE:
-                points = [self._histogram_point(metric.name, p, seen) for p in data.data_points]
-                metric = replace(metric, data=replace(data, data_points=points,
+                hists = [self._histogram_point(metric.name, p, seen) for p in data.data_points]
+                metric = replace(metric, data=replace(data, data_points=hists,
                                                       aggregation_temporality=AggregationTemporality.DELTA))
+                first = hists[0] if hists else None
             else:
                 out.append(metric)
                 continue
             out.append(metric)
-            if points:
-                export_ns = points[0].time_unix_nano
+            if first is not None:
+                export_ns = first.time_unix_nano
         self._last = seen  # series not exported this time are forgotten: the state stays as large as the store
         if export_ns is not None:
             self._last_export_ns = export_ns
         return out
 
-    def _start(self, key: _Key, point: NumberDataPoint | HistogramDataPoint) -> tuple[int, object | None]:
+    def _start(self, key: _Key, point: _Point) -> tuple[int, _Point | None]:
         last = self._last.get(key)
         if last is not None:
-            return last
+            return cast("tuple[int, _Point]", last)  # the same series: a point of the same kind as ``point``
         return (point.start_time_unix_nano if self._last_export_ns is None else self._last_export_ns), None
 
-    def _sum_point(self, name: str, point: NumberDataPoint, seen: dict) -> NumberDataPoint:
-        key = (name, tuple(sorted(point.attributes.items())))
+    def _sum_point(self, name: str, point: NumberDataPoint, seen: _Seen) -> NumberDataPoint:
+        key = (name, tuple(sorted(cast("Mapping[str, object]", point.attributes).items())))  # the store sets them
         start, previous = self._start(key, point)
         seen[key] = (point.time_unix_nano, point)
         value = point.value
@@ -78,12 +85,13 @@ class DeltaConverter:
             value = value - previous.value
         return replace(point, start_time_unix_nano=start, value=value)
 
-    def _histogram_point(self, name: str, point: HistogramDataPoint, seen: dict) -> HistogramDataPoint:
-        key = (name, tuple(sorted(point.attributes.items())))
+    def _histogram_point(self, name: str, point: HistogramDataPoint, seen: _Seen) -> HistogramDataPoint:
+        key = (name, tuple(sorted(cast("Mapping[str, object]", point.attributes).items())))  # the store sets them
         start, previous = self._start(key, point)
         seen[key] = (point.time_unix_nano, point)
         if previous is None or previous.count == 0 or point.count < previous.count or len(point.bucket_counts) != len(
-                previous.bucket_counts) or any(n < p for n, p in zip(point.bucket_counts, previous.bucket_counts)):
+                previous.bucket_counts) or any(n < p for n, p in zip(point.bucket_counts, previous.bucket_counts,
+                                                                     strict=True)):
             return replace(point, start_time_unix_nano=start)  # nothing before, or a reset: all of it is new
         count = point.count - previous.count
         if count == 0:
@@ -92,5 +100,6 @@ class DeltaConverter:
             low = point.min if point.min < previous.min else None  # exact only when the interval set it
             high = point.max if point.max > previous.max else None
         return replace(point, start_time_unix_nano=start, count=count, sum=point.sum - previous.sum,
-                       bucket_counts=[n - p for n, p in zip(point.bucket_counts, previous.bucket_counts)],
-                       min=low, max=high)
+                       bucket_counts=[n - p for n, p in zip(point.bucket_counts, previous.bucket_counts, strict=True)],
+                       # the SDK's dataclass says float, but its OTLP encoder leaves a None min/max out of the point
+                       min=low, max=high)  # type: ignore[arg-type]

@@ -42,7 +42,7 @@ class BucketCounts:
         counts = np.asarray(vector[:n], dtype=np.float64).round().astype(np.int64)
         return cls(bounds=tuple(float(b) for b in bounds), counts=counts, sum=float(vector[n + 1]),
                    count=int(counts.sum()), min=float(vector[n + 2]), max=float(vector[n + 3]),
-                   non_finite=int(round(vector[n])))
+                   non_finite=round(vector[n]))
 
 
 class BulkHistogram:

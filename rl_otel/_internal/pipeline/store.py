@@ -18,20 +18,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
-
-from opentelemetry.sdk.metrics.export import (
-    AggregationTemporality,
-    Gauge,
-    Histogram,
-    HistogramDataPoint,
-    Metric,
-    NumberDataPoint,
-    Sum,
-)
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from rl_otel._internal.pipeline.histogram import BulkHistogram
 from rl_otel.catalog import Kind, MetricSpec
+
+if TYPE_CHECKING:  # the SDK's metrics package: loaded by collect() only, which the OTLP push calls
+    from opentelemetry.sdk.metrics.export import Metric
 
 Labels = tuple[tuple[str, str], ...]  # (name, value) pairs in the catalog entry's order, without run/rank
 Item = tuple[MetricSpec, Labels, float]
@@ -45,7 +38,7 @@ class HistogramValue(NamedTuple):
 
     counts: list[int]
     sum: float
-    count: int
+    count: int  # type: ignore[assignment]  # a field named like tuple.count: the public name, shadowing on purpose
     min: float
     max: float
 
@@ -79,8 +72,9 @@ class SeriesStore:
     """All of rl_otel's series, keyed by metric name and label pairs.
 
     ``max_series_per_metric`` bounds each family; a new label set past the cap is dropped and reported through
-    ``on_drop(metric_name)`` (the caller counts and warns once). ``ttl_s`` expires series not written for that
-    long (families marked ``expires=False`` - liveness, self-monitoring - never expire).
+    ``on_drop(metric_name)`` (the caller warns once), called after the store's lock is released. ``ttl_s``
+    expires series not written for that long (families marked ``expires=False`` - liveness, self-monitoring -
+    never expire).
     """
 
     def __init__(self, base_labels: dict[str, str], *, max_series_per_metric: int, ttl_s: float | None,
@@ -97,6 +91,8 @@ class SeriesStore:
         self._collectors: tuple[Collector, ...] = ()  # copy-on-write: collect() iterates without the lock
         self._version = 0  # bumped under the lock by every change of the stored series
         self._settle: Callable[[], object] | None = None
+        self._capped: list[str] = []  # metrics that refused a new series under the lock, for on_drop after it
+        self._structure = 0  # bumped whenever a series is removed: a held point (see points()) is then stale
 
     def set_settle(self, settle: Callable[[], object]) -> None:
         """Call ``settle()`` before every read (:meth:`settle`): the Telemetry's metrics worker waits there for
@@ -132,10 +128,18 @@ class SeriesStore:
         if point is None:
             if len(fam.points) >= self._max_series:
                 self._count_dropped(spec.name)
-                self._on_drop(spec.name)  # must not touch the store: we hold its lock
+                self._capped.append(spec.name)  # reported by _report_capped once the lock is released
                 return None
             point = fam.points[labels] = [None, 0, None]
         return point
+
+    def _report_capped(self) -> None:
+        """Call ``on_drop`` for the series refused by the cap, outside the lock (the callback logs)."""
+        if self._capped:
+            with self._lock:
+                capped, self._capped = self._capped, []
+            for name in dict.fromkeys(capped):
+                self._on_drop(name)
 
     def _count_dropped(self, metric_name: str) -> None:
         self._dropped[metric_name] = self._dropped.get(metric_name, 0) + 1
@@ -176,7 +180,98 @@ class SeriesStore:
                 else:
                     point[0] = value
                 point[1] = now
+        if self._capped:
+            self._report_capped()
         return dropped_non_finite
+
+    def write_step(self, items: Iterable[tuple[MetricSpec, Labels, object]], gone: Iterable[tuple[MetricSpec, Labels]],
+                   *, step: int, marks: Iterable[tuple[MetricSpec, float, bool]]) -> list[tuple[MetricSpec, int]]:
+        """One step as a whole, under one lock acquisition, so that a scrape sees all of it or none of it:
+        ``items`` as :meth:`write` with ``step``, the gauge series in ``gone`` removed (a ``None`` logged), and
+        the unlabelled ``marks`` - ``(spec, value, keep_newest)``: ``rl_step`` (its value never goes back) and the
+        step's timestamp (always written) - which never expire."""
+        now = time.time_ns()
+        dropped_non_finite = []
+        with self._lock:
+            self._version += 1
+            for spec, labels, value in items:
+                point = self._point(spec, labels, True)
+                if point is None or (point[2] is not None and step < point[2]):
+                    continue
+                point[2] = step
+                if spec.kind is Kind.HISTOGRAM:
+                    if point[0] is None:
+                        point[0] = BulkHistogram(spec.buckets)
+                    left_out = point[0].add(value)
+                    if left_out:
+                        dropped_non_finite.append((spec, left_out))
+                else:
+                    point[0] = value
+                point[1] = now
+            for spec, labels in gone:
+                fam = self._families.get(spec.name)
+                if fam is not None and fam.points.pop(labels, None) is not None:
+                    self._structure += 1
+            for spec, value, keep_newest in marks:
+                point = self._point(spec, (), False)
+                if point is None or (keep_newest and point[2] is not None and step < point[2]):
+                    continue
+                point[0], point[1], point[2] = value, now, step
+        if self._capped:
+            self._report_capped()
+        return dropped_non_finite
+
+    def points(self, items: Iterable[tuple[MetricSpec, Labels]]) -> tuple[int, list[list]] | None:
+        """The series of ``items`` (gauges and counters, created if new) as held points, with the structure
+        version they are valid for: :meth:`write_points` then writes a whole step without a lookup per key.
+        ``None`` if a series is refused by the cap (the caller writes item by item, which counts the refusals)."""
+        held = []
+        with self._lock:
+            for spec, labels in items:
+                fam = self._families.get(spec.name)
+                point = fam.points.get(labels) if fam is not None else None
+                if point is None:
+                    if fam is not None and len(fam.points) >= self._max_series:
+                        return None
+                    point = self._point(spec, labels, True)
+                    if point is None:
+                        return None
+                held.append(point)
+            return self._structure, held
+
+    def write_points(self, structure: int, points: list[list], values: Iterable[float], *, step: int | None,
+                     newest: bool, marks: Iterable[tuple[MetricSpec, float, bool]] = ()) -> bool:
+        """A whole step through held points (:meth:`points`), values already in base units, under one lock with
+        the ``marks`` (see :meth:`write_step`). ``newest``: no series holds a newer step than ``step`` (the step
+        check per series is skipped); ``step=None``: values outside any step, always written, as :meth:`write`.
+        False, writing nothing, if a series was removed since the points were
+        taken (the caller takes them again)."""
+        now = time.time_ns()
+        with self._lock:
+            if structure != self._structure:
+                return False
+            self._version += 1
+            if step is None:  # current values outside any step (a phase's keys): as write(step=None)
+                for point, value in zip(points, values):  # noqa: B905 (equal lengths by construction)
+                    point[0] = value
+                    point[1] = now
+            elif newest:
+                for point, value in zip(points, values):  # noqa: B905 (equal lengths by construction)
+                    point[0] = value
+                    point[1] = now
+                    point[2] = step
+            else:
+                for point, value in zip(points, values):  # noqa: B905
+                    if point[2] is None or step >= point[2]:
+                        point[0] = value
+                        point[1] = now
+                        point[2] = step
+            for spec, value, keep_newest in marks:
+                mark = self._point(spec, (), False)
+                if mark is None or (keep_newest and mark[2] is not None and step < mark[2]):
+                    continue
+                mark[0], mark[1], mark[2] = value, now, step
+        return True
 
     def increment(self, spec: MetricSpec, labels: tuple[tuple[str, str], ...], amount: float = 1.0) -> None:
         """Add to a counter series (rl_otel's own counters, which never expire)."""
@@ -186,6 +281,8 @@ class SeriesStore:
             if point is not None:
                 point[0] = (point[0] or 0.0) + amount
                 point[1] = time.time_ns()
+        if self._capped:
+            self._report_capped()
 
     def write_info(self, spec: MetricSpec, labels: Labels, *, base_labels: bool = True) -> None:
         """Set a constant series (1.0, never expires, outside the series cap) whose labels state facts about the
@@ -209,6 +306,7 @@ class SeriesStore:
             if fam is None or fam.points.pop(labels, None) is None:
                 return False
             self._version += 1
+            self._structure += 1
             return True
 
     def value(self, name: str, labels: Mapping[str, object] | Labels | None = None) -> float | HistogramValue | None:
@@ -270,6 +368,7 @@ class SeriesStore:
                         del fam.points[k]
                     if stale:
                         self._version += 1
+                        self._structure += 1
                     if fam.points:
                         oldest = min(p[1] for p in fam.points.values()) + self._ttl_ns + 1
                         next_expiry = oldest if next_expiry is None else min(next_expiry, oldest)
@@ -299,20 +398,33 @@ def _frozen(fam: _Family) -> list[tuple[Labels, float | HistogramValue]]:
 
 
 def _to_metric(fam: FamilyView, now: int) -> Metric:
+    from opentelemetry.sdk.metrics.export import (
+        AggregationTemporality,
+        Gauge,
+        Histogram,
+        HistogramDataPoint,
+        Metric,
+        NumberDataPoint,
+        Sum,
+    )
+
     spec = fam.spec
     attrs = [(dict(fam.base + labels), value) for labels, value in fam.points]
+    data: Histogram | Sum | Gauge
     if spec.kind is Kind.HISTOGRAM:
         bounds = [float(b) for b in spec.buckets]
-        points = [
+        hists = cast("list[tuple[dict[str, str], HistogramValue]]", attrs)  # a histogram family holds HistogramValues
+        hist_points = [
             HistogramDataPoint(attributes=a, start_time_unix_nano=fam.start_ns, time_unix_nano=now, count=h.count,
                                sum=h.sum, bucket_counts=h.counts, explicit_bounds=bounds,
                                min=h.min if h.count else 0.0, max=h.max if h.count else 0.0)
-            for a, h in attrs
+            for a, h in hists
         ]
-        data = Histogram(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE)
+        data = Histogram(data_points=hist_points, aggregation_temporality=AggregationTemporality.CUMULATIVE)
     else:
+        numbers = cast("list[tuple[dict[str, str], float]]", attrs)  # the other families' points are floats
         points = [NumberDataPoint(attributes=a, start_time_unix_nano=fam.start_ns, time_unix_nano=now,
-                                  value=float(v)) for a, v in attrs]
+                                  value=float(v)) for a, v in numbers]
         if spec.kind is Kind.COUNTER:
             data = Sum(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE,
                        is_monotonic=True)

@@ -11,7 +11,8 @@ estimated index ``(x - lo) / (hi - lo) * n``, the maximum moved into the last bi
 against the edges (``np.linspace``), whose rounding can disagree with the estimate by one ulp. A constant array
 gets numpy's range ``lo - 0.5 .. hi + 0.5``. Where numpy refuses (a range too wide for the dtype, or too narrow
 for ``n`` distinct edges: "Too many bins for data range"), this still returns a valid histogram of every value
-rather than raising on the training path: halved values for an overflowing range, repeated edges for a tiny one (a constant array too large for +-0.5 to widen lands in the last bin).
+rather than raising on the training path: halved values for an overflowing range, repeated edges for a tiny one
+(a constant array too large for +-0.5 to widen lands in the last bin).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from numbers import Real
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 import numpy as np
 
@@ -24,10 +24,27 @@ class BadValue(Exception):
 _LEAVES = frozenset({float, int, bool, str, type(None)})
 
 
-def flatten(metrics: Mapping[str, object], prefix: str = "") -> Iterator[tuple[str, object]]:
-    """Yield ``(key, value)`` with nested mappings joined by "/" (``{"a": {"b": 1}}`` -> ``("a/b", 1)``)."""
+class BadKey:
+    """Stands, in :func:`flatten`'s output, for the value of a key whose text could not be made (its ``str()``
+    raised): the key is skipped and counted, the rest of the step is not."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+def flatten(metrics: Mapping[Any, object], prefix: str = "") -> Iterator[tuple[str, object]]:
+    """Yield ``(key, value)`` with nested mappings joined by "/" (``{"a": {"b": 1}}`` -> ``("a/b", 1)``). A key
+    that is not a str is made one with ``str()``; one whose ``str()`` raises yields a :class:`BadKey` value."""
     for key, value in metrics.items():
-        full = f"{prefix}/{key}" if prefix else str(key)
+        if type(key) is not str:
+            try:
+                key = str(key)
+            except Exception as exc:
+                yield (f"{prefix}/?" if prefix else "?"), BadKey(f"a key whose str() raises {type(exc).__name__}")
+                continue
+        full = f"{prefix}/{key}" if prefix else key
         if type(value) in _LEAVES:  # the common case, without the Mapping ABC check (~0.3 us a key)
             yield full, value
         elif isinstance(value, Mapping):
@@ -36,7 +53,7 @@ def flatten(metrics: Mapping[str, object], prefix: str = "") -> Iterator[tuple[s
             yield full, value
 
 
-def _is_torch_tensor(value: object) -> bool:
+def _is_torch_tensor(value: object) -> TypeGuard[torch.Tensor]:
     cls = type(value)
     return cls.__module__.startswith("torch") and hasattr(value, "detach") and hasattr(value, "dim")
 
@@ -82,7 +99,7 @@ def _coerce_array(arr: np.ndarray) -> float | np.ndarray:
     return arr.astype(np.float64, copy=False)
 
 
-def _coerce_tensor(tensor) -> float | np.ndarray:
+def _coerce_tensor(tensor: torch.Tensor) -> float | np.ndarray:
     if tensor.is_complex():
         raise BadValue("complex tensors are not metrics")
     if tensor.dim() == 0:
@@ -99,7 +116,7 @@ def _coerce_tensor(tensor) -> float | np.ndarray:
 SMALL_CPU_TENSOR = 8192
 
 
-def is_tensor(value: object) -> bool:
+def is_tensor(value: object) -> TypeGuard[torch.Tensor]:
     """True for a torch tensor (recognised without importing torch)."""
     return _is_torch_tensor(value)
 
@@ -119,7 +136,7 @@ def as_histogram(value: object, bounds: tuple[float, ...], scale: float = 1.0) -
 
             return bucket(value * scale if scale != 1.0 else value, bounds)
         # A small CPU tensor: numpy buckets it in one pass at a fraction of a dozen torch ops' dispatch cost.
-        arr = _coerce_tensor(value.reshape(-1))
+        arr = cast("np.ndarray", _coerce_tensor(value.reshape(-1)))  # 1-d: never the scalar branch
         return arr * scale if scale != 1.0 else arr
     arr = np.atleast_1d(np.asarray(value, dtype=np.float64))
     return arr * scale if scale != 1.0 else arr
@@ -131,7 +148,7 @@ def to_tracker_array(value: object) -> np.ndarray | None:
     if isinstance(value, BucketCounts):
         return None
     if _is_torch_tensor(value):
-        arr = _coerce_tensor(value.reshape(-1))
+        arr = cast("np.ndarray", _coerce_tensor(value.reshape(-1)))  # 1-d: never the scalar branch
         # a float64 CPU tensor converts without a copy: the tracker thread, which reads the array later, must not
         # see the caller's in-place changes made after log() returned
         return arr.copy() if arr.size and arr.ctypes.data == value.data_ptr() else arr

@@ -6,8 +6,8 @@ Two uses, one class (:class:`Worker`) and one policy:
   training thread pays for the hand-off (a few microseconds), not for the statistics' hundred small tensor ops and
   their host sync. Readers (a scrape, an OTLP export, ``flush()``, ``close()``) first wait for the jobs submitted
   before them (:meth:`Worker.flush`), so nothing goes stale.
-- Each tracker sink has a worker of its own in the tracker bridge (:mod:`rl_otel._internal.trackers.bridge`): ``log()`` never
-  waits on a hung or slow tracker.
+- Each tracker sink has a worker of its own in the tracker bridge (:mod:`rl_otel._internal.trackers.bridge`):
+  ``log()`` never waits on a hung or slow tracker.
 
 The policy, for both:
 
@@ -54,7 +54,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from time import monotonic
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar, cast
 
 T = TypeVar("T")
 Job = Callable[[], None]
@@ -343,8 +343,9 @@ def on_streams(streams: tuple[object, ...]) -> Iterator[None]:
         return
     import torch
 
+    cuda_streams = cast("tuple[torch.cuda.Stream, ...]", streams)  # caller_streams' CUDA streams
     with contextlib.ExitStack() as stack:
-        stack.enter_context(torch.cuda.device(streams[0].device))
-        for stream in streams:
+        stack.enter_context(torch.cuda.device(cuda_streams[0].device))
+        for stream in cuda_streams:
             stack.enter_context(torch.cuda.stream(stream))
         yield

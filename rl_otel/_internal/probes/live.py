@@ -148,7 +148,8 @@ class NvmlPoller:
             self._stop.wait(self._interval)
 
     def _poll(self) -> list[Item]:
-        nvml, items = self._nvml, []
+        nvml = self._nvml
+        items: list[Item] = []
         v2 = getattr(nvml, "nvmlMemory_v2", None)
         for ordinal, uuid, handle in self._devices:
             labels = (("device_id", str(ordinal)), ("gpu_uuid", uuid))

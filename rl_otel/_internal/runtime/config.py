@@ -1,4 +1,6 @@
-"""init()'s arguments, checked once: a bad value raises ConfigurationError naming it."""
+"""init()'s options checked once and resolved against the environment into the :class:`TelemetryConfig` a
+Telemetry runs with; a bad value raises ConfigurationError naming it. The options themselves (names, defaults,
+docs) are defined in :mod:`rl_otel._internal.runtime.options`."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ from rl_otel._internal.checks import boolean, check_known, positive_seconds
 from rl_otel._internal.exporters.otel_env import resource_attributes
 from rl_otel._internal.exporters.otlp import OtlpConfig, otlp_config
 from rl_otel._internal.exporters.webconfig import WebConfig, load_web_config
+from rl_otel._internal.runtime.options import merge
 from rl_otel._internal.runtime.ranks import serving_port
-from rl_otel._internal.tracing.tracing import TracingConfig, check_tracer_provider, tracing_config
+from rl_otel._internal.tracing.config import TracingConfig, check_tracer_provider, tracing_config
 from rl_otel.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -42,6 +45,10 @@ class PrometheusConfig:
 
 @dataclass(frozen=True)
 class TelemetryConfig:
+    """Every option of :data:`~rl_otel._internal.runtime.options.OPTIONS` in its checked form (``prometheus``,
+    ``tracing``, ``otlp``: their resolved configs; ``trackers``: the specs of ``track_with``/``tracker_kwargs``/
+    ``trackers``), plus what the environment says (host, local rank, world size)."""
+
     run: str
     rank: int
     role: str
@@ -113,45 +120,44 @@ def _rank(value: object, env_rank: int) -> int:
     return value
 
 
-def build_config(*, run: str | None, rank: int | None, role: str, prometheus: object, max_series_per_metric: int,
-                 max_unknown_keys: int, series_ttl_s: float | None, track_with: object = None,
-                 tracker_kwargs: object = None, trackers: object = None, tracker_ranks: object = 0,
-                 handle_sigterm: bool = True, sink_queue_size: int = 64, submit_queue_size: int = 4,
-                 close_timeout_s: float = 10.0, tracing: object = None,
-                 otlp: object = None, resource: object = None, tracer_provider: object = None) -> TelemetryConfig:
+def build_config(**given: Any) -> TelemetryConfig:
+    """Check every option of :data:`~rl_otel._internal.runtime.options.OPTIONS` (one not given takes its default)
+    and resolve it against the environment (``RL_OTEL_RUN``, ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``OTEL_*``):
+    the one :class:`TelemetryConfig` a Telemetry runs with. Raises ConfigurationError naming a bad value."""
     from rl_otel._internal.runtime.ranks import check_tracker_ranks, env_ranks
     from rl_otel._internal.trackers.config import normalize_trackers
 
+    o = merge(given, {})
+    run, role, ttl = o["run"], o["role"], o["series_ttl_s"]
     if run is None:
         run = os.environ.get("RL_OTEL_RUN") or time.strftime("run-%Y%m%d-%H%M%S")
     if not isinstance(run, str) or not run.strip():
         raise ConfigurationError(f"run must be a non-empty str, got {run!r}")
     if not isinstance(role, str) or not role:
         raise ConfigurationError(f"role must be a non-empty str, got {role!r}")
-    if series_ttl_s is not None and (isinstance(series_ttl_s, bool) or not isinstance(series_ttl_s, (int, float))
-                                     or series_ttl_s <= 0):
-        raise ConfigurationError(f"series_ttl_s must be a positive number of seconds or None, got {series_ttl_s!r}")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0):
+        raise ConfigurationError(f"series_ttl_s must be a positive number of seconds or None, got {ttl!r}")
     env = env_ranks()
-    tracer_provider = check_tracer_provider(tracer_provider, tracing)
+    tracer_provider = check_tracer_provider(o["tracer_provider"], o["tracing"])
     return TelemetryConfig(
         run=run,
-        rank=_rank(rank, env.rank),
+        rank=_rank(o["rank"], env.rank),
         role=role,
         host_name=socket.gethostname(),
-        prometheus=_prometheus(prometheus, env.local_rank),
-        max_series_per_metric=_positive_int("max_series_per_metric", max_series_per_metric),
-        max_unknown_keys=_positive_int("max_unknown_keys", max_unknown_keys),
-        series_ttl_s=None if series_ttl_s is None else float(series_ttl_s),
-        tracing=tracing_config(tracing),
-        trackers=normalize_trackers(track_with, tracker_kwargs, trackers),
-        tracker_ranks=check_tracker_ranks(tracker_ranks),
-        handle_sigterm=boolean("handle_sigterm", handle_sigterm),
-        sink_queue_size=_positive_int("sink_queue_size", sink_queue_size),
-        submit_queue_size=_positive_int("submit_queue_size", submit_queue_size),
-        close_timeout_s=positive_seconds("close_timeout_s", close_timeout_s),
-        otlp=otlp_config(otlp, tracer_provider_given=tracer_provider is not None),
+        prometheus=_prometheus(o["prometheus"], env.local_rank),
+        max_series_per_metric=_positive_int("max_series_per_metric", o["max_series_per_metric"]),
+        max_unknown_keys=_positive_int("max_unknown_keys", o["max_unknown_keys"]),
+        series_ttl_s=None if ttl is None else float(ttl),
+        tracing=tracing_config(o["tracing"]),
+        trackers=normalize_trackers(o["track_with"], o["tracker_kwargs"], o["trackers"]),
+        tracker_ranks=check_tracker_ranks(o["tracker_ranks"]),
+        handle_sigterm=boolean("handle_sigterm", o["handle_sigterm"]),
+        sink_queue_size=_positive_int("sink_queue_size", o["sink_queue_size"]),
+        submit_queue_size=_positive_int("submit_queue_size", o["submit_queue_size"]),
+        close_timeout_s=positive_seconds("close_timeout_s", o["close_timeout_s"]),
+        otlp=otlp_config(o["otlp"], tracer_provider_given=tracer_provider is not None),
         local_rank=env.local_rank,
         world_size=env.world_size,
-        resource=resource_attributes("resource", resource),
+        resource=resource_attributes("resource", o["resource"]),
         tracer_provider=tracer_provider,
     )

@@ -1,9 +1,12 @@
 """Write what was logged when the run is stopped by a signal, then let the signal do what it did before.
 
-SIGTERM (Kubernetes, Slurm, torchrun ending a job) closes the Telemetry: every step already logged reaches the
-trackers and they are closed, within ``close_timeout_s``; then the previous handler runs (by default the process
-dies by SIGTERM, as it would have without rl_otel). SIGINT (Ctrl-C) flushes the trackers and then runs the
-previous handler (by default ``KeyboardInterrupt``), so a notebook that catches the interrupt can keep logging.
+SIGTERM (Kubernetes, Slurm, torchrun ending a job) with the default action closes the Telemetry: every step
+already logged reaches the trackers and they are closed, the file_sd target is removed, within
+``close_timeout_s``; then the process dies by SIGTERM, as it would have without rl_otel. When the application has
+a SIGTERM handler of its own (a graceful stop that checkpoints and logs its last steps) or ignores SIGTERM, the
+run goes on: rl_otel only writes what is logged so far, then runs that handler, and stays open for the final
+steps (it closes at exit). SIGINT (Ctrl-C) flushes the trackers and then runs the previous handler (by default
+``KeyboardInterrupt``), so a notebook that catches the interrupt can keep logging.
 
 A signal that arrives while the main thread is inside ``log()`` is handled when ``log()`` returns: the step being
 logged is complete, and the flush cannot wait on a lock the interrupted ``log()`` holds. The action runs on a
@@ -17,6 +20,13 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    # what signal.getsignal() returns: a Python handler, SIG_DFL/SIG_IGN, or None (one installed outside Python)
+    _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 class SignalFlush:
@@ -26,11 +36,11 @@ class SignalFlush:
     signal handlers, so they do not count).
     """
 
-    def __init__(self, on_term: Callable[[], None], on_int: Callable[[], None], timeout_s: float) -> None:
-        self._actions = {signal.SIGTERM: on_term, signal.SIGINT: on_int}
+    def __init__(self, on_term: Callable[[], object], on_int: Callable[[], object], timeout_s: float) -> None:
+        self._actions: dict[int, Callable[[], object]] = {signal.SIGTERM: on_term, signal.SIGINT: on_int}
         self._timeout_s = timeout_s
-        self._previous: dict[int, object] = {}
-        self._pending: list[tuple[int, object]] = []
+        self._previous: dict[int, _Handler] = {}
+        self._pending: list[tuple[int, FrameType | None]] = []
         self._depth = 0
         self._main = threading.main_thread().ident
         if threading.get_ident() != self._main:
@@ -58,24 +68,29 @@ class SignalFlush:
         while not self._depth and self._pending:
             self._dispatch(*self._pending.pop(0))
 
-    def _handle(self, signum: int, frame: object) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self._depth:
             self._pending.append((signum, frame))
         else:
             self._dispatch(signum, frame)
 
-    def _dispatch(self, signum: int, frame: object) -> None:
-        helper = threading.Thread(target=self._actions[signum], name="rl_otel-signal-flush", daemon=True)
+    def _dispatch(self, signum: int, frame: FrameType | None) -> None:
+        previous = self._previous.get(signum, signal.SIG_DFL)
+        # Only a signal that ends the process now (SIGTERM with the default action) closes the Telemetry. With the
+        # application's own handler (a graceful stop: checkpoint, log the last steps, exit) or SIG_IGN the run
+        # goes on, so only what is logged is written: the endpoint keeps serving and the final steps are logged;
+        # the Telemetry closes at exit (atexit) or when the application closes it.
+        ends = not callable(previous) and previous != signal.SIG_IGN
+        action = self._actions[signum] if signum == signal.SIGTERM and ends else self._actions[signal.SIGINT]
+        helper = threading.Thread(target=action, name="rl_otel-signal-flush", daemon=True)
         helper.start()
         helper.join(self._timeout_s + 1.0)
-        previous = self._previous.get(signum, signal.SIG_DFL)
-        if signum == signal.SIGTERM:
-            self.uninstall()
         if callable(previous):
             previous(signum, frame)
         elif previous == signal.SIG_IGN:
             return
         else:  # SIG_DFL (or a handler installed outside Python): end as the run would have without us
+            self.uninstall()
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 

@@ -23,14 +23,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from time import perf_counter
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
-from rl_otel._internal.tracing.tracing import PhaseTracer, extract, inject
+from rl_otel._internal.tracing.carriers import extract, inject
+
+if TYPE_CHECKING:
+    from rl_otel._internal.tracing.tracing import PhaseTracer
 
 PARTS = ("total", "execute", "onload", "offload")
 
@@ -93,7 +96,8 @@ class Phase:
         """A W3C ``traceparent`` dict for the span now running (``execute`` inside the block): pass it to a worker
         process, which hands it to its own ``phase(..., parent=...)``."""
         try:
-            ctx = trace.set_span_in_context(self._span or self._root) if (self._span or self._root) else None
+            span = self._span or self._root
+            ctx = trace.set_span_in_context(span) if span else None
             return inject(ctx)
         except Exception:
             self._fail("carrier")

@@ -16,11 +16,9 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import IO, Any
+from collections.abc import Callable, Sequence
+from typing import IO, Any, cast
 
-from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, Tracer, TracerProvider
@@ -35,54 +33,9 @@ from opentelemetry.trace import (
     TraceFlags,
     get_current_span,
 )
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from rl_otel._internal.checks import check_known
-from rl_otel._internal.exporters.otel_env import SignalConfig, signal_config
-from rl_otel.errors import ConfigurationError
-
-_EXPORTERS = ("console", "jsonl", "otlp")
-_PROPAGATOR = TraceContextTextMapPropagator()
-
-
-@dataclass(frozen=True)
-class TracingConfig:
-    exporter: str | SpanExporter
-    path: str | None = None
-    otlp: SignalConfig | None = None  # exporter "otlp": where the spans go, resolved with the OTEL_* variables
-
-
-def tracing_config(value: object) -> TracingConfig | None:
-    """Check ``init(tracing=...)``; raise :class:`ConfigurationError` naming the bad value."""
-    if value is None or value is False:
-        return None
-    if isinstance(value, SpanExporter):
-        return TracingConfig(exporter=value)
-    if isinstance(value, str):
-        value = {"exporter": value}
-    if not isinstance(value, Mapping):
-        raise ConfigurationError(f"tracing must be None, 'console', a dict like {{'exporter': 'jsonl', 'path': ...}}"
-                                 f" or a SpanExporter; got {value!r}")
-    check_known("tracing", value, ("endpoint", "exporter", "path", "protocol"))
-    exporter = value.get("exporter")
-    if isinstance(exporter, SpanExporter):
-        return TracingConfig(exporter=exporter)
-    if exporter not in _EXPORTERS:
-        raise ConfigurationError(f"tracing exporter must be one of {list(_EXPORTERS)} or a SpanExporter, "
-                                 f"got {exporter!r}")
-    path, endpoint, protocol = value.get("path"), value.get("endpoint"), value.get("protocol")
-    if exporter == "jsonl" and (not isinstance(path, (str, os.PathLike)) or not str(path)):
-        raise ConfigurationError(f"tracing exporter 'jsonl' needs a 'path' (a file name), got {path!r}")
-    if endpoint is not None and not isinstance(endpoint, str):
-        raise ConfigurationError(f"tracing endpoint must be a str like 'http://collector:4318/v1/traces', got "
-                                 f"{endpoint!r}")
-    signal = None
-    if exporter == "otlp":
-        from rl_otel._internal.exporters.otlp import exporter_class
-
-        signal = signal_config("traces", url=endpoint, protocol=protocol, what="tracing")
-        exporter_class(signal)  # fail at init, not at the first span
-    return TracingConfig(exporter=exporter, path=None if path is None else os.fspath(path), otlp=signal)
+from rl_otel._internal.exporters.otel_env import SignalConfig
+from rl_otel._internal.tracing.config import TracingConfig
 
 
 class UrandomIdGenerator(IdGenerator):
@@ -107,7 +60,10 @@ class JsonLinesSpanExporter(SpanExporter):
 
     def __init__(self, stream: IO[str] | None = None, path: str | None = None) -> None:
         self._owned = path is not None
-        self._stream = open(path, "a", encoding="utf-8") if path is not None else (stream or sys.stderr)
+        if path is not None:  # the exporter owns the file for its lifetime (shutdown closes it): no `with` fits
+            self._stream: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115
+        else:
+            self._stream = stream or sys.stderr
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -137,36 +93,30 @@ class OwnTracerProvider(TracerProvider):
         self.has_span_processor = True
 
 
-def build_tracer_provider(config: TracingConfig | None, resource: Resource) -> OwnTracerProvider:
-    """A TracerProvider with random IDs and the configured exporter (none for ``config=None``)."""
+def build_tracer_provider(config: TracingConfig | None, resource: Resource,
+                          on_error: Callable[[str], None] | None = None) -> OwnTracerProvider:
+    """A TracerProvider with random IDs and the configured exporter (none for ``config=None``); with
+    ``on_error``, a failed span export is counted (``span_export_failed``)."""
     provider = OwnTracerProvider(resource=resource, id_generator=UrandomIdGenerator())
     if config is None:
         return provider
+    from rl_otel._internal.exporters.otlp import counted_span_exporter, span_exporter
+
     exporter = config.exporter
-    if exporter == "console":
-        provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter()))
+    if isinstance(exporter, SpanExporter):
+        chosen: SpanExporter = exporter
+    elif exporter == "console":
+        chosen = JsonLinesSpanExporter()
     elif exporter == "jsonl":
-        provider.add_span_processor(BatchSpanProcessor(JsonLinesSpanExporter(path=config.path)))
-    elif exporter == "otlp":
-        from rl_otel._internal.exporters.otlp import span_exporter
-
-        provider.add_span_processor(BatchSpanProcessor(span_exporter(config.otlp)))
-    else:
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        chosen = JsonLinesSpanExporter(path=config.path)
+    else:  # "otlp", the one name left (tracing_config checks it)
+        chosen = span_exporter(cast("SignalConfig", config.otlp))  # tracing_config resolves where "otlp" goes
+    if on_error is not None:
+        chosen = counted_span_exporter(chosen, on_error)
+    # the console's lines are written as each span ends; the others are batched on the SDK's export thread
+    processor = SimpleSpanProcessor(chosen) if exporter == "console" else BatchSpanProcessor(chosen)
+    provider.add_span_processor(processor)
     return provider
-
-
-def check_tracer_provider(value: object, tracing: object) -> Any:
-    """Check ``init(tracer_provider=...)``: ``None`` (rl_otel's own) or an OpenTelemetry ``TracerProvider`` (the
-    SDK's, or the global one from ``opentelemetry.trace.get_tracer_provider()``), given without ``tracing=``."""
-    if value is None:
-        return None
-    if not isinstance(value, trace_api.TracerProvider):
-        raise ConfigurationError(f"tracer_provider must be an opentelemetry TracerProvider, got {value!r}")
-    if tracing is not None and tracing is not False:
-        raise ConfigurationError("tracing= configures rl_otel's own TracerProvider; with tracer_provider= your "
-                                 "provider's span processors export the phases (leave tracing= out)")
-    return value
 
 
 class PhaseTracer:
@@ -209,18 +159,3 @@ class PhaseTracer:
             flags |= TraceFlags.RANDOM_TRACE_ID
         return NonRecordingSpan(SpanContext(trace_id, ids.generate_span_id(), is_remote=False,
                                             trace_flags=TraceFlags(flags), trace_state=sampled.trace_state))
-
-
-def inject(context: Context | None = None) -> dict[str, str]:
-    """The W3C ``traceparent`` (and ``tracestate``) of ``context`` (default: the current one), as a dict to pass
-    to another process - a Ray actor, a worker - which hands it to ``phase(..., parent=...)``."""
-    carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier, context=context)
-    return carrier
-
-
-def extract(carrier: Mapping[str, str] | None) -> Context | None:
-    """The parent context in a carrier made by :func:`inject` (``None``: no carrier, or nothing valid in it)."""
-    if not carrier:
-        return None
-    return _PROPAGATOR.extract(carrier)

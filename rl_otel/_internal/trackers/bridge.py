@@ -6,7 +6,8 @@ Turning them back would need a reverse mapping per key and would mirror a *colle
 instead takes the ``{key: value}`` that ``Telemetry.log`` has flattened and coerced, every key as the user logged
 it, before any Prometheus rule (routing, caps, name collisions): one step, two views.
 
-Fault isolation: each sink has a worker of its own, :class:`rl_otel._internal.pipeline.worker.Worker` (the one queue worker of
+Fault isolation: each sink has a worker of its own, :class:`rl_otel._internal.pipeline.worker.Worker` (the one
+queue worker of
 rl_otel, with the metrics worker's policy and ``when_full="drop_oldest"``). ``submit`` never blocks and never
 raises: when a sink falls behind (hung, slow disk) and its bounded queue (``sink_queue_size``) is full, the oldest
 step is dropped and counted (``reason="queue_full"``). Only a caller that asks to (``wait=True``: a replay of
@@ -15,7 +16,8 @@ one. A call into a sink that runs longer than ``close_timeout_s`` is counted onc
 the next ``submit``: no watchdog thread); a thread cannot be killed, so the call is left to finish, and the sink
 goes on if it ever returns. A sink that raises is counted and logged once per reason; the other sinks go on.
 ``close()`` drains every queue and closes every sink under one deadline; a worker still stuck then is abandoned
-(daemon thread) and counted ("close_timeout"). Signals are handled by :mod:`rl_otel._internal.runtime.signals`, which calls
+(daemon thread) and counted ("close_timeout"). Signals are handled by :mod:`rl_otel._internal.runtime.signals`,
+which calls
 ``Telemetry.close``/``flush``. Thread-safe: ``submit`` may be called from several threads; ``close`` runs once.
 
 A worker's thread starts with its sink's first step. In a forked child each worker starts over empty with a thread
@@ -98,15 +100,17 @@ class Bridge:
         unless ``wait``: then a sink half its queue behind is waited for (``close_timeout_s`` at most in all; a
         hung sink is not), so that a burst loses no step and leaves room for the callers that never wait."""
         until = time.monotonic() + self._close_timeout_s if wait else None
-        item = (metrics, step)
-        for worker in self._workers:
-            worker.submit(item, None, until)
+        first = True
+        for worker in self._workers:  # each sink its own dict: one that mutates it changes nothing for the others
+            worker.submit((metrics if first else dict(metrics), step), None, until)
+            first = False
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every step queued before the call is written and each sink's own ``flush()`` (if it has
         one) has run after them, or ``timeout_s`` passes (default ``close_timeout_s``). True if all were."""
         deadline = time.monotonic() + (self._close_timeout_s if timeout_s is None else timeout_s)
-        return all([w.flush(max(0.0, deadline - time.monotonic())) for w in self._workers])
+        flushed = [w.flush(max(0.0, deadline - time.monotonic())) for w in self._workers]  # every one, not all()'s
+        return all(flushed)
 
     def close(self) -> None:
         """Write what is queued, close every sink, within ``close_timeout_s`` in all. Idempotent."""
@@ -157,7 +161,7 @@ def build_bridge(trackers: Sequence, *, run: str, mirror: bool, on_error: OnErro
         for spec in trackers:
             secrets = secret_values(dict(spec.kwargs))
             try:
-                sink = sink_factory(spec.name)(run=run, **dict(spec.kwargs))
+                sink = _start(sink_factory(spec.name), run, dict(spec.kwargs), close_timeout_s)
             except (ValueError, TypeError) as exc:
                 raise ConfigurationError(f"tracker {spec.name!r}: {scrub(str(exc), secrets)}") from None
             except ImportError:
@@ -176,3 +180,43 @@ def build_bridge(trackers: Sequence, *, run: str, mirror: bool, on_error: OnErro
     if not sinks:
         return NullBridge()
     return Bridge(sinks, on_error=on_error, queue_size=queue_size, close_timeout_s=close_timeout_s)
+
+
+class StartTimeout(Exception):
+    """A tracker's constructor still running after ``close_timeout_s`` (a hung login, an unreachable server)."""
+
+
+def _start(factory: Callable[..., Sink], run: str, kwargs: dict, timeout_s: float) -> Sink:
+    """``factory(run=run, **kwargs)`` on a thread of its own, waited for ``timeout_s`` at most: a constructor
+    that hangs costs ``init()`` that long, then the tracker is left out (:class:`StartTimeout`, counted as
+    ``start_failed``); should it return later, the sink it made is closed. Its exceptions are re-raised here."""
+    done = threading.Event()
+    lock = threading.Lock()
+    result: list = []
+    abandoned = False
+
+    def construct() -> None:
+        try:
+            made: object = factory(run=run, **kwargs)
+        except BaseException as exc:
+            made = exc
+        with lock:  # either the caller takes the sink, or it gave up and the sink is closed here: never both
+            result.append(made)
+            done.set()
+            late = abandoned
+        if late and not isinstance(made, BaseException):
+            try:
+                made.close()  # type: ignore[attr-defined]
+            except Exception:
+                pass
+
+    threading.Thread(target=construct, name="rl_otel-tracker-start", daemon=True).start()
+    if not done.wait(timeout_s):
+        with lock:
+            if not done.is_set():
+                abandoned = True
+                raise StartTimeout(f"still starting after close_timeout_s={timeout_s:g} s; left out")
+    made = result[0]
+    if isinstance(made, BaseException):
+        raise made
+    return made

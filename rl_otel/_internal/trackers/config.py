@@ -13,27 +13,27 @@ Secrets (``api_key``, ``login_kwargs``, ...) are kept for the sink that needs th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from rl_otel._internal.checks import read_yaml
 from rl_otel.errors import ConfigurationError
 from rl_otel.sinks.base import registered_sinks
 
 SECRET_KEYS = frozenset({"api_key", "login_kwargs", "key", "token", "password", "secret", "auth", "access_token",
                          "api_token", "credentials"})
+# a key is secret when one of its words ("_"/"-"/"." separated) names one: hf_token, openai_api_key, db_password,
+# x-api-key, aws_secret_access_key, wandb.auth (not "tokenizer" or "max_tokens": whole words only)
+_SECRET_WORDS = re.compile(r"(?:^|[_.\-])(?:api[_-]?key|key|token|password|passwd|pwd|secret|auth|authorization|"
+                           r"credentials?|login_kwargs|cookie|private)(?:$|[_.\-])")
 REDACTED = "***"
 
-# init() parameters a YAML file may set (top level, or under an ``rl_otel:`` section).
-FILE_KEYS = ("run", "rank", "role", "prometheus", "max_series_per_metric", "max_unknown_keys", "series_ttl_s",
-             "track_with", "tracker_kwargs", "trackers", "tracker_ranks", "handle_sigterm", "sink_queue_size",
-             "submit_queue_size", "close_timeout_s", "otlp")
-
-
 def _is_secret(key: object) -> bool:
-    return isinstance(key, str) and key.lower() in SECRET_KEYS
+    if not isinstance(key, str):
+        return False
+    lowered = key.lower()
+    return lowered in SECRET_KEYS or _SECRET_WORDS.search(lowered) is not None
 
 
 def redact(value: Any) -> Any:
@@ -156,31 +156,3 @@ def normalize_trackers(track_with: object = None, tracker_kwargs: object = None,
             raise ConfigurationError(f"tracker {spec.name!r} is given twice")
         seen.add(spec.name)
     return tuple(specs)
-
-
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    """init() options from a YAML file.
-
-    A file with an ``rl_otel:`` section is read from that section, and unknown keys there are an error. Otherwise
-    the known keys are picked from the top level and the rest is ignored, so a ROLL pipeline YAML works as it is
-    (its ``exp_name`` names the run when ``run`` is absent).
-    """
-    path = Path(path)
-    data = read_yaml("config file", path)
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        raise ConfigurationError(f"config file {str(path)!r} must hold a mapping, got {type(data).__name__}")
-    section = data.get("rl_otel")
-    if section is not None:
-        if not isinstance(section, Mapping):
-            raise ConfigurationError(f"the rl_otel section of {str(path)!r} must be a mapping")
-        unknown = sorted(set(section) - set(FILE_KEYS))
-        if unknown:
-            raise ConfigurationError(f"unknown option(s) {unknown} in the rl_otel section of {str(path)!r}; "
-                                     f"known: {list(FILE_KEYS)}")
-        return dict(section)
-    picked = {k: data[k] for k in FILE_KEYS if k in data}
-    if "run" not in picked and isinstance(data.get("exp_name"), str):
-        picked["run"] = data["exp_name"]
-    return picked

@@ -1,0 +1,84 @@
+"""The OTLP metric push: an exporter wrapper that adds the series store's families to every export (as deltas for
+a backend that prefers them) and counts failed exports. Imported only by a process that pushes metrics: it loads
+the OTel SDK's metrics package (~100 ms), which a scrape-only process never needs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from opentelemetry.sdk.metrics import Counter, Histogram
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Metric,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    ResourceMetrics,
+    ScopeMetrics,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from rl_otel._internal.exporters.otel_compat import exporter_preferences
+from rl_otel._internal.exporters.temporality import DeltaConverter
+
+_log = logging.getLogger("rl_otel")
+SCOPE = InstrumentationScope("rl_otel")
+
+
+def merge(data: MetricsData | None, resource: Resource, extra: list[Metric]) -> MetricsData:
+    """``data`` with ``extra`` as the first scope of the first resource: rl_otel's catalog-defined families
+    come before any stray SDK instrument of the same name."""
+    if not extra and data is not None:
+        return data
+    scope = ScopeMetrics(scope=SCOPE, metrics=extra, schema_url="")
+    if data is None or not data.resource_metrics:
+        return MetricsData(resource_metrics=[ResourceMetrics(resource=resource, scope_metrics=[scope],
+                                                             schema_url="")])
+    first, *rest = data.resource_metrics
+    return MetricsData(resource_metrics=[replace(first, scope_metrics=[scope, *first.scope_metrics]), *rest])
+
+
+
+class StoreExporter(MetricExporter):
+    """Wraps a metric exporter: every export also carries rl_otel's series - as deltas for counters and
+    histograms when the exporter prefers delta - and a failed one is counted."""
+
+    def __init__(self, inner: MetricExporter, produce: Callable[[], list[Metric]], resource: Resource,
+                 on_error: Callable[[str], None]) -> None:
+        temporality, aggregation = exporter_preferences(inner)
+        super().__init__(preferred_temporality=temporality or None, preferred_aggregation=aggregation or None)
+        delta = AggregationTemporality.DELTA
+        self._delta = DeltaConverter(counters=temporality.get(Counter) is delta,
+                                     histograms=temporality.get(Histogram) is delta)
+        self._inner = inner
+        self._produce = produce
+        self._resource = resource
+        self._on_error = on_error
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        try:
+            extra = self._produce()
+            if self._delta.counters or self._delta.histograms:
+                extra = self._delta.convert(extra)
+        except Exception:  # push what the SDK has
+            _log.exception("rl_otel: collecting the series store for OTLP failed")
+            self._on_error("collect")
+            extra = []
+        try:
+            result = self._inner.export(merge(metrics_data, self._resource, extra), timeout_millis=timeout_millis)
+        except Exception:
+            _log.warning("rl_otel: OTLP metric export raised", exc_info=True)
+            result = MetricExportResult.FAILURE
+        if result is not MetricExportResult.SUCCESS:
+            self._on_error("export_failed")
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self._inner.shutdown(timeout_millis=timeout_millis)

@@ -1,0 +1,61 @@
+"""rl_otel's own troubles, made visible without ever stopping a training step.
+
+Every problem is counted in ``rl_telemetry_errors_total{sink, reason}`` (a store counter: it is scraped like any
+series) and logged once per ``(what, key)``. The memory of what was said is bounded per kind of warning, so a
+burst of one kind (10,000 distinct bad keys) cannot use up the budget of the others: past ``per_kind`` keys of
+one kind, one line says that further ones of that kind are only counted. Keys are remembered by a bounded prefix
+and messages are truncated, so a hostile 1 MB key costs neither memory nor a 1 MB log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from rl_otel._internal.pipeline.store import SeriesStore
+from rl_otel.catalog import meta
+
+_log = logging.getLogger("rl_otel")
+PER_KIND = 1_000  # distinct keys remembered per kind of warning
+_KEY_CHARS = 200  # of a key, what the warn-once memory keeps
+_MESSAGE_CHARS = 500
+
+
+class Diagnostics:
+    """Counts and warn-once logging of one Telemetry; thread-safe, never raises."""
+
+    def __init__(self, store: SeriesStore, *, per_kind: int = PER_KIND) -> None:
+        self._store = store
+        self._per_kind = per_kind
+        self._seen: dict[str, set[str]] = {}
+        self._full: set[str] = set()
+        self._lock = threading.Lock()
+
+    def count(self, sink: str, reason: str, amount: float = 1.0) -> None:
+        """Add to ``rl_telemetry_errors_total{sink=..., reason=...}``."""
+        self._store.increment(meta.ERRORS, (("sink", sink), ("reason", reason)), amount)
+
+    def warn_once(self, what: str, key: str, message: str) -> bool:
+        """Log ``message`` as a warning the first time ``(what, key)`` is seen; True if it was logged."""
+        key = key[:_KEY_CHARS]
+        with self._lock:
+            seen = self._seen.setdefault(what, set())
+            if key in seen:
+                return False
+            if len(seen) >= self._per_kind:
+                if what in self._full:
+                    return False
+                self._full.add(what)  # said once: this kind's budget is used up
+                message = (f"rl_otel: {self._per_kind} distinct {what!r} warnings logged; further ones are only "
+                           "counted in rl_telemetry_errors_total")
+            else:
+                seen.add(key)
+        if len(message) > _MESSAGE_CHARS:
+            message = f"{message[:_MESSAGE_CHARS]}... ({len(message) - _MESSAGE_CHARS} more characters)"
+        _log.warning(message)
+        return True
+
+    def bad(self, key: str, why: str, reason: str = "bad_value") -> None:
+        """A key (or value, or step) ``log()`` skips: counted under ``sink="input"`` with ``reason``, said once."""
+        self.count("input", reason)
+        self.warn_once(reason, key, f"rl_otel: skipping {key!r}: {why}" if key else f"rl_otel: {why}")

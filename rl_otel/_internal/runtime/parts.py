@@ -1,0 +1,265 @@
+"""The resources of one Telemetry - providers, probes, the scrape endpoint, its targets file, the OTLP push, the
+tracker bridge, signal handlers - built in order and closed in reverse with one :class:`contextlib.ExitStack`.
+
+A failure while building closes what was built so far (no port, file or thread left behind) and propagates to
+``init()``. At close each step runs on its own: one that raises (the OTel SDK's ``shutdown`` can) is counted in
+``rl_telemetry_errors_total{sink="close", reason=<step>}`` and logged once, and the steps after it still run.
+
+Close order (the reverse of registration): signal handlers first (a SIGTERM during close must not close twice);
+the metrics worker drains before the trackers close (queued steps reach them); the trackers close before the
+endpoint stops (a last scrape still sees the final step); the OTLP meter provider's shutdown pushes once more;
+rl_otel's own tracer provider ends last (phases may still end while the others close).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.sdk.resources import Resource
+
+from rl_otel._internal.exporters import otlp
+from rl_otel._internal.exporters.exposition import target_info_labels
+from rl_otel._internal.exporters.file_sd import TargetsFile, targets_path
+from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
+from rl_otel._internal.pipeline.diagnostics import Diagnostics
+from rl_otel._internal.pipeline.ingest import Pipeline
+from rl_otel._internal.pipeline.worker import Worker
+from rl_otel._internal.probes.live import LiveGauges
+from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
+from rl_otel._internal.runtime.config import PrometheusConfig, TelemetryConfig
+from rl_otel._internal.runtime.signals import SignalFlush
+from rl_otel._internal.trackers.bridge import Bridge, NullBridge
+from rl_otel._version import __version__
+from rl_otel.catalog import meta
+from rl_otel.sinks.base import SinkError
+
+if TYPE_CHECKING:
+    from rl_otel._internal.tracing.phase import PhaseRuntime
+
+
+class Parts:
+    """What one Telemetry runs on. Build it with :meth:`build`; :meth:`close` once."""
+
+    def __init__(self, config: TelemetryConfig, resource: Resource, pipeline: Pipeline, worker: Worker) -> None:
+        self.config = config
+        self.resource = resource
+        self.pipeline = pipeline
+        self.diagnostics: Diagnostics = pipeline.diagnostics
+        self.worker = worker
+        self._tracer_provider: Any = config.tracer_provider  # the user's, or rl_otel's own (built when needed)
+        self._lazy_lock = threading.Lock()
+        self.registry: ScrapeRegistry | None = None
+        self.endpoint: ScrapeEndpoint | None = None
+        self.targets: TargetsFile | None = None
+        self.bridge: Bridge | NullBridge = NullBridge()
+        self.signals: SignalFlush | None = None
+        self.live: LiveGauges | None = None
+        self.cpu: CpuProbe | None = None
+        self._phases: PhaseRuntime | None = None
+        self._user_meter_provider: Any = None
+        self._providers: list[tuple[str, Any]] = []  # OTel providers rl_otel shuts down (see _shutdown_providers)
+        self._user_meter_lock = threading.Lock()
+        self._stack = contextlib.ExitStack()
+
+    def build(self, *, on_term: Callable[[], None], on_int: Callable[[], None]) -> None:
+        """Create every resource the config asks for, in order; on a failure, close those made and re-raise."""
+        with contextlib.ExitStack() as stack:
+            self._build(stack, on_term, on_int)
+            self._stack = stack.pop_all()
+
+    def _closing(self, stack: contextlib.ExitStack, step: str, part: Any, method: str = "close") -> None:
+        """Register ``part.method()`` (looked up at close time) as the close step named ``step``."""
+        def guarded() -> None:
+            try:
+                getattr(part, method)()
+            except Exception as exc:
+                self._close_failed(step, exc)
+        stack.callback(guarded)
+
+    def _build(self, stack: contextlib.ExitStack, on_term: Callable[[], None], on_int: Callable[[], None]) -> None:
+        config, store, diag = self.config, self.pipeline.store, self.diagnostics
+        # the OTel providers shut down last (phases may end while the rest closes), together: each may wait up to
+        # its export timeout for an unreachable collector, so in sequence they would take a multiple of it
+        stack.callback(self._shutdown_providers)
+        if config.tracing is not None:  # spans exported from the start; else the provider is built when needed
+            self.tracer_provider  # noqa: B018 (builds it)
+        self.cpu = cpu = CpuProbe()
+        self._closing(stack, "cpu_probe", cpu)
+        # build_info and target_info (the OTel resource, Prometheus' convention) are ordinary store families
+        store.write_info(meta.BUILD_INFO, (("version", __version__),))
+        store.write_info(meta.TARGET_INFO, target_info_labels(self.resource.attributes), base_labels=False)
+        if config.prometheus is not None:
+            self.registry = ScrapeRegistry(on_duplicate=lambda name: diag.count("prometheus", "duplicate_family"),
+                                           store=store, on_error=lambda reason: diag.count("prometheus", reason))
+        pushes = config.otlp is not None and self._otlp(stack, config)
+        if self.registry is not None or pushes:
+            self.live = LiveGauges(store.add_collector, cpu, lambda reason: diag.count("live", reason))
+        if self.registry is not None and config.prometheus is not None:
+            self._serve(stack, self.registry, config.prometheus)
+        if self.live is not None:
+            self._closing(stack, "live", self.live)
+        self.bridge = self._start_bridge()
+        self._closing(stack, "trackers", self.bridge)
+        if self.bridge.active:
+            self.pipeline.mirror = self.bridge.submit
+        self._closing(stack, "metrics_worker", self.worker)  # drains before the trackers close
+        # a signal handler when a SIGTERM would leave something behind: steps buffered for the trackers, or a
+        # file_sd target that would keep a "target down" alert firing after the rank is gone
+        if config.handle_sigterm and (self.bridge.active or self.targets is not None):
+            self.signals = SignalFlush(on_term=on_term, on_int=on_int, timeout_s=config.close_timeout_s)
+            self._closing(stack, "signals", self.signals, "uninstall")
+
+    @property
+    def tracer_provider(self) -> Any:
+        """The user's TracerProvider, or rl_otel's own, built at the first need (a phase, an OTLP span push, a
+        read of ``Telemetry.tracer_provider``): a process that never records a span never loads the SDK's trace
+        package (~15 ms of ``init()``)."""
+        if self._tracer_provider is None:
+            with self._lazy_lock:
+                if self._tracer_provider is None:
+                    from rl_otel._internal.tracing.tracing import build_tracer_provider
+
+                    diag = self.diagnostics
+                    provider = build_tracer_provider(self.config.tracing, self.resource,
+                                                     on_error=lambda reason: diag.count("tracing", reason))
+                    self._providers.append(("tracer_provider", provider))
+                    self._tracer_provider = provider
+        return self._tracer_provider
+
+    def phase_runtime(self) -> PhaseRuntime:
+        """What every phase shares (the tracer, the probes), built at the first ``phase()``."""
+        runtime = self._phases
+        if runtime is None:
+            from rl_otel._internal.tracing.phase import PhaseRuntime
+            from rl_otel._internal.tracing.tracing import PhaseTracer
+
+            provider = self.tracer_provider
+            with self._lazy_lock:
+                if self._phases is None:
+                    assert self.cpu is not None  # built by build()
+                    self._phases = PhaseRuntime(
+                        tracer=PhaseTracer(provider, provider.get_tracer("rl_otel", __version__)),
+                        rank=self.config.rank, gpu=GpuProbe(), cpu=self.cpu, next_step=self.pipeline.next_step,
+                        record=self.pipeline.record_phase, fail=self._phase_failed)
+                runtime = self._phases
+        return runtime
+
+    def _otlp(self, stack: contextlib.ExitStack, config: TelemetryConfig) -> bool:
+        """The OTLP push: a reader on an SDK MeterProvider exporting the store's families, and a span processor
+        on rl_otel's own tracer provider (a user's provider exports its spans itself). True if metrics are
+        pushed."""
+        assert config.otlp is not None
+        diag = self.diagnostics
+        reader = otlp.metric_reader(config.otlp, self.pipeline.store.collect, self.resource,
+                                    on_error=lambda reason: diag.count("otlp", reason))
+        if config.otlp.traces is not None and config.tracer_provider is None:
+            self.tracer_provider.add_span_processor(
+                otlp.span_processor(config.otlp, on_error=lambda reason: diag.count("otlp", reason)))
+        if reader is None:
+            return False
+        from opentelemetry.metrics import Observation
+        from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
+
+        provider = MeterProvider(resource=self.resource, metric_readers=[reader],
+                                 exemplar_filter=AlwaysOffExemplarFilter())
+        self._providers.append(("meter_provider", provider))
+        # An SDK instrument of our own keeps every collection flowing through the reader (the SDK skips readers
+        # when it has no data of its own), and is OTLP's build-info series (the store's info families are the
+        # scrape endpoint's).
+        info = {"run": config.run, "rank": str(config.rank), "version": __version__}
+        provider.get_meter("rl_otel", __version__).create_observable_gauge(
+            meta.BUILD_INFO.name, callbacks=[lambda _options: [Observation(1, info)]],
+            unit=meta.BUILD_INFO.unit, description=meta.BUILD_INFO.description)
+        return True
+
+    def _serve(self, stack: contextlib.ExitStack, registry: ScrapeRegistry, prom: PrometheusConfig) -> None:
+        """Start the scrape endpoint and, when asked, publish it in a file_sd targets file."""
+        config = self.config
+        self.endpoint = endpoint = ScrapeEndpoint(registry, prom.host, prom.port, web=prom.web,
+                                                  port_search=prom.port_search)
+        self._closing(stack, "endpoint", endpoint)
+        if prom.file_sd is not None:
+            host = prom.advertise_host or (config.host_name if prom.host in ("", "0.0.0.0", "::") else prom.host)
+            host = f"[{host}]" if ":" in host else host
+            self.targets = TargetsFile(targets_path(prom.file_sd, config.run, config.rank),
+                                       f"{host}:{endpoint.port}", {"run": config.run, "rank": str(config.rank)})
+            self._closing(stack, "targets_file", self.targets)
+
+    def _start_bridge(self) -> Bridge | NullBridge:
+        from rl_otel._internal.runtime.ranks import mirrors_to_trackers
+        from rl_otel._internal.trackers.bridge import build_bridge
+        from rl_otel._internal.trackers.config import scrub, secret_values
+
+        cfg, diag = self.config, self.diagnostics
+        secrets = frozenset(s for t in cfg.trackers for s in secret_values(dict(t.kwargs)))
+
+        def sink_error(sink: str, reason: str, exc: BaseException | None) -> None:
+            diag.count(sink, reason, exc.steps if isinstance(exc, SinkError) else 1)
+            detail = "" if exc is None else f": {type(exc).__name__}: {scrub(str(exc), secrets)}"
+            diag.warn_once(f"sink_{reason}", sink, f"rl_otel: tracker {sink!r} failed ({reason}){detail}; "
+                                                   "training and the other trackers go on (counted in "
+                                                   "rl_telemetry_errors_total)")
+
+        return build_bridge(cfg.trackers, run=cfg.run, mirror=mirrors_to_trackers(cfg.rank, cfg.tracker_ranks),
+                            on_error=sink_error, queue_size=cfg.sink_queue_size, close_timeout_s=cfg.close_timeout_s)
+
+    def _phase_failed(self, what: str) -> None:
+        import logging
+
+        self.diagnostics.count("phase", "internal")
+        if self.diagnostics.warn_once("phase", what, f"rl_otel: a phase's telemetry ({what}) failed; training "
+                                                     "goes on"):
+            logging.getLogger("rl_otel").debug("rl_otel: phase telemetry failure", exc_info=True)
+
+    def user_meter_provider(self) -> Any:
+        """A MeterProvider for the user's own instruments, built at the first call (see
+        :mod:`rl_otel._internal.exporters.instruments`); shut down with the rest."""
+        from rl_otel._internal.exporters.instruments import build_meter_provider
+
+        with self._user_meter_lock:
+            if self._user_meter_provider is None:
+                provider = build_meter_provider(self.resource, self.registry, self.config.otlp,
+                                                on_error=lambda reason: self.diagnostics.count("otlp", reason))
+                if provider is None:  # neither a scrape endpoint nor an OTLP push to serve them on
+                    return None
+                self._closing(self._stack, "user_meter_provider", provider, "shutdown")
+                self._user_meter_provider = provider
+            return self._user_meter_provider
+
+    def _shutdown_providers(self) -> None:
+        """Shut rl_otel's OTel providers down at once, each on a thread, under one deadline (the longest export
+        timeout, + 1 s): a failure or a timeout is counted (``sink="close"``, ``reason=<provider>``)."""
+        providers, self._providers = self._providers, []
+        if not providers:
+            return
+        otlp_config = self.config.otlp
+        limit = (otlp_config.timeout_s if otlp_config is not None else 0.0) + 1.0
+        limit = max(limit, 2.0)
+        threads = []
+        for name, provider in providers:
+            def shut(name: str = name, provider: Any = provider) -> None:
+                try:
+                    provider.shutdown()
+                except Exception as exc:
+                    self._close_failed(name, exc)
+            thread = threading.Thread(target=shut, name=f"rl_otel-close-{name}", daemon=True)
+            thread.start()
+            threads.append((name, thread))
+        deadline = time.monotonic() + limit
+        for name, thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                self._close_failed(name, TimeoutError(f"still shutting down after {limit:g} s"))
+
+    def _close_failed(self, step: str, exc: BaseException) -> None:
+        self.diagnostics.count("close", step)
+        self.diagnostics.warn_once("close", step, f"rl_otel: closing {step} failed ({type(exc).__name__}: {exc}); "
+                                                  "the other parts are closed")
+
+    def close(self) -> None:
+        """Close every part in the reverse of their creation; never raises."""
+        self._stack.close()
