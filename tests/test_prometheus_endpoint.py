@@ -9,8 +9,6 @@ import threading
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.exporter.prometheus import PrometheusMetricReader
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
@@ -30,10 +28,10 @@ def test_no_duplicate_help_or_type_even_when_provoked(tel):
     # 1. keys that sanitize to one name, and a key that sanitizes onto a catalog name
     tel.log({"custom/a-x": 1.0, "custom/a_x": 2.0, "custom/A.X": 3.0, "rl_critic/loss": 4.0, "critic/loss": 5.0,
              "actor/pg_loss": 1.0, "actor/pg_loss@sum": 2.0, "actor/pg_loss@mean": 3.0}, step=0)
-    # 2. a user's SDK instruments on the same endpoint (a PrometheusMetricReader on its registry, with a target_info
-    # of its own): one with a catalog name, two sharing a name with other units
-    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=tel._scrape_registry)])
-    meter = provider.get_meter("intruder")
+    # 2. a user's SDK instruments on the same endpoint (tel.meter_provider: an SDK PrometheusMetricReader on the
+    # endpoint's registry, with a target_info of its own): one with a catalog name, two sharing a name with other
+    # units
+    meter = tel.meter_provider.get_meter("intruder")  # the documented way onto the same endpoint
     meter.create_observable_gauge("rl_critic_loss", description="another description", unit="1",
                                   callbacks=[lambda _o: [trace_free_observation(7.0)]])
     meter.create_observable_gauge("rl_critic_loss", description="a third one", unit="s",
@@ -53,7 +51,6 @@ def test_no_duplicate_help_or_type_even_when_provoked(tel):
     assert re.search(r'rl_telemetry_errors_total\{rank="0",reason="duplicate_family",run="test",sink="prometheus"\}',
                      text)
     assert text.count("target_info{") == 1 and 'rl_run="test"' in text  # rl_otel's, not the intruder's
-    provider.shutdown()
 
 
 def trace_free_observation(v):

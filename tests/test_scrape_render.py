@@ -76,7 +76,8 @@ def fed(seed_keys):
 def test_direct_render_is_byte_for_byte_the_stock_exporters(fed, seed_keys, fmt):
     renderer = Renderer()  # one renderer across steps: its per-series caches must follow every change
     for step in range(3):
-        views = [*fed._store.live(), *fed._store.snapshot()[1]]  # one collection for both (live values move)
+        store = fed._pipeline.store
+        views = [*store.live(), *store.snapshot()[1]]  # one collection for both (live values move)
         assert {view.spec.kind for view in views} == {Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM, Kind.INFO}
         assert any(view.spec is live.PROCESS_RSS for view in views)
         ours = "".join(renderer.render(views, fmt, set())) + (EOF if fmt == OPENMETRICS else "")
@@ -114,7 +115,7 @@ def test_a_scrape_after_a_phase_sees_it_without_a_log(tel):
 
 def test_live_gauges_are_fresh_at_every_scrape_between_steps(tel):
     calls = itertools.count(1)
-    tel._store.add_collector(lambda: [(live.GPU_PROCESS_ALLOCATED, (("device_id", "9"),), float(next(calls)))])
+    tel._pipeline.store.add_collector(lambda: [(live.GPU_PROCESS_ALLOCATED, (("device_id", "9"),), float(next(calls)))])
     tel.log({"actor/lr": 1.0}, step=0)
     seen = []
     for encoding in (None, "gzip", None, "gzip"):

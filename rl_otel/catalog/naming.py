@@ -125,9 +125,27 @@ def fallback_spec_name(key: str) -> tuple[str, str, float, str]:
     return name, unit, scale, tracker_unit
 
 
+def encodable(text: str) -> str:
+    """``text`` unchanged when it is valid Unicode; else each lone surrogate (``os.fsdecode`` of a non-UTF-8 file
+    name gives them) spelled as its escape, ``\\udce9``: the exposition is UTF-8 and one unencodable character
+    would fail the whole scrape. Two names that differ in their undecodable bytes stay apart.
+
+    >>> encodable("gsm8k-\\udce9")
+    'gsm8k-\\\\udce9'
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def label_value(text: str) -> str:
-    """A label value taken from a key segment: ``/`` becomes ``_``; other characters are kept."""
-    return text.replace("/", "_")
+    """A label value taken from a key segment: ``/`` becomes ``_``; lone surrogates are escaped
+    (:func:`encodable`); other characters are kept."""
+    return encodable(text).replace("/", "_")
 
 
 def check_name(name: str) -> None:

@@ -14,12 +14,16 @@ catalog family):
   is negative, as prometheus_client's ``HistogramMetricFamily`` does.
 
 Sample lines are the same in the text format 0.0.4 and in OpenMetrics 1.0.0; only the headers differ.
+
+One family never blanks the others: a label value with a lone surrogate is escaped (the text must encode as
+UTF-8), and a family whose rendering raises is left out of that scrape and reported (``on_error``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 from types import SimpleNamespace
@@ -29,8 +33,11 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from rl_otel._internal.exporters.promnames import map_unit, sanitize_attribute, sanitize_full_name
-from rl_otel._internal.pipeline.store import FamilyView
+from rl_otel._internal.pipeline.store import FamilyView, HistogramValue, Labels
 from rl_otel.catalog import Kind, MetricSpec
+from rl_otel.catalog.naming import encodable
+
+_log = logging.getLogger("rl_otel")
 
 TEXT = "text"  # text/plain; version=0.0.4
 OPENMETRICS = "openmetrics"  # application/openmetrics-text; version=1.0.0
@@ -44,6 +51,17 @@ class _Header:
     sample: str  # sample name of a gauge or counter, the family name of a histogram
     le: tuple[str, ...] = ()  # a histogram's le label values, "+Inf" last
     has_sum: bool = True  # a histogram's _count and _sum lines
+
+    @property
+    def samples(self) -> frozenset[str]:
+        """The sample names the family writes (what ``?name[]=`` selects)."""
+        if self.le:
+            return frozenset((f"{self.sample}_bucket", f"{self.sample}_count", f"{self.sample}_sum"))
+        return frozenset((self.sample,))
+
+
+# (sample names of a family, index of its first chunk, index past its last): where each family is in a rendering
+Span = tuple[frozenset[str], int, int]
 
 
 def families(*items) -> SimpleNamespace:
@@ -59,6 +77,9 @@ def encode(collector, fmt: str) -> str:
 
 
 def escape_label(value: str) -> str:
+    """A label value as the exposition quotes it; a lone surrogate is escaped first (:func:`encodable`)."""
+    if not value.isascii():
+        value = encodable(value)
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
@@ -76,7 +97,8 @@ class Renderer:
         self._headers: dict[MetricSpec, _Header] = {}
         # family -> label values -> [line parts..., last value, its lines]: a series' label string is built once,
         # and its lines again only when its value changed
-        self._series_cache: dict[str, dict[tuple[str, ...], list]] = {}
+        self._series_cache: dict[str, dict[Labels, list]] = {}
+        self._logged: set[str] = set()  # families whose rendering failed, logged once each
 
     def header(self, spec: MetricSpec) -> _Header:
         header = self._headers.get(spec)
@@ -84,23 +106,38 @@ class Renderer:
             header = self._headers[spec] = _make_header(spec)
         return header
 
-    def render(self, views: Iterable[FamilyView], fmt: str, seen: set[str]) -> list[str]:
+    def render(self, views: Iterable[FamilyView], fmt: str, seen: set[str], spans: list[Span] | None = None,
+               on_error: Callable[[str], None] | None = None) -> list[str]:
         """The exposition chunks of ``views`` in ``fmt``; a family whose name is in ``seen`` is skipped (the
-        first family of a name wins) and every rendered name is added to ``seen``."""
+        first family of a name wins) and every rendered name is added to ``seen``. ``spans`` gets where each
+        family's chunks are. A family that fails to render is left out (logged, ``on_error("render")``)."""
         out: list[str] = []
         for view in views:
-            header = self.header(view.spec)
-            if header.name in seen:
+            start = len(out)
+            try:
+                header = self.header(view.spec)
+                if header.name in seen:
+                    continue
+                seen.add(header.name)
+                out.append(header.text[fmt])
+                if view.spec.kind is Kind.HISTOGRAM:
+                    self._histogram_lines(view, header, out)
+                else:
+                    self._number_lines(view, header, out)
+            except Exception:  # one family must not blank the scrape
+                del out[start:]
+                self._series_cache.pop(view.spec.name, None)
+                if len(self._logged) < 100 and view.spec.name not in self._logged:  # every scrape fails alike
+                    self._logged.add(view.spec.name)
+                    _log.exception("rl_otel: rendering %s failed; it is left out of the scrapes", view.spec.name)
+                if on_error is not None:
+                    on_error("render")
                 continue
-            seen.add(header.name)
-            out.append(header.text[fmt])
-            if view.spec.kind is Kind.HISTOGRAM:
-                self._histogram_lines(view, header, out)
-            else:
-                self._number_lines(view, header, out)
+            if spans is not None:
+                spans.append((header.samples, start, len(out)))
         return out
 
-    def _series(self, view: FamilyView) -> dict[tuple[str, ...], list]:
+    def _series(self, view: FamilyView) -> dict[Labels, list]:
         cached = self._series_cache.setdefault(view.spec.name, {})
         if len(cached) > 2 * len(view.points) + 64:  # series expired or vanished: keep the cache bounded
             cached.clear()
@@ -116,12 +153,13 @@ class Renderer:
                 entry = cached[labels] = [f"{sample}{{{text}}} " if text else f"{sample} ", None, ""]
             if value != entry[1]:  # a series whose value did not change keeps its line (NaN never equals)
                 entry[1] = value
-                entry[2] = f"{entry[0]}{fmt(value)}\n"
+                entry[2] = f"{entry[0]}{fmt(value)}\n"  # type: ignore[arg-type]  # a gauge's or counter's float
             append(entry[2])
 
     def _histogram_lines(self, view: FamilyView, header: _Header, out: list[str]) -> None:
         cached, base, name, les = self._series(view), view.base, header.sample, header.le
         for labels, h in view.points:
+            assert isinstance(h, HistogramValue)
             entry = cached.get(labels)
             if entry is None:
                 pairs = sorted(base + labels)
@@ -135,7 +173,7 @@ class Renderer:
             if key != entry[3]:
                 head, tail, plain = entry[0], entry[1], entry[2]
                 cumulative = list(accumulate(h.counts))
-                lines = [f"{head}{le}{tail}{go_float(n)}\n" for le, n in zip(les, cumulative)]
+                lines = [f"{head}{le}{tail}{go_float(n)}\n" for le, n in zip(les, cumulative, strict=True)]
                 if header.has_sum:
                     lines.append(f"{name}_count{plain} {go_float(cumulative[-1])}\n")
                     lines.append(f"{name}_sum{plain} {go_float(h.sum)}\n")
@@ -181,7 +219,7 @@ def _make_header(spec: MetricSpec) -> _Header:
     family = cls(sanitize_full_name(spec.name), spec.description or "", labels=[], unit=map_unit(spec.unit or ""))
     text = {fmt: encode(families(family), fmt) for fmt in (TEXT, OPENMETRICS)}
     if spec.kind is Kind.HISTOGRAM:
-        les = tuple(f"{float(b)}" for b in spec.buckets) + ("+Inf",)
+        les = (*(f"{float(b)}" for b in spec.buckets), "+Inf")
         return _Header(family.name, text, family.name, les, has_sum=float(spec.buckets[0]) >= 0)
     sample = family.name + "_total" if spec.kind is Kind.COUNTER else family.name
     return _Header(family.name, text, sample)

@@ -1,106 +1,721 @@
-"""The HTTP(S) server under the scrape endpoint: binding (with an optional search for a free port), TLS, mTLS,
-basic auth and response headers from a :class:`~rl_otel._internal.exporters.webconfig.WebConfig`.
+"""The HTTP/1.1 server under the scrape endpoint: bounded in threads, memory and CPU whatever its clients do.
 
-prometheus_client's ``start_http_server`` wraps the listening socket, so every TLS handshake runs on the accept
-thread: one client that connects and sends nothing stalls every scrape. Here the handshake runs on the
-connection's own thread, under a timeout, and a client that fails it (no certificate, wrong CA, SAN not allowed)
-is dropped without touching the others.
+The endpoint binds ``0.0.0.0`` by default, so anyone who reaches the node reaches it, and it runs inside the
+training process, where every CPU second and every moment it holds the GIL is taken from training. So:
+
+- two threads, whatever the number of clients: one event loop (``selectors``) accepts, runs TLS handshakes,
+  reads request heads and writes responses, all non-blocking; one worker runs the application (basic auth and
+  the rendering) for one request at a time, in arrival order (a connection has at most one request in flight);
+- at most :attr:`Limits.max_connections` connections; when full, the oldest connection that is not being
+  answered (idle keep-alive, handshaking, or still sending its head) is closed for the newcomer, so held-open
+  sockets cannot lock scrapers out; the listen backlog (``Limits.backlog``) holds a burst of parallel scrapers;
+- a request head is at most ``max_header_bytes`` in ``max_headers`` lines, sent within ``header_timeout_s``
+  (TLS handshake included); a keep-alive connection idle ``idle_timeout_s`` is closed; a response that makes no
+  progress for ``write_timeout_s`` is dropped. Request bodies are refused (413). A refused request is answered
+  and its connection held unread until its header deadline (a lingering close), so that a client streaming
+  megabytes of head waits instead of reconnecting at once; a silent connection does not even reach ``accept()``
+  until it sends (``TCP_DEFER_ACCEPT``, Linux);
+- a CPU budget (:class:`Governor`): the two threads may use ``cpu_share`` of one core on average (bursts of
+  ``cpu_burst_s``); past it the loop pauses, and the kernel queues what arrives. Hostile clients then slow each
+  other and the scrapers, never training; a scrape waits its turn behind at most one request per connection.
+  bcrypt checks of credentials not seen before have a budget of their own (``webconfig.UNCACHED_CHECKS_PER_S``:
+  they hold the GIL ~65 ms each), past which the answer is 429;
+- the web-config file (and the certificate files it names) is checked for changes every ``config_check_s`` and
+  read again (a revoked password stops working, a renewed certificate is served); a file that no longer loads,
+  or that would switch TLS on or off, is refused and the previous configuration kept;
+- ``close()`` wakes the loop through a socket pair: it returns in about a millisecond (socketserver polls every
+  0.5 s). In a forked child, whose copies of these threads do not run, it only closes its copies of the sockets.
+
+What it refuses is counted through ``on_event(reason)``; the scrape endpoint counts them in
+``rl_telemetry_errors_total{sink="prometheus",reason}``: ``auth_failed``, ``auth_throttled``, ``bad_request``,
+``client_timeout``, ``connection_limit``, ``tls_handshake``, ``tls_san``, ``web_config_reload``, ``internal``.
 """
 
 from __future__ import annotations
 
+import collections
 import errno
+import io
 import logging
+import os
+import queue
+import selectors
 import socket
 import ssl
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
+from dataclasses import dataclass
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from urllib.parse import unquote
 
-from rl_otel._internal.exporters.webconfig import WebConfig
-from rl_otel.errors import PortInUseError
+from rl_otel._internal.exporters.webconfig import Verdict, WebConfig, load_web_config
+from rl_otel.errors import ConfigurationError, PortInUseError
 
 _log = logging.getLogger("rl_otel")
-
-HANDSHAKE_TIMEOUT_S = 10.0
-IDLE_TIMEOUT_S = 60.0  # a keep-alive connection idle this long frees its thread
 
 WsgiApp = Callable[[dict, Callable], Iterable[bytes]]
 
 
-class _QuietHandler(WSGIRequestHandler):
-    timeout = IDLE_TIMEOUT_S
+@dataclass(frozen=True)
+class Limits:
+    """What one endpoint may hold and spend (the defaults are the documented ones)."""
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """Scrapes arrive every few seconds: no access log."""
+    max_connections: int = 64
+    max_header_bytes: int = 16 * 1024  # request line and headers
+    max_headers: int = 64
+    header_timeout_s: float = 10.0  # from the connection (or a request's first byte) to the end of its head
+    idle_timeout_s: float = 60.0  # a keep-alive connection between requests
+    write_timeout_s: float = 10.0  # a response making no progress
+    cpu_share: float = 0.05  # of one core, on average, for both threads
+    cpu_burst_s: float = 0.1
+    backlog: int = 1024  # capped by the kernel's somaxconn
+    config_check_s: float = 1.0
 
 
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    tls: ssl.SSLContext | None = None
-    web: WebConfig | None = None
+HANDSHAKE, READ, QUEUED, BUSY, WRITE, LINGER = range(6)
+_SEND_CHUNK = 256 * 1024
+_ACCEPT_BATCH = 16
+_REASONS = {400: "Bad Request", 413: "Content Too Large", 429: "Too Many Requests", 431:
+            "Request Header Fields Too Large", 500: "Internal Server Error", 501: "Not Implemented",
+            505: "HTTP Version Not Supported"}
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
-    def finish_request(self, request: socket.socket, client_address: Any) -> None:
-        if self.tls is None:
-            super().finish_request(request, client_address)
+
+class Governor:
+    """A token bucket of CPU seconds: refilled at ``share`` per wall second, holding at most ``burst``. The
+    threads charge what they used (``time.thread_time``); :meth:`pause_s` says how long to wait before spending
+    more: in debt, until ``quantum`` is available again (one pause, then a batch of requests: pausing for each
+    few microseconds of refill would spend the refill on waking up). Thread-safe."""
+
+    def __init__(self, share: float, burst: float, quantum: float = 0.002) -> None:
+        self._share, self._burst, self._quantum = share, burst, min(quantum, burst)
+        self._tokens = burst
+        self._at = time.monotonic()
+        self._lock = threading.Lock()
+        self.paused_s = 0.0  # total time the loop waited for the budget (reported by the attack benchmark)
+
+    def charge(self, cpu_s: float) -> None:
+        with self._lock:
+            self._tokens -= cpu_s
+
+    def pause_s(self) -> float:
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self._burst, self._tokens + (now - self._at) * self._share)
+            self._at = now
+            return 0.0 if self._tokens >= 0 else (self._quantum - self._tokens) / self._share
+
+
+class _Conn:
+    __slots__ = ("addr", "buf", "deadline", "events", "head", "keep_alive", "linger", "out", "served", "sock",
+                 "state")
+
+    def __init__(self, sock: socket.socket, addr: Any, state: int, deadline: float) -> None:
+        self.sock = sock
+        self.addr = addr
+        self.state = state
+        self.buf = bytearray()
+        self.out: collections.deque[memoryview] = collections.deque()
+        self.deadline: float | None = deadline
+        self.keep_alive = True
+        self.events = 0
+        self.served = 0
+        self.head = False  # bytes of a request head are buffered (the header timeout runs, not the idle one)
+        self.linger = False  # refused: after the answer, held unread until its deadline instead of closed
+
+
+def _http_date(now: float) -> str:
+    t = time.gmtime(now)
+    return f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} " \
+           f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
+
+
+class Server:
+    """Serves ``app`` (WSGI, one request at a time) on the listening socket ``listener``; see the module."""
+
+    def __init__(self, app: WsgiApp, listener: socket.socket, *, web: WebConfig | None = None,
+                 on_event: Callable[[str], None] | None = None, limits: Limits | None = None) -> None:
+        self._app = app
+        self._listener = listener
+        self.web = web
+        self._on_event = on_event or (lambda reason: None)
+        self.limits = limits = limits or Limits()
+        self.governor = Governor(limits.cpu_share, limits.cpu_burst_s)
+        self.server_port: int = listener.getsockname()[1]
+        self._conns: collections.OrderedDict[_Conn, None] = collections.OrderedDict()  # oldest activity first
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._ready: collections.deque[tuple[_Conn, dict]] = collections.deque()
+        self._done: collections.deque[tuple[_Conn, list[bytes]]] = collections.deque()
+        self._jobs: queue.SimpleQueue[tuple[_Conn, dict] | None] = queue.SimpleQueue()
+        self._busy = False
+        self._auth_cpu = 0.0  # the worker's: CPU of the last request's credentials check
+        self._woken = False  # a wake-up byte is in the socket pair, not read yet
+        self._accepting = False
+        self._accept_at = 0.0  # when accepting may resume after EMFILE
+        self._stop = threading.Event()
+        self._closed = False
+        self._pid = os.getpid()
+        self._web_stamp = web.stamp() if web is not None else ()
+        self._web_checked = time.monotonic()
+        self._date = (0, "")
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._resume_accept()
+        self._loop_thread = threading.Thread(target=self._run, name="rl_otel-scrape", daemon=True)
+        self._worker = threading.Thread(target=self._work, name="rl_otel-scrape-app", daemon=True)
+
+    def start(self) -> None:
+        self._worker.start()
+        self._loop_thread.start()
+
+    @property
+    def connections(self) -> int:
+        return len(self._conns)
+
+    # ---- lifecycle
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop serving and close every socket; returns within a few milliseconds (``timeout_s`` at most)."""
+        if self._closed:
             return
-        request.settimeout(HANDSHAKE_TIMEOUT_S)
-        try:
-            conn = self.tls.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError) as exc:  # no client certificate, untrusted one, wrong protocol, timeout
-            _log.debug("rl_otel: TLS handshake with %s failed: %s", client_address, exc)
-            return
-        try:
-            if self.web is not None and not self.web.san_allowed(conn.getpeercert()):
-                _log.debug("rl_otel: client %s has no allowed SAN", client_address)
+        self._closed = True
+        self._stop.set()
+        self._jobs.put(None)
+        if os.getpid() == self._pid and self._loop_thread.is_alive():
+            self._wake()
+            self._loop_thread.join(timeout_s)
+            if not self._loop_thread.is_alive():
                 return
-            super().finish_request(conn, client_address)
+        self._close_all()  # a forked child (no loop thread runs here) or a loop that did not stop in time
+
+    def _close_all(self) -> None:
+        for conn in list(self._conns):
+            self._drop(conn, unregister=False)
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            try:
+                sock.close()
+            except OSError:
+                pass
+        try:
+            self._sel.close()
+        except (OSError, ValueError):
+            pass
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):  # full: the loop is awake already; closed: it is gone
+            pass
+
+    # ---- the loop
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception:  # a bug here must not take the process down; the endpoint stops serving
+            _log.exception("rl_otel: the scrape endpoint's loop failed; the endpoint stops serving")
+            self._on_event("internal")
         finally:
-            self.shutdown_request(conn)
+            self._close_all()
+
+    def _loop(self) -> None:
+        cpu = time.thread_time()
+        while not self._stop.is_set():
+            now_cpu = time.thread_time()
+            self.governor.charge(now_cpu - cpu)
+            cpu = now_cpu
+            pause = self.governor.pause_s()
+            if pause > 0:  # over budget: nothing new starts until it refills (the kernel queues what comes)
+                self.governor.paused_s += pause
+                self._deliver_until(time.monotonic() + pause)
+                continue
+            self._finish_done()
+            self._dispatch()
+            timeout = self._expire(time.monotonic())
+            for key, _events in self._sel.select(timeout):
+                conn = key.data
+                if conn is None:
+                    self._drain_wake()
+                elif conn is self:
+                    self._accept()
+                elif conn.state == HANDSHAKE:
+                    self._handshake(conn)
+                elif conn.state == READ:
+                    self._read(conn)
+                elif conn.state == WRITE:
+                    self._write(conn)
+            if self.web is not None and time.monotonic() - self._web_checked >= self.limits.config_check_s:
+                self._check_web_config()
+
+    def _deliver_until(self, end: float) -> None:
+        """While paused: no accepting, reading or dispatching, but responses already computed are sent (a scrape
+        that put the budget in debt is not held back by it)."""
+        while not self._stop.is_set():
+            self._finish_done()
+            for conn in [c for c in self._conns if c.state == WRITE and c.out]:
+                self._write(conn)
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return
+            self._stop.wait(min(remaining, 0.01))
+
+    def _drain_wake(self) -> None:
+        try:
+            self._wake_r.recv(4096)
+        except (BlockingIOError, OSError):
+            pass
+        # after reading: a result the worker added meanwhile without a byte of its own (it saw one pending) is
+        # taken by _finish_done, which runs before the loop waits again; before reading, a byte sent between the
+        # two would be read with this one and its result left waiting
+        self._woken = False
+
+    def _expire(self, now: float) -> float | None:
+        """Close connections past their deadline; the time until the next deadline (None: none)."""
+        soonest = None
+        for conn in list(self._conns):
+            deadline = conn.deadline
+            if deadline is None:
+                continue
+            if deadline <= now:
+                if conn.state == LINGER:  # refused and counted already
+                    pass
+                elif conn.state != READ or conn.head or not conn.served:  # a keep-alive one going idle is normal
+                    self._on_event("client_timeout")
+                self._drop(conn)
+            elif soonest is None or deadline < soonest:
+                soonest = deadline
+        if self.web is not None:  # the web-config file is checked even when nobody connects
+            check_at = self._web_checked + self.limits.config_check_s
+            soonest = check_at if soonest is None else min(soonest, check_at)
+        if not self._accepting and self._accept_at and not self._closed:
+            soonest = self._accept_at if soonest is None else min(soonest, self._accept_at)
+            if now >= self._accept_at:
+                self._accept_at = 0.0
+                self._resume_accept()
+        return None if soonest is None else max(0.0, soonest - now)
+
+    # ---- accepting
+
+    def _resume_accept(self) -> None:
+        if not self._accepting:
+            self._sel.register(self._listener, selectors.EVENT_READ, self)
+            self._accepting = True
+
+    def _pause_accept(self) -> None:
+        if self._accepting:
+            self._sel.unregister(self._listener)
+            self._accepting = False
+
+    def _evictable(self) -> _Conn | None:
+        """The oldest refused connection still held, else the oldest one not being answered (idle, handshaking,
+        sending its head), or None."""
+        found = None
+        for conn in self._conns:
+            if conn.state == LINGER:
+                return conn
+            if found is None and conn.state in (HANDSHAKE, READ):
+                found = conn
+        return found
+
+    def _accept(self) -> None:
+        limits = self.limits
+        for _ in range(_ACCEPT_BATCH):
+            full = len(self._conns) >= limits.max_connections
+            victim = self._evictable() if full else None
+            if full and victim is None:
+                self._pause_accept()  # resumed when one closes; the backlog holds the rest meanwhile
+                return
+            try:
+                sock, addr = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE, ENFILE, ENOBUFS: no descriptor now; try again in a moment
+                _log.debug("rl_otel: accept failed: %s", exc)
+                self._on_event("connection_limit")
+                self._pause_accept()
+                self._accept_at = time.monotonic() + 0.1
+                return
+            if victim is not None:  # room for the newcomer
+                self._on_event("connection_limit")
+                self._drop(victim)
+            sock.setblocking(False)
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            deadline = time.monotonic() + limits.header_timeout_s
+            web = self.web
+            if web is not None and web.tls is not None:
+                try:
+                    sock = web.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                except (ssl.SSLError, OSError):
+                    sock.close()
+                    continue
+                conn = _Conn(sock, addr, HANDSHAKE, deadline)
+            else:
+                conn = _Conn(sock, addr, READ, deadline)
+            self._conns[conn] = None
+            # with TCP_DEFER_ACCEPT the request (or the TLS hello) is usually here already: no round of select
+            if conn.state == HANDSHAKE:
+                self._handshake(conn)
+            else:
+                self._read(conn)
+
+    # ---- per connection
+
+    def _want(self, conn: _Conn, events: int) -> None:
+        if conn.events == events:
+            return
+        if conn.events == 0:
+            self._sel.register(conn.sock, events, conn)
+        elif events == 0:
+            self._sel.unregister(conn.sock)
+        else:
+            self._sel.modify(conn.sock, events, conn)
+        conn.events = events
+
+    def _drop(self, conn: _Conn, unregister: bool = True) -> None:
+        if conn not in self._conns:  # dropped already
+            return
+        del self._conns[conn]
+        if unregister and conn.events:
+            try:
+                self._sel.unregister(conn.sock)
+            except (KeyError, ValueError, OSError):
+                pass
+        conn.events = 0
+        conn.state = -1
+        conn.out.clear()
+        try:
+            conn.sock.close()
+        except OSError:
+            pass
+        if not self._accepting and not self._accept_at and not self._closed and not self._stop.is_set():
+            self._resume_accept()
+
+    def _handshake(self, conn: _Conn) -> None:
+        try:
+            conn.sock.do_handshake()  # type: ignore[attr-defined]
+        except ssl.SSLWantReadError:
+            self._want(conn, selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._want(conn, selectors.EVENT_WRITE)
+            return
+        except (ssl.SSLError, OSError) as exc:  # no client certificate, untrusted one, wrong protocol, reset
+            _log.debug("rl_otel: TLS handshake with %s failed: %s", conn.addr, exc)
+            self._on_event("tls_handshake")
+            self._drop(conn)
+            return
+        web = self.web
+        if web is not None and not web.san_allowed(conn.sock.getpeercert()):  # type: ignore[attr-defined]
+            _log.debug("rl_otel: client %s has no allowed SAN", conn.addr)
+            self._on_event("tls_san")
+            self._drop(conn)
+            return
+        conn.state = READ
+        self._read(conn)
+
+    def _read(self, conn: _Conn) -> None:
+        limits = self.limits
+        buf = conn.buf
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end >= 0:
+                self._request(conn, end)
+                return
+            room = limits.max_header_bytes - len(buf)
+            if room <= 0:
+                self._refuse(conn, 431)
+                return
+            try:
+                data = conn.sock.recv(room)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+                self._want(conn, selectors.EVENT_READ)
+                return
+            except ssl.SSLWantWriteError:
+                self._want(conn, selectors.EVENT_WRITE)
+                return
+            except OSError:
+                self._drop(conn)
+                return
+            if not data:
+                self._drop(conn)
+                return
+            if not conn.head:
+                conn.head = True
+                conn.deadline = time.monotonic() + limits.header_timeout_s
+            buf += data
+
+    def _request(self, conn: _Conn, end: int) -> None:
+        head = bytes(conn.buf[:end])
+        del conn.buf[:end + 4]
+        parsed = self._parse(head, conn)
+        if isinstance(parsed, int):
+            self._refuse(conn, parsed)
+            return
+        conn.head = bool(conn.buf)
+        conn.state = QUEUED
+        conn.deadline = None
+        self._want(conn, 0)  # one request at a time: nothing more is read until it is answered
+        self._conns.move_to_end(conn)
+        self._ready.append((conn, parsed))
+
+    def _parse(self, head: bytes, conn: _Conn) -> dict | int:
+        """The WSGI environ of a request head, or the status to refuse it with."""
+        lines = head.split(b"\r\n")
+        if len(lines) > self.limits.max_headers + 1:
+            return 431
+        try:
+            method, target, version = lines[0].decode("latin-1").split(" ")
+        except ValueError:
+            return 400
+        if version not in ("HTTP/1.1", "HTTP/1.0"):
+            return 505 if version.startswith("HTTP/") else 400
+        if not method.isalpha() or not target or not (target[0] == "/" or target == "*" or "://" in target):
+            return 400
+        environ: dict[str, Any] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep or not name or name[-1:] in b" \t" or line[:1] in b" \t":  # obs-fold, "Name :": refused
+                return 400
+            key = name.decode("latin-1").upper().replace("-", "_")
+            key = key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else "HTTP_" + key
+            text = value.strip(b" \t").decode("latin-1")
+            environ[key] = f"{environ[key]},{text}" if key in environ else text
+        if environ.get("CONTENT_LENGTH", "0").strip() != "0" or "HTTP_TRANSFER_ENCODING" in environ:
+            return 413  # a scrape has no body; reading one would be memory spent for nothing
+        tokens = {t.strip().lower() for t in environ.get("HTTP_CONNECTION", "").split(",")}
+        conn.keep_alive = "close" not in tokens if version == "HTTP/1.1" else "keep-alive" in tokens
+        if "://" in target:  # absolute form
+            target = "/" + target.split("://", 1)[1].partition("/")[2]
+        path, _, query = target.partition("?")
+        web = self.web
+        environ.update({
+            "REQUEST_METHOD": method, "PATH_INFO": unquote(path, "latin-1"), "QUERY_STRING": query,
+            "SERVER_PROTOCOL": version, "SCRIPT_NAME": "", "SERVER_NAME": "rl_otel",
+            "SERVER_PORT": str(self.server_port), "REMOTE_ADDR": str(conn.addr[0]) if conn.addr else "",
+            "wsgi.version": (1, 0), "wsgi.url_scheme": web.scheme if web is not None else "http",
+            "wsgi.input": io.BytesIO(), "wsgi.errors": sys.stderr, "wsgi.multithread": False,
+            "wsgi.multiprocess": False, "wsgi.run_once": False, "rl_otel.asked_ns": time.monotonic_ns(),
+        })
+        return environ
+
+    def _refuse(self, conn: _Conn, status: int) -> None:
+        """Answer a request the server refuses by itself, then hold the connection (:meth:`_hold`)."""
+        self._on_event("bad_request")
+        conn.keep_alive = False
+        conn.linger = True
+        body = f"{status} {_REASONS[status]}\n".encode()
+        (head,) = self._head(f"{status} {_REASONS[status]}", [("Content-Type", "text/plain")], len(body), False)
+        self._respond(conn, [head + body])
+
+    def _hold(self, conn: _Conn) -> None:
+        """Keep a refused connection, unread, until its header deadline (a lingering close). Closing at once would
+        have a client that streams a huge or malformed head reconnect and start over as fast as it can; held, it
+        waits (its unread bytes stay in a kernel buffer of 64 kB at most). The answer is sent and, on plain TCP,
+        followed by a FIN. The oldest held connection makes room for a newcomer first."""
+        self._want(conn, 0)
+        conn.state = LINGER
+        conn.buf = bytearray()
+        conn.deadline = time.monotonic() + self.limits.header_timeout_s
+        if not isinstance(conn.sock, ssl.SSLSocket):
+            try:
+                conn.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                self._drop(conn)
+
+    def _respond(self, conn: _Conn, parts: list[bytes]) -> None:
+        if len(parts) > 1 and sum(len(p) for p in parts) <= _SEND_CHUNK:
+            parts = [b"".join(parts)]  # one send; a large cached body is sent as it is, never copied
+        conn.out.extend(memoryview(p) for p in parts if p)
+        conn.state = WRITE
+        conn.deadline = time.monotonic() + self.limits.write_timeout_s
+        self._write(conn)
+
+    def _write(self, conn: _Conn) -> None:
+        out = conn.out
+        while out:
+            data = out[0]
+            chunk = data[:_SEND_CHUNK]  # the same slice again after a TLS want-write, as OpenSSL requires
+            try:
+                sent = conn.sock.send(chunk)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
+                self._want(conn, selectors.EVENT_WRITE)
+                return
+            except ssl.SSLWantReadError:
+                self._want(conn, selectors.EVENT_READ)
+                return
+            except OSError:
+                self._drop(conn)
+                return
+            conn.deadline = time.monotonic() + self.limits.write_timeout_s
+            if sent >= len(data):
+                out.popleft()
+            else:
+                out[0] = data[sent:]
+        if conn.linger and not self._stop.is_set():
+            self._hold(conn)
+            return
+        if not conn.keep_alive or self._stop.is_set():
+            self._drop(conn)
+            return
+        conn.served += 1
+        conn.state = READ
+        conn.deadline = time.monotonic() + (self.limits.header_timeout_s if conn.head
+                                            else self.limits.idle_timeout_s)
+        self._conns.move_to_end(conn)
+        self._read(conn)  # a pipelined request, or bytes TLS has already decrypted, may be waiting
+
+    # ---- the application
+
+    def _dispatch(self) -> None:
+        while not self._busy and self._ready:
+            conn, environ = self._ready.popleft()
+            if conn.state != QUEUED:  # dropped meanwhile
+                continue
+            conn.state = BUSY
+            self._busy = True
+            self._jobs.put((conn, environ))
+
+    def _finish_done(self) -> None:
+        while self._done:
+            conn, parts = self._done.popleft()
+            self._busy = False
+            if conn.state == BUSY:
+                self._respond(conn, parts)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            conn, environ = job
+            cpu = time.thread_time()
+            self._auth_cpu = 0.0
+            try:
+                parts = self._call(environ, conn.keep_alive)
+            except Exception:
+                _log.exception("rl_otel: the scrape endpoint failed to answer a request")
+                self._on_event("internal")
+                conn.keep_alive = False
+                parts = self._head("500 Internal Server Error", [], 0, False)
+            # bcrypt has a budget of its own (webconfig.UNCACHED_CHECKS_PER_S): charged here, one check would
+            # pause the endpoint for its 65 ms / cpu_share = 1.3 s
+            self.governor.charge(time.thread_time() - cpu - self._auth_cpu)
+            self._done.append((conn, parts))
+            if not self._woken:  # one byte in the socket pair wakes the loop; more would cost a syscall each
+                self._woken = True
+                self._wake()
+
+    def _call(self, environ: dict, keep_alive: bool) -> list[bytes]:
+        web = self.web
+        extra = list(web.headers) if web is not None else []
+        if web is not None and web.auth is not None:
+            cpu = time.thread_time()
+            verdict = web.auth.verdict(environ.get("HTTP_AUTHORIZATION"))
+            self._auth_cpu = time.thread_time() - cpu
+            if verdict is Verdict.THROTTLED:
+                self._on_event("auth_throttled")
+                body = b"Too many attempts with new credentials; retry later\n"
+                return [*self._head("429 Too Many Requests", [("Retry-After", "1"), *extra], len(body),
+                                    keep_alive), body]
+            if verdict is not Verdict.OK:
+                if verdict is Verdict.DENIED:
+                    self._on_event("auth_failed")
+                body = b"Unauthorized\n"
+                return [*self._head("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="rl_otel"'),
+                                                         ("Content-Type", "text/plain; charset=utf-8"), *extra],
+                                    len(body), keep_alive), body]
+        captured: list = []
+
+        def start_response(status: str, headers: list, exc_info: Any = None) -> Callable:
+            captured[:] = [status, headers]
+            return lambda data: None  # the legacy write() callable: the apps served here never call it
+
+        result = self._app(environ, start_response)
+        try:
+            parts = [bytes(p) for p in result]
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+        status, headers = captured
+        length = sum(len(p) for p in parts)
+        if environ["REQUEST_METHOD"] == "HEAD":
+            parts = []
+        return [*self._head(status, [*headers, *extra], length, keep_alive), *parts]
+
+    def _head(self, status: str, headers: list, length: int, keep_alive: bool) -> list[bytes]:
+        now = time.time()
+        if int(now) != self._date[0]:
+            self._date = (int(now), _http_date(now))
+        lines = [f"HTTP/1.1 {status}", f"Date: {self._date[1]}", *(f"{k}: {v}" for k, v in headers),
+                 f"Content-Length: {length}"]
+        if not keep_alive:
+            lines.append("Connection: close")
+        return [("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")]
+
+    # ---- the web-config file
+
+    def _check_web_config(self) -> None:
+        self._web_checked = time.monotonic()
+        web = self.web
+        assert web is not None
+        stamp = web.stamp()
+        if stamp == self._web_stamp:
+            return
+        self._web_stamp = stamp  # a file that fails to load is tried again when it changes again
+        try:
+            new = load_web_config(web.path)
+            if new.scheme != web.scheme:
+                raise ConfigurationError(f"it would switch the endpoint from {web.scheme} to {new.scheme}; "
+                                         "restart the process for that")
+        except ConfigurationError as exc:
+            _log.warning("rl_otel: web config %r changed but is not used (the previous one still is): %s",
+                         web.path, exc)
+            self._on_event("web_config_reload")
+            return
+        if new.auth is not None and web.auth is not None:
+            new.auth.adopt(web.auth)
+        self.web = new
+        self._web_stamp = new.stamp()
+        _log.info("rl_otel: web config %r read again", web.path)
 
 
-def _secured(app: WsgiApp, web: WebConfig) -> WsgiApp:
-    """``app`` behind the web config's basic auth, adding its response headers."""
-    extra = list(web.headers)
-
-    def secured(environ: dict, start_response: Callable) -> Iterable[bytes]:
-        if web.auth is not None and not web.auth.authorized(environ.get("HTTP_AUTHORIZATION")):
-            start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="rl_otel"'),
-                                                ("Content-Type", "text/plain; charset=utf-8"), *extra])
-            return [b"Unauthorized\n"]
-
-        def start(status: str, headers: list, exc_info: Any = None) -> Any:
-            return start_response(status, [*headers, *extra], exc_info)
-
-        return app(environ, start)
-
-    return secured
-
-
-def _bind(app: WsgiApp, host: str, port: int, server_class: type[_Server]) -> _Server:
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+def _listen(host: str, port: int, backlog: int, defer_s: float) -> socket.socket:
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _, _, _, sockaddr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # A request head fits in 16 kB: a small receive buffer (inherited by accepted sockets) keeps a client
+        # pushing megabytes from making the kernel copy them before the head is refused.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)
+        if hasattr(socket, "TCP_DEFER_ACCEPT"):  # Linux: a connection reaches accept() once its client sends
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, max(1, int(defer_s)))
+        sock.bind(sockaddr)
+        sock.listen(backlog)  # the kernel caps it at net.core.somaxconn (4096 on Linux >= 5.4)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
-    class FamilyServer(server_class):  # type: ignore[misc, valid-type]
-        address_family = family
 
-    return make_server(sockaddr[0], port, app, FamilyServer, handler_class=_QuietHandler)
-
-
-def serve(app: WsgiApp, host: str, port: int, *, web: WebConfig | None = None,
-          port_search: int = 0) -> tuple[WSGIServer, threading.Thread]:
-    """Serve ``app`` on ``host:port`` from a daemon thread. When the port is taken, try the next ``port_search``
+def serve(app: WsgiApp, host: str, port: int, *, web: WebConfig | None = None, port_search: int = 0,
+          on_event: Callable[[str], None] | None = None, limits: Limits | None = None) -> Server:
+    """Serve ``app`` on ``host:port`` (see the module). When the port is taken, try the next ``port_search``
     ports in turn (ranks of one host started with the same base port land on distinct ports); raise
     :class:`PortInUseError` naming the range when none is free."""
-    server_class = type("Server", (_Server,), {"tls": web.tls if web else None, "web": web})
-    if web is not None and (web.auth is not None or web.headers):
-        app = _secured(app, web)
+    limits = limits or Limits()
     last = port + port_search if port else 0
     for candidate in range(port, last + 1):
         try:
-            server = _bind(app, host, candidate, server_class)
+            listener = _listen(host, candidate, limits.backlog, limits.header_timeout_s)
             break
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
@@ -109,6 +724,6 @@ def serve(app: WsgiApp, host: str, port: int, *, web: WebConfig | None = None,
         tried = f"ports {port}..{last} are all" if port_search else f"port {port} is"
         raise PortInUseError(f"prometheus {tried} already in use on {host!r}; pass prometheus={{'port': 0}} for a free "
                              "port, another port, or 'port_search': N to try the next N ports")
-    thread = threading.Thread(target=server.serve_forever, name="rl_otel-scrape", daemon=True)
-    thread.start()
-    return server, thread
+    server = Server(app, listener, web=web, on_event=on_event, limits=limits)
+    server.start()
+    return server

@@ -1,4 +1,6 @@
-"""The Prometheus exporter-toolkit web-config file (TLS, mTLS, basic auth), read once at init.
+"""The Prometheus exporter-toolkit web-config file (TLS, mTLS, basic auth), read at init and again when it or a
+file it names changes (the endpoint checks once a second, as exporter-toolkit re-reads it: a revoked password
+stops working, a renewed certificate is served).
 
 The same YAML file node_exporter takes with ``--web.config.file`` serves rl_otel's endpoint::
 
@@ -21,11 +23,13 @@ and has no effect (the endpoint speaks HTTP/1.1, which every scraper supports).
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import hmac
 import os
 import ssl
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -64,56 +68,113 @@ _TLS_KEYS = {"cert_file", "key_file", "cert", "key", "client_auth_type", "client
 # Compared against when the user is unknown, so an unknown user costs one bcrypt check like a known one
 # (the toolkit does the same): the response time does not tell which user names exist.
 _DUMMY_HASH = b"$2b$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi"
+# bcrypt holds the GIL for its whole check (~65 ms at cost 10): checks of credentials not seen before are rationed
+UNCACHED_CHECKS_PER_S = 0.5
+UNCACHED_BURST = 4
+_DIGEST_KEY = os.urandom(32)  # per process: a cached digest is no offline-crackable hash of a password
+
+
+class Verdict(enum.Enum):
+    OK = "ok"
+    MISSING = "missing"  # no (usable) Authorization header: nothing was checked
+    DENIED = "denied"  # wrong user or password
+    THROTTLED = "throttled"  # credentials not seen before while the bcrypt budget is spent: try again later
+
+
+class TokenBucket:
+    """``rate`` events per second on average, ``burst`` at once. Thread-safe."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self._rate, self._burst = rate, burst
+        self._tokens = burst
+        self._at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
+            self._at = now
+            if self._tokens < 1.0:
+                return False
+            self._tokens -= 1.0
+            return True
 
 
 class BasicAuth:
-    """Checks ``Authorization: Basic`` credentials against bcrypt hashes, with a bounded cache of results.
+    """Checks ``Authorization: Basic`` credentials against bcrypt hashes, with bounded caches of verdicts.
 
-    bcrypt costs ~100-250 ms a check by design; Prometheus sends the same credentials every scrape, so the
-    verdict for ``sha256(user, password, hash)`` is remembered (as node_exporter does): a scrape pays the hash
-    once. Only digests are kept, never a password. Thread-safe.
+    bcrypt costs ~65 ms a check by design and holds the GIL meanwhile; Prometheus sends the same credentials
+    every scrape, so verdicts are remembered under a keyed digest of ``(user, password, hash)`` (never a
+    password): verified credentials in a cache of their own (``ok_size``) that wrong passwords cannot evict, wrong
+    ones in another (``denied_size``). A check of credentials in neither takes a token of ``bucket``
+    (``UNCACHED_CHECKS_PER_S``, ``UNCACHED_BURST`` at once); without one the verdict is ``THROTTLED`` and nothing
+    is hashed, so a stream of guesses costs the training process at most that many bcrypt checks a second.
+    A changed hash in a reloaded file changes the digest: a revoked password stops working at once. Thread-safe.
     """
 
-    def __init__(self, users: Mapping[str, bytes], cache_size: int = 256) -> None:
+    def __init__(self, users: Mapping[str, bytes], ok_size: int = 64, denied_size: int = 1024,
+                 bucket: TokenBucket | None = None) -> None:
         self._users = dict(users)
-        self._cache: OrderedDict[bytes, bool] = OrderedDict()
-        self._cache_size = cache_size
+        self._ok: OrderedDict[bytes, None] = OrderedDict()
+        self._denied: OrderedDict[bytes, None] = OrderedDict()
+        self._sizes = (ok_size, denied_size)
+        self._bucket = bucket or TokenBucket(UNCACHED_CHECKS_PER_S, UNCACHED_BURST)
         self._lock = threading.Lock()
 
-    def check(self, user: str, password: str) -> bool:
+    def adopt(self, previous: BasicAuth) -> None:
+        """Take over ``previous``'s caches and bcrypt budget (a reloaded file): digests name the hash they were
+        checked against, so no verdict of a changed or removed user carries over."""
+        with previous._lock:
+            self._ok, self._denied, self._bucket = previous._ok.copy(), previous._denied.copy(), previous._bucket
+
+    def verify(self, user: str, password: str) -> Verdict:
         import bcrypt
 
-        hashed = self._users.get(user)
-        known = hashed is not None
-        hashed = hashed if known else _DUMMY_HASH
-        key = hashlib.sha256(b"\0".join((user.encode(), password.encode(), hashed))).digest()
+        found = self._users.get(user)
+        known = found is not None
+        hashed = found if found is not None else _DUMMY_HASH
+        key = hashlib.blake2b(b"\0".join((user.encode(), password.encode(), hashed)), key=_DIGEST_KEY).digest()
         with self._lock:
-            verdict = self._cache.get(key)
-            if verdict is not None:
-                self._cache.move_to_end(key)
-                return verdict
+            if key in self._ok:
+                self._ok.move_to_end(key)
+                return Verdict.OK
+            if key in self._denied:
+                self._denied.move_to_end(key)
+                return Verdict.DENIED
+        if not self._bucket.take():
+            return Verdict.THROTTLED
         try:
-            verdict = bcrypt.checkpw(password.encode(), hashed) and known
+            ok = bcrypt.checkpw(password.encode(), hashed) and known
         except ValueError:  # a password longer than bcrypt's 72 bytes
-            verdict = False
+            ok = False
+        cache, size = (self._ok, self._sizes[0]) if ok else (self._denied, self._sizes[1])
         with self._lock:
-            self._cache[key] = verdict
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return verdict
+            cache[key] = None
+            while len(cache) > size:
+                cache.popitem(last=False)
+        return Verdict.OK if ok else Verdict.DENIED
 
-    def authorized(self, header: str | None) -> bool:
-        """True if ``header`` (the ``Authorization`` request header) carries valid credentials."""
+    def check(self, user: str, password: str) -> bool:
+        """True if ``user:password`` is valid (False also when the check was throttled)."""
+        return self.verify(user, password) is Verdict.OK
+
+    def verdict(self, header: str | None) -> Verdict:
+        """The verdict on ``header`` (the ``Authorization`` request header)."""
         import base64
         import binascii
 
-        if not header or not header[:6].lower() == "basic ":
-            return False
+        if not header or header[:6].lower() != "basic ":
+            return Verdict.MISSING
         try:
             user, sep, password = base64.b64decode(header[6:].strip(), validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
-            return False
-        return bool(sep) and self.check(user, password)
+            return Verdict.DENIED
+        return self.verify(user, password) if sep else Verdict.DENIED
+
+    def authorized(self, header: str | None) -> bool:
+        """True if ``header`` (the ``Authorization`` request header) carries valid credentials."""
+        return self.verdict(header) is Verdict.OK
 
 
 @dataclass(frozen=True)
@@ -126,10 +187,23 @@ class WebConfig:
     auth: BasicAuth | None = None
     headers: tuple[tuple[str, str], ...] = ()
     allowed_sans: frozenset[str] = field(default_factory=frozenset)
+    files: tuple[str, ...] = ()  # the file and those it names: a change of any is a reason to read it again
 
     @property
     def scheme(self) -> str:
         return "https" if self.tls is not None else "http"
+
+    def stamp(self) -> tuple:
+        """What changes when one of :attr:`files` is written, replaced or removed."""
+        out: list[tuple[int, ...] | None] = []
+        for name in self.files:
+            try:
+                st = os.stat(name)
+            except OSError:
+                out.append(None)
+                continue
+            out.append((st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns))
+        return tuple(out)
 
     def san_allowed(self, peer_cert: dict[str, Any] | None) -> bool:
         """The toolkit's ``client_allowed_sans``: a verified client must present one of these SANs."""
@@ -158,7 +232,7 @@ def _file(base: Path, where: str, value: object) -> str:
     return str(path)
 
 
-def _tls_context(tls: Mapping[str, Any], base: Path) -> tuple[ssl.SSLContext, frozenset[str]]:
+def _tls_context(tls: Mapping[str, Any], base: Path) -> tuple[ssl.SSLContext, frozenset[str], tuple[str, ...]]:
     unknown = set(tls) - _TLS_KEYS
     if unknown:
         raise ConfigurationError(f"web config: unknown tls_server_config option(s) {sorted(unknown)}")
@@ -194,6 +268,7 @@ def _tls_context(tls: Mapping[str, Any], base: Path) -> tuple[ssl.SSLContext, fr
     if ca and auth_type == "NoClientCert":
         raise ConfigurationError("web config: client_ca_file is set but client_auth_type is NoClientCert; set "
                                  "client_auth_type (e.g. RequireAndVerifyClientCert)")
+    ca_path = ""
     if auth_type != "NoClientCert":
         if not ca:
             raise ConfigurationError(f"web config: client_auth_type {auth_type!r} needs client_ca_file")
@@ -202,6 +277,7 @@ def _tls_context(tls: Mapping[str, Any], base: Path) -> tuple[ssl.SSLContext, fr
             ctx.load_verify_locations(cafile=ca_path)
         except ssl.SSLError as exc:
             raise ConfigurationError(f"web config: cannot load client_ca_file {ca_path!r}: {exc}") from exc
+    files = (cert, key) if auth_type == "NoClientCert" else (cert, key, ca_path)
     ctx.verify_mode = _CLIENT_AUTH[auth_type]
     suites = tls.get("cipher_suites")
     if suites:
@@ -215,7 +291,7 @@ def _tls_context(tls: Mapping[str, Any], base: Path) -> tuple[ssl.SSLContext, fr
         raise ConfigurationError(f"web config: client_allowed_sans must be a list of names, got {sans!r}")
     if sans and auth_type == "NoClientCert":
         raise ConfigurationError("web config: client_allowed_sans needs a client_auth_type that verifies clients")
-    return ctx, frozenset(sans)
+    return ctx, frozenset(sans), files
 
 
 def _users(users: Mapping[str, Any]) -> dict[str, bytes]:
@@ -241,7 +317,7 @@ def load_web_config(path: str | os.PathLike) -> WebConfig:
         raise ConfigurationError(f"web config {str(file)!r}: unknown section(s) {sorted(unknown)}")
     base = file.parent
     tls_section = _mapping("tls_server_config", doc.get("tls_server_config"))
-    tls, sans = _tls_context(tls_section, base) if tls_section else (None, frozenset())
+    tls, sans, files = _tls_context(tls_section, base) if tls_section else (None, frozenset(), ())
     http = _mapping("http_server_config", doc.get("http_server_config"))
     unknown_http = set(http) - {"http2", "headers"}
     if unknown_http:
@@ -258,4 +334,5 @@ def load_web_config(path: str | os.PathLike) -> WebConfig:
             raise ConfigurationError("web config basic_auth_users needs bcrypt: pip install 'rl-otel[security]'") \
                 from exc
     return WebConfig(path=str(file), tls=tls, auth=BasicAuth(users) if users else None,
-                     headers=tuple((k, str(v)) for k, v in headers.items()), allowed_sans=sans)
+                     headers=tuple((k, str(v)) for k, v in headers.items()), allowed_sans=sans,
+                     files=(str(file), *files))

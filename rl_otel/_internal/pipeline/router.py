@@ -3,6 +3,10 @@
 A fallback name is refused when it would collide - with a name the catalog exposes, or with the fallback of
 another key that sanitizes to the same name - and once ``max_unknown_keys`` fallbacks exist. Resolutions are
 cached (bounded), so the per-step cost is one dict lookup per key. Thread-safe.
+
+A key is resolved as UTF-8 can write it: a lone surrogate (``os.fsdecode`` of a non-UTF-8 file name) is escaped
+first (:func:`~rl_otel.catalog.naming.encodable`), so no label value or description built from it can fail the
+scrape's encoding; the key as logged is still what the cache and the trackers see.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import threading
 from dataclasses import dataclass
 
 from rl_otel.catalog import Catalog, MetricSpec, Resolution
+from rl_otel.catalog.naming import encodable
 
 _CACHE_LIMIT = 100_000
 
@@ -48,7 +53,7 @@ class Router:
         with self._lock:
             found = self._cache.get(key)
             if found is None:
-                found = self._decide(self._catalog.resolve(key))
+                found = self._decide(self._catalog.resolve(encodable(key)))
                 if len(self._cache) < _CACHE_LIMIT:
                     self._cache[key] = found
         return found
@@ -58,10 +63,11 @@ class Router:
         catalog entry claims no fallback name (a ``None`` value has no series to make)."""
         found = self._cache.get(key)
         if found is not None:
-            return found if found.__class__ is Route else None
-        res = self._catalog.resolve(key)
+            return found if isinstance(found, Route) else None
+        res = self._catalog.resolve(encodable(key))
         if res.known:
-            return self.route(key)
+            found = self.route(key)
+            return found if isinstance(found, Route) else None
         with self._lock:
             owned = self._fallback_owner.get(res.spec.name) == res.key
         return Route(res.spec, (), False) if owned else None
@@ -78,7 +84,7 @@ class Router:
         if self._catalog.exposes(name) or any(self._catalog.exposes(name + s) for s in ("_bucket", "_sum", "_count")):
             return Refusal("collision", name, f"key {res.key!r} sanitizes to {name!r}, a name of the catalog")
         if len(self._fallback_owner) >= self._max_unknown:
-            return Refusal("unknown_key_cap", "unknown_keys", f"key {res.key!r} is past the cap of {self._max_unknown} keys "
-                                              "without a catalog entry")
+            return Refusal("unknown_key_cap", "unknown_keys",
+                           f"key {res.key!r} is past the cap of {self._max_unknown} keys without a catalog entry")
         self._fallback_owner[name] = res.key
         return Route(res.spec, (), False)
