@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from rl_otel.catalog import Catalog, MetricSpec, Resolution
 from rl_otel.catalog.naming import encodable
 
-_CACHE_LIMIT = 100_000
+_CACHE_LIMIT = 100_000  # keys remembered...
+_CACHE_CHARS = 16 * 2**20  # ...and their characters: 115k keys of 2 kB would otherwise hold ~0.5 GiB
+MAX_KEY_CHARS = 1_024  # a longer key is no metric name (it is a bug or an attack): refused at once, not resolved
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class Route:
 class Refusal:
     """Why a key's value cannot reach Prometheus (the trackers still get it: they take every key as logged)."""
 
-    reason: str  # "collision" | "unknown_key_cap"
+    reason: str  # "collision" | "unknown_key_cap" | "key_too_long"
     metric: str  # the name counted in rl_telemetry_dropped_series_total{metric=...}
     detail: str
 
@@ -45,17 +47,22 @@ class Router:
         self._cache: dict[str, Route | Refusal] = {}
         self._fallback_owner: dict[str, str] = {}  # fallback metric name -> the key that claimed it
         self._lock = threading.Lock()
+        self._cached_chars = 0
 
     def route(self, key: str) -> Route | Refusal:
         found = self._cache.get(key)
         if found is not None:
             return found
+        if len(key) > MAX_KEY_CHARS:  # matching a 1 MB key against the templates took 1.7 s
+            return Refusal("key_too_long", "key_too_long", f"a key of {len(key)} characters (more than "
+                                                         f"{MAX_KEY_CHARS}: {key[:60]!r}...)")
         with self._lock:
             found = self._cache.get(key)
             if found is None:
                 found = self._decide(self._catalog.resolve(encodable(key)))
-                if len(self._cache) < _CACHE_LIMIT:
+                if len(self._cache) < _CACHE_LIMIT and self._cached_chars + len(key) <= _CACHE_CHARS:
                     self._cache[key] = found
+                    self._cached_chars += len(key)
         return found
 
     def existing(self, key: str) -> Route | None:
@@ -64,6 +71,8 @@ class Router:
         found = self._cache.get(key)
         if found is not None:
             return found if isinstance(found, Route) else None
+        if len(key) > MAX_KEY_CHARS:
+            return None
         res = self._catalog.resolve(encodable(key))
         if res.known:
             found = self.route(key)
