@@ -160,29 +160,43 @@ class SeriesStore:
         does not decrease, a histogram does not take the older step's values): the step of a series' value never
         goes back. ``step=None`` always writes."""
         now = time.time_ns()
-        dropped_non_finite = []
         with self._lock:
             self._version += 1
-            for spec, labels, value in items:
-                point = self._point(spec, labels, expires)
-                if point is None:
-                    continue
-                if step is not None:
-                    if point[2] is not None and step < point[2]:
-                        continue
-                    point[2] = step
-                if spec.kind is Kind.HISTOGRAM:
-                    if point[0] is None:
-                        point[0] = BulkHistogram(spec.buckets)
-                    left_out = point[0].add(value)
-                    if left_out:
-                        dropped_non_finite.append((spec, left_out))
-                else:
-                    point[0] = value
-                point[1] = now
+            dropped_non_finite = self._put(items, expires, step, now)
         if self._capped:
             self._report_capped()
         return dropped_non_finite
+
+    def _put(self, items: Iterable[tuple[MetricSpec, Labels, object]], expires: bool, step: int | None,
+             now: int) -> list[tuple[MetricSpec, int]]:
+        """The item loop of :meth:`write` and :meth:`write_step` (the caller holds the lock)."""
+        dropped_non_finite = []
+        for spec, labels, value in items:
+            point = self._point(spec, labels, expires)
+            if point is None:
+                continue
+            if step is not None:
+                if point[2] is not None and step < point[2]:
+                    continue
+                point[2] = step
+            if spec.kind is Kind.HISTOGRAM:
+                if point[0] is None:
+                    point[0] = BulkHistogram(spec.buckets)
+                left_out = point[0].add(value)
+                if left_out:
+                    dropped_non_finite.append((spec, left_out))
+            else:
+                point[0] = value
+            point[1] = now
+        return dropped_non_finite
+
+    def _mark(self, marks: Iterable[tuple[MetricSpec, float, bool]], step: int, now: int) -> None:
+        """Write the unlabelled, never-expiring ``(spec, value, keep_newest)`` marks of a step (lock held)."""
+        for spec, value, keep_newest in marks:
+            point = self._point(spec, (), False)
+            if point is None or (keep_newest and point[2] is not None and step < point[2]):
+                continue
+            point[0], point[1], point[2] = value, now, step
 
     def write_step(self, items: Iterable[tuple[MetricSpec, Labels, object]], gone: Iterable[tuple[MetricSpec, Labels]],
                    *, step: int, marks: Iterable[tuple[MetricSpec, float, bool]]) -> list[tuple[MetricSpec, int]]:
@@ -191,32 +205,14 @@ class SeriesStore:
         the unlabelled ``marks`` - ``(spec, value, keep_newest)``: ``rl_step`` (its value never goes back) and the
         step's timestamp (always written) - which never expire."""
         now = time.time_ns()
-        dropped_non_finite = []
         with self._lock:
             self._version += 1
-            for spec, labels, value in items:
-                point = self._point(spec, labels, True)
-                if point is None or (point[2] is not None and step < point[2]):
-                    continue
-                point[2] = step
-                if spec.kind is Kind.HISTOGRAM:
-                    if point[0] is None:
-                        point[0] = BulkHistogram(spec.buckets)
-                    left_out = point[0].add(value)
-                    if left_out:
-                        dropped_non_finite.append((spec, left_out))
-                else:
-                    point[0] = value
-                point[1] = now
+            dropped_non_finite = self._put(items, True, step, now)
             for spec, labels in gone:
                 fam = self._families.get(spec.name)
                 if fam is not None and fam.points.pop(labels, None) is not None:
                     self._structure += 1
-            for spec, value, keep_newest in marks:
-                point = self._point(spec, (), False)
-                if point is None or (keep_newest and point[2] is not None and step < point[2]):
-                    continue
-                point[0], point[1], point[2] = value, now, step
+            self._mark(marks, step, now)
         if self._capped:
             self._report_capped()
         return dropped_non_finite
@@ -266,11 +262,8 @@ class SeriesStore:
                         point[0] = value
                         point[1] = now
                         point[2] = step
-            for spec, value, keep_newest in marks:
-                mark = self._point(spec, (), False)
-                if mark is None or (keep_newest and mark[2] is not None and step < mark[2]):
-                    continue
-                mark[0], mark[1], mark[2] = value, now, step
+            if step is not None:
+                self._mark(marks, step, now)
         return True
 
     def increment(self, spec: MetricSpec, labels: tuple[tuple[str, str], ...], amount: float = 1.0) -> None:
