@@ -26,7 +26,7 @@ import rl_otel
 from rl_otel._internal.exporters import prometheus as prom
 from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.exporters.server import Governor, Limits
-from rl_otel._internal.exporters.webconfig import UNCACHED_BURST, BasicAuth, TokenBucket, Verdict
+from rl_otel._internal.exporters.webconfig import UNCACHED_BURST, UNCACHED_CHECKS_PER_S, BasicAuth, TokenBucket, Verdict
 from rl_otel._internal.pipeline.store import SeriesStore
 from rl_otel.catalog import default_catalog, meta
 from tests.certs import make_pki
@@ -226,7 +226,7 @@ def test_new_wrong_passwords_cost_a_bounded_number_of_bcrypt_checks(tmp_path, mo
         statuses = [status_of(tel.metrics_url, auth(f"guess-{i}")) for i in range(40)]
         elapsed = time.monotonic() - t0
         assert set(statuses) == {401, 429}
-        assert len(calls) <= UNCACHED_BURST + 1 + elapsed * 0.5
+        assert len(calls) <= UNCACHED_BURST + 1 + elapsed * UNCACHED_CHECKS_PER_S
         assert status_of(tel.metrics_url, auth(PASSWORD)) == 200  # verified credentials stay cached
         assert errors(tel, "auth_failed") == statuses.count(401)
         assert errors(tel, "auth_throttled") == statuses.count(429)
@@ -444,19 +444,16 @@ def test_the_cpu_governor_pauses_in_debt_and_refills():
 # ---- close()
 
 
-def test_close_returns_without_waiting_for_a_poll():
-    """socketserver's ``shutdown()`` waits for its 0.5 s poll (right after start, all of it); the endpoint wakes
-    its loop instead. The bound is half that poll, ~100x the time it takes."""
-    times = []
+def test_close_stops_serving_and_frees_the_port():
+    """close() wakes the endpoint's loop (socketserver's shutdown() waited for its 0.5 s poll; how long close()
+    takes is measured by benchmarks/bench_lifecycle.py, not asserted here): after it the port refuses."""
     for _ in range(3):
         registry = ScrapeRegistry(on_duplicate=lambda name: None)
         endpoint = ScrapeEndpoint(registry, "127.0.0.1", 0)
-        t0 = time.perf_counter()
+        assert urllib.request.urlopen(endpoint.url, timeout=30).status == 200
         endpoint.close()
-        times.append(time.perf_counter() - t0)
         with pytest.raises(OSError):
             urllib.request.urlopen(endpoint.url, timeout=5)
-    assert sorted(times)[1] < 0.25, times
 
 
 def test_close_in_a_forked_child_releases_only_its_copies(endpoint_of):

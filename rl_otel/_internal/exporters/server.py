@@ -68,7 +68,7 @@ class Limits:
     header_timeout_s: float = 10.0  # from the connection (or a request's first byte) to the end of its head
     idle_timeout_s: float = 60.0  # a keep-alive connection between requests
     write_timeout_s: float = 10.0  # a response making no progress
-    cpu_share: float = 0.05  # of one core, on average, for both threads
+    cpu_share: float = 0.04  # of one core, on average, for both threads
     cpu_burst_s: float = 0.1
     backlog: int = 1024  # capped by the kernel's somaxconn
     config_check_s: float = 1.0

@@ -69,7 +69,7 @@ _TLS_KEYS = {"cert_file", "key_file", "cert", "key", "client_auth_type", "client
 # (the toolkit does the same): the response time does not tell which user names exist.
 _DUMMY_HASH = b"$2b$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi"
 # bcrypt holds the GIL for its whole check (~65 ms at cost 10): checks of credentials not seen before are rationed
-UNCACHED_CHECKS_PER_S = 0.5
+UNCACHED_CHECKS_PER_S = 0.2
 UNCACHED_BURST = 4
 _DIGEST_KEY = os.urandom(32)  # per process: a cached digest is no offline-crackable hash of a password
 
