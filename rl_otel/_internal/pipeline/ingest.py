@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -154,23 +154,10 @@ class Pipeline:
     def ingest_flat(self, metrics: Mapping[str, object], step: int, timestamp: float, wait: bool = False) -> bool:
         """:meth:`ingest` for the common step, written as one vector (see the class); False, having done nothing,
         when the step is not of that kind (the caller then takes :meth:`ingest`)."""
-        keys = tuple(metrics)
-        values: tuple | list = tuple(metrics.values())
-        types = set(map(type, values))
-        if types != _FLOAT:
-            if not types <= _NUMBERS:
-                return False
-            try:
-                values = list(map(float, values))  # ints, numpy scalars: as the per-key path converts them
-            except (OverflowError, ValueError, TypeError):
-                return False
-        plan = self._plans.get(keys)
-        if plan is None:
-            plan = self._plan(keys)
-        if plan is _UNPLANNABLE:
+        planned = self._planned(metrics)
+        if planned is None:
             return False
-        scales = plan.scales
-        scaled = values if scales is None else [v * s for v, s in zip(values, scales)]  # noqa: B905
+        keys, plan, scaled = planned
         with self._stored_lock:
             current = self._stored is None or step >= self._stored
             if current:
@@ -195,19 +182,35 @@ class Pipeline:
     def _write_planned(self, metrics: Mapping[str, float]) -> bool:
         """A phase's keys (always the same set for a cluster and phase) as current values through a plan; False
         when they cannot take it (the caller writes them key by key)."""
-        keys = tuple(metrics)
-        plan = self._plans.get(keys)
-        if plan is None:
-            plan = self._plan(keys)
-        if plan is _UNPLANNABLE or set(map(type, metrics.values())) != _FLOAT:
+        planned = self._planned(metrics)
+        if planned is None:
             return False
-        values = tuple(metrics.values())
-        scales = plan.scales
-        scaled = values if scales is None else [v * s for v, s in zip(values, scales)]  # noqa: B905
+        keys, plan, scaled = planned
         if not self.store.write_points(plan.structure, plan.points, scaled, step=None, newest=True):
             self._plans.pop(keys, None)
             return False
         return True
+
+    def _planned(self, metrics: Mapping[str, object]) -> tuple[tuple, _Plan, Sequence[float]] | None:
+        """The key set's plan and its values in base units, for a flat mapping of numbers whose every key takes
+        the vector write; ``None`` otherwise (the caller takes the per-key path)."""
+        values: tuple | list = tuple(metrics.values())
+        types = set(map(type, values))
+        if types != _FLOAT:
+            if not types <= _NUMBERS:
+                return None
+            try:
+                values = list(map(float, values))  # ints, numpy scalars: as the per-key path converts them
+            except (OverflowError, ValueError, TypeError):
+                return None
+        keys = tuple(metrics)
+        plan = self._plans.get(keys)
+        if plan is None:
+            plan = self._plan(keys)
+        if plan is _UNPLANNABLE:
+            return None
+        scales = plan.scales
+        return keys, plan, values if scales is None else [v * s for v, s in zip(values, scales)]  # noqa: B905
 
     def _plan(self, keys: tuple) -> _Plan:
         plan = _UNPLANNABLE
