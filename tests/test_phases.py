@@ -394,3 +394,39 @@ def test_recording_is_decided_without_sdk_internals(tel, sdk_spans, monkeypatch)
     with tel.phase("actor_train", "train_step"):
         pass
     assert sdk_spans == []  # rl_otel's provider knows it got no processor: it asks nothing of the SDK
+
+
+def test_deferred_context_is_made_from_the_parent_current_at_entry(tel):
+    """Without a processor the span contexts are made when first read; they must still descend from the span
+    that was current when the phase began, not from whatever is current when they are read."""
+    provider = sdk_trace.TracerProvider()
+    tracer = provider.get_tracer("user")
+    with tracer.start_as_current_span("epoch") as epoch:
+        with tel.phase("actor_train", "train_step") as ph:
+            execute = trace.get_current_span()  # not read yet: only a handle
+    with tracer.start_as_current_span("unrelated"):  # read later, under another span
+        made = execute.get_span_context()
+        carrier = ph.carrier()
+    assert made.trace_id == epoch.get_span_context().trace_id
+    assert TRACEPARENT.match(carrier["traceparent"]).groups() == (f"{made.trace_id:032x}", f"{made.span_id:016x}")
+
+
+def test_deferred_context_is_one_context_for_every_reader(tel):
+    """Threads reading a phase's context at once all get the same IDs (one is drawn, never two)."""
+    import threading
+
+    with tel.phase("actor_train", "train_step"):
+        execute = trace.get_current_span()
+    barrier, got = threading.Barrier(8), []
+
+    def read() -> None:
+        barrier.wait()
+        got.append(execute.get_span_context())
+
+    threads = [threading.Thread(target=read) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 8 and len({(c.trace_id, c.span_id) for c in got}) == 1 and got[0].is_valid
+    assert repr(execute) == f"NonRecordingSpan({got[0]!r})"

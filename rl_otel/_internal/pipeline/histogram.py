@@ -84,8 +84,10 @@ class BulkHistogram:
         self.counts[bisect_left(self._bound_list, value)] += 1  # bisect_left: searchsorted(side="left")
         self.sum += value
         self.count += 1
-        self.min = min(self.min, value)
-        self.max = max(self.max, value)
+        if value < self.min:  # comparisons, not min()/max(): this runs four times per phase
+            self.min = value
+        if value > self.max:
+            self.max = value
         return 0
 
     def merge(self, bucketed: BucketCounts) -> int:

@@ -94,6 +94,7 @@ class Pipeline:
         self._stored: int | None = None  # the highest step stored: a step below it is history
         self._history_noted = False
         self._plans: dict[tuple, _Plan] = {}
+        self._phase_series: dict[tuple[str, ...], list[tuple]] = {}  # (cluster, phase, parts...) -> items
 
     @property
     def step(self) -> int | None:
@@ -242,8 +243,15 @@ class Pipeline:
         ``rl_phase_duration_seconds`` per part."""
         if not self._write_planned(metrics):
             self.write_current(metrics.items())
-        self.store.write([(live.PHASE_DURATION, (("cluster", cluster), ("phase", phase), ("part", part)), seconds)
-                          for part, seconds in durations.items()])
+        series = self._phase_series.get((cluster, phase, *durations))
+        if series is None:  # the labels of a phase's parts, made once
+            if len(self._phase_series) >= _PLAN_LIMIT:
+                self._phase_series.clear()
+            series = self._phase_series[(cluster, phase, *durations)] = [
+                (live.PHASE_DURATION, (("cluster", cluster), ("phase", phase), ("part", part)))
+                for part in durations]
+        self.store.write([(spec, labels, seconds)  # one item per part: the key holds the parts, in order
+                          for (spec, labels), seconds in zip(series, durations.values(), strict=True)])
         self.phases.add(metrics)
 
     def prepare(self, pairs: Pairs, *, mirror: bool = False) -> tuple[list, list, dict[str, Any] | None]:

@@ -108,19 +108,41 @@ class Phase:
     def __enter__(self) -> Phase:
         self._t0 = perf_counter()
         rt, infix, m = self._rt, self.infix, self.metrics
-        self._guard(self._start_root)
-        self._guard(rt.gpu.reset_peaks)
-        self._guard(rt.gpu.snapshot, infix, "start/offload", m)
+        gpu = rt.gpu
+        # the telemetry side in a few try blocks, not a guarded call each: this runs at every phase
+        try:
+            self._start_root()
+        except Exception:
+            self._fail("start_span")
+        try:
+            gpu.reset_peaks()
+            gpu.snapshot(infix, "start/offload", m)
+        except Exception:
+            self._fail("gpu_snapshot")
         span = self._child("onload") if self._recording else None
         if self._onload is not None:
             self._call_user(self._onload, span)
-        self._guard(rt.gpu.snapshot, infix, "start/onload", m)
-        self._guard(rt.cpu.snapshot, infix, "start", m)
+        try:
+            gpu.snapshot(infix, "start/onload", m)
+        except Exception:
+            self._fail("gpu_snapshot")
+        try:
+            rt.cpu.snapshot(infix, "start", m)
+        except Exception:
+            self._fail("cpu_snapshot")
         self._t_onloaded = perf_counter()
-        self._end(span)
-        self._span = self._child("execute") if self._recording else self._context_only("execute")
-        if self._span is not None:
-            self._token = self._guard(otel_context.attach, trace.set_span_in_context(self._span, self._root_ctx))
+        if span is not None:
+            self._end(span)
+        try:
+            root_ctx = self._root_ctx
+            if self._recording:
+                self._span = rt.tracer.tracer.start_span("execute", context=root_ctx, attributes=self._attrs)
+            elif self._root is not None:
+                self._span = rt.tracer.context_only("execute", root_ctx)
+            if self._span is not None:
+                self._token = otel_context.attach(trace.set_span_in_context(self._span, root_ctx))
+        except Exception:
+            self._fail("execute")
         self._t_exec = perf_counter()
         return self
 
@@ -129,28 +151,45 @@ class Phase:
         t_executed = perf_counter()
         if self._token is not None:
             self._guard(otel_context.detach, self._token)
+        recording = self._recording
         if exc is not None:
             self._error(self._span, exc)
             self._end(self._span)
             self._error(self._root, exc)
             self._end(self._root)
             return
-        self._end(self._span)
+        if recording:
+            self._end(self._span)
         rt, infix, m = self._rt, self.infix, self.metrics
-        span = self._child("offload") if self._recording else None
-        self._guard(rt.gpu.snapshot, infix, "end/onload", m, with_frac=True)
+        gpu = rt.gpu
+        span = self._child("offload") if recording else None
+        try:
+            gpu.snapshot(infix, "end/onload", m, with_frac=True)
+        except Exception:
+            self._fail("gpu_snapshot")
         if self._offload is not None:
             self._call_user(self._offload, span)
-        self._guard(rt.gpu.snapshot, infix, "end/offload", m)
-        self._guard(rt.cpu.snapshot, infix, "end", m)
+        try:
+            gpu.snapshot(infix, "end/offload", m)
+        except Exception:
+            self._fail("gpu_snapshot")
+        try:
+            rt.cpu.snapshot(infix, "end", m)
+        except Exception:
+            self._fail("cpu_snapshot")
         t_end = perf_counter()
-        self._end(span)
+        if span is not None:
+            self._end(span)
         durations = {"total": t_end - self._t0, "execute": t_executed - self._t_exec,
                      "onload": self._t_onloaded - self._t0, "offload": t_end - t_executed}
-        for part in PARTS:
-            m[f"time/{infix}/{part}"] = durations[part]
-        self._guard(rt.record, self.cluster, self.phase, m, durations)
-        self._end(self._root)
+        m[f"time/{infix}/total"], m[f"time/{infix}/execute"] = durations["total"], durations["execute"]
+        m[f"time/{infix}/onload"], m[f"time/{infix}/offload"] = durations["onload"], durations["offload"]
+        try:
+            rt.record(self.cluster, self.phase, m, durations)
+        except Exception:
+            self._fail("record")
+        if recording:
+            self._end(self._root)
 
     # -- helpers: the telemetry side never raises ---------------------------------------------------------
 
@@ -163,8 +202,8 @@ class Phase:
                      "step": self._step if self._step is not None else self._rt.next_step()}
             self._attrs = attrs
             self._root = tracer.tracer.start_span(self.infix, context=parent, attributes=attrs)
-        else:
-            self._root = tracer.context_only(self.infix, parent)
+        else:  # the parent is read now: the deferred IDs must not depend on what is current when they are made
+            self._root = tracer.context_only(self.infix, parent if parent is not None else otel_context.get_current())
         self._root_ctx = trace.set_span_in_context(self._root, parent)
 
     def _child(self, name: str) -> Span | None:

@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, Tracer, TracerP
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import (
+    INVALID_SPAN_CONTEXT,
     INVALID_SPAN_ID,
     INVALID_TRACE_ID,
     NonRecordingSpan,
@@ -142,10 +143,15 @@ class PhaseTracer:
         provider = self._provider
         return not self._sdk or not isinstance(provider, OwnTracerProvider) or provider.has_span_processor
 
-    def context_only(self, name: str, context: Context | None) -> Span:
+    def context_only(self, name: str, context: Context) -> Span:
         """What ``tracer.start_span(name, context)`` would return, less the recording: a :class:`NonRecordingSpan`
         whose context has the same trace ID (the parent's or a new random one), a new random span ID, the
-        sampler's flags and trace state."""
+        sampler's flags and trace state. The IDs are drawn and the sampler asked when the context is first read
+        (:class:`DeferredSpan`): most phases' contexts are never read."""
+        return DeferredSpan(self, name, context)
+
+    def span_context(self, name: str, context: Context) -> SpanContext:
+        """The span context ``tracer.start_span(name, context)`` would give its span."""
         tracer = self.tracer
         ids = tracer.id_generator
         parent = get_current_span(context).get_span_context()
@@ -157,5 +163,35 @@ class PhaseTracer:
         flags = TraceFlags.SAMPLED if sampled.decision.is_sampled() else TraceFlags.DEFAULT
         if random_id:
             flags |= TraceFlags.RANDOM_TRACE_ID
-        return NonRecordingSpan(SpanContext(trace_id, ids.generate_span_id(), is_remote=False,
-                                            trace_flags=TraceFlags(flags), trace_state=sampled.trace_state))
+        return SpanContext(trace_id, ids.generate_span_id(), is_remote=False, trace_flags=TraceFlags(flags),
+                           trace_state=sampled.trace_state)
+
+
+_MAKING = threading.RLock()  # a child's context reads its parent's (another DeferredSpan) while making its own
+
+
+class DeferredSpan(NonRecordingSpan):
+    """A :class:`NonRecordingSpan` whose span context is made the first time something reads it: by
+    ``Phase.carrier()``, by a span started inside the block (its parent), by ``get_current_span()`` in user code.
+    A phase nobody reads (the common case without tracing) then costs no ID, no sampler call. The context it
+    is made from (the parent) is the one given at creation, so it is the same whenever it is read; every reader,
+    on any thread, gets the same IDs."""
+
+    def __init__(self, tracer: PhaseTracer, name: str, context: Context) -> None:
+        super().__init__(INVALID_SPAN_CONTEXT)
+        self._made: SpanContext | None = None
+        self._recipe: tuple[PhaseTracer, str, Context] | None = (tracer, name, context)
+
+    def get_span_context(self) -> SpanContext:
+        made = self._made
+        if made is None:
+            with _MAKING:  # two threads reading at once must not draw two different IDs
+                made = self._made
+                if made is None:
+                    tracer, name, context = cast("tuple[PhaseTracer, str, Context]", self._recipe)
+                    made = self._made = self._context = tracer.span_context(name, context)
+                    self._recipe = None  # the parent context is not kept alive past this
+        return made
+
+    def __repr__(self) -> str:
+        return f"NonRecordingSpan({self.get_span_context()!r})"
