@@ -356,9 +356,10 @@ class Telemetry:
             return
         future.set_result(metrics)
 
-    def _settle(self) -> None:
+    def _settle(self) -> None:  # before every read of the store: the submitted jobs, then the phases ended
         if self._worker.pending:
             self._worker.flush(_SETTLE_S)
+        self._pipeline.write_phases()
 
     def _internal_error(self, what: str) -> None:
         """A bug in ``log()``/``submit()`` itself: the step is dropped, counted and logged once with its

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ from rl_otel._internal.pipeline.values import BadKey, BadValue, as_histogram, co
 from rl_otel.catalog import Kind, live, meta
 
 _log = logging.getLogger("rl_otel")
+_UNWRITTEN_LIMIT = 64  # phases recorded before the training thread writes them itself (nobody reads the store)
 _PLAN_LIMIT = 64  # key sets remembered (a training loop logs a handful: train steps, eval steps, phases)
 Mirror = Callable[[dict[str, Any], int, bool], None]  # (metrics as logged, step, wait): the trackers' bridge
 Pairs = Iterable[tuple[str, object]]
@@ -95,6 +97,8 @@ class Pipeline:
         self._history_noted = False
         self._plans: dict[tuple, _Plan] = {}
         self._phase_series: dict[tuple[str, ...], list[tuple]] = {}  # (cluster, phase, parts...) -> items
+        self._unwritten: deque[tuple[str, str, dict[str, float], dict[str, float]]] = deque()  # record_phase
+        self._phase_lock = threading.Lock()
 
     @property
     def step(self) -> int | None:
@@ -129,6 +133,7 @@ class Pipeline:
         """Store one step's ``(key, value)`` pairs and hand them to the trackers with the phases finished since
         the last step (``phases``: taken when the step was logged; ``None``: take them now). A step below the
         highest one stored is history: it sets no series back and removes none."""
+        self.write_phases()  # the phases that ended before this step are written before it
         mirror = self.mirror
         items, gone, mirrored = self.prepare(pairs, mirror=mirror is not None)
         with self._stored_lock:
@@ -155,6 +160,7 @@ class Pipeline:
     def ingest_flat(self, metrics: Mapping[str, object], step: int, timestamp: float, wait: bool = False) -> bool:
         """:meth:`ingest` for the common step, written as one vector (see the class); False, having done nothing,
         when the step is not of that kind (the caller then takes :meth:`ingest`)."""
+        self.write_phases()
         planned = self._planned(metrics)
         if planned is None:
             return False
@@ -239,8 +245,34 @@ class Pipeline:
             self.store.delete(spec, labels)
 
     def record_phase(self, cluster: str, phase: str, metrics: dict[str, float], durations: dict[str, float]) -> None:
-        """A finished phase: its ROLL keys in the store now and in the trackers with the next step, and
-        ``rl_phase_duration_seconds`` per part."""
+        """A finished phase: its ROLL keys for the trackers with the next step, and for the store - with
+        ``rl_phase_duration_seconds`` per part - at the next read or write of the store (:meth:`write_phases`).
+
+        The store's side waits because the training thread is the one place where time is the user's: after a
+        phase's body (a wait on the GPU) the store's code runs on a cold CPU, for ~10x its warm cost. Every reader
+        (a scrape, an OTLP export, ``tel.value()``) settles the store first, and every step written through the
+        pipeline writes the phases before it, so what anyone reads and the order of the writes are as if the
+        phase had been written at once; with no reader, at most ``_UNWRITTEN_LIMIT`` phases wait."""
+        self.phases.add(metrics)
+        unwritten = self._unwritten
+        unwritten.append((cluster, phase, dict(metrics), durations))  # a copy: Phase.metrics is the user's
+        if len(unwritten) >= _UNWRITTEN_LIMIT:
+            self.write_phases()
+
+    def write_phases(self) -> None:
+        """Write the phases recorded and not yet written into the store, in order (any thread; never raises)."""
+        if not self._unwritten:
+            return
+        with self._phase_lock:  # one writer at a time, so phases land in the order they ended
+            unwritten = self._unwritten
+            while unwritten:
+                cluster, phase, metrics, durations = unwritten.popleft()
+                try:
+                    self._write_phase(cluster, phase, metrics, durations)
+                except Exception:  # one phase's failure is counted; the others are written
+                    self.diagnostics.count("phase", "internal")
+
+    def _write_phase(self, cluster: str, phase: str, metrics: dict[str, float], durations: dict[str, float]) -> None:
         if not self._write_planned(metrics):
             self.write_current(metrics.items())
         series = self._phase_series.get((cluster, phase, *durations))
@@ -252,7 +284,6 @@ class Pipeline:
                 for part in durations]
         self.store.write([(spec, labels, seconds)  # one item per part: the key holds the parts, in order
                           for (spec, labels), seconds in zip(series, durations.values(), strict=True)])
-        self.phases.add(metrics)
 
     def prepare(self, pairs: Pairs, *, mirror: bool = False) -> tuple[list, list, dict[str, Any] | None]:
         """Split ``(key, value)`` pairs into the two views of a step. With ``mirror``, what the trackers get: every

@@ -8,7 +8,8 @@ snapshots and the load, ``offload`` the end snapshots and the offload, ``total``
 
 Cost: when the Telemetry's TracerProvider has no span processor (the default, no ``tracing=``), no SDK span is
 built - spans nobody receives were most of a phase's cost. The root and ``execute`` then exist as span contexts
-only (valid IDs: ``carrier()`` and user spans inside the block parent under them as before); ``onload`` and
+only (valid IDs: ``carrier()`` and user spans inside the block parent under them as before), and those are made
+when first read (``DeferredSpan``: no ID is drawn, no sampler asked, for a phase nobody reads); ``onload`` and
 ``offload`` are skipped. A processor added later records the next phase's four spans.
 
 Errors: the user's ``onload``/``offload`` and the body are the user's code - their exceptions propagate, the

@@ -1,0 +1,63 @@
+"""A phase's store writes wait for the next read or write of the store (``Pipeline.write_phases``): what a scrape
+or ``tel.value()`` sees, and the order of writes, are as if the phase had been written when it ended; with nobody
+reading, the phases waiting stay bounded."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import rl_otel
+from tests.promtools import samples, scrape
+
+KEY = "time/actor_train/train_step/total"
+SERIES = "rl_phase_last_duration_seconds"
+
+
+def _served_total(tel) -> float:
+    got = {dict(labels).get("part"): value for labels, value in samples(scrape(tel.metrics_url), SERIES).items()
+           if dict(labels).get("cluster") == "actor_train"}
+    return got["total"]
+
+
+def test_a_phase_is_served_at_the_next_scrape_and_read():
+    with rl_otel.init(run="w", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False) as tel:
+        with tel.phase("actor_train", "train_step") as ph:
+            pass
+        total = ph.metrics[KEY]
+        assert tel.value(KEY) == total  # the read settles the store first
+        assert _served_total(tel) == total
+        count = {dict(k).get("part"): v for k, v in
+                 samples(scrape(tel.metrics_url), "rl_phase_duration_seconds_count").items()}
+        assert count["total"] == 1.0
+
+
+def test_writes_keep_their_order_across_phases_and_steps():
+    with rl_otel.init(run="w", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False) as tel:
+        with tel.phase("actor_train", "train_step"):
+            pass
+        tel.log({KEY: 123.0}, step=0)  # logged after the phase ended: the log's value is the last one
+        assert _served_total(tel) == 123.0
+        with tel.phase("actor_train", "train_step") as ph:  # and a phase after the step wins over it
+            pass
+        assert _served_total(tel) == ph.metrics[KEY] != 123.0
+
+
+def test_phases_nobody_reads_do_not_pile_up():
+    with rl_otel.init(run="w", prometheus=False, handle_sigterm=False) as tel:
+        for _ in range(100):  # warm: series, plans, caches
+            with tel.phase("actor_train", "train_step"):
+                pass
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for _ in range(3000):
+                with tel.phase("actor_train", "train_step"):
+                    pass
+                tel.take_phase_metrics()
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        # each waiting phase holds a dict of its keys (~1.5 KB): 3,000 unbounded would be ~4 MB
+        assert grown < 400_000, grown
