@@ -15,6 +15,12 @@ job pays once, imports included):
   ``shutdown()`` waits for its 0.5 s poll).
 
 The figures are the medians over rounds; the ratios the medians of the per-round ratios. Targets: 50 ms each.
+
+For information (no target), a third fresh process per round times the first ``phase()`` after ``init()``
+against a later one: the first builds the Telemetry's SDK TracerProvider (its imports, the SDK ``Resource``
+that ``init()`` no longer builds). A full garbage collection runs before it (``gc.collect()``): in a process
+holding torch's objects the first allocation-heavy moment after ``init()`` sets one off (~80 ms, whatever
+allocates), which is torch's cost, not the phase's.
 """
 
 from __future__ import annotations
@@ -71,6 +77,24 @@ print(json.dumps({"init": t2 - t1, "close": t4 - t3}))
 """
 
 
+PHASE = """
+import gc, json, sys, time
+import torch
+sys.path.insert(0, ROOT)
+import rl_otel
+tel = rl_otel.init("bench-lifecycle", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False)
+gc.collect()  # the full collection torch's objects are due (see the module docstring), outside the timing
+t0 = time.perf_counter()
+with tel.phase("actor_train", "train_step"):
+    pass
+t1 = time.perf_counter()
+with tel.phase("actor_train", "train_step"):
+    pass
+t2 = time.perf_counter()
+tel.close()
+print(json.dumps({"first": t1 - t0, "later": t2 - t1}))
+"""
+
 _PYC = tempfile.mkdtemp(prefix="rl_otel-bench-pyc-")
 
 
@@ -87,7 +111,8 @@ def run(code: str) -> dict[str, float]:
 def measure(rounds: int) -> dict[str, float]:
     ours: list[dict[str, float]] = []
     theirs: list[dict[str, float]] = []
-    run(OURS), run(THEIRS)  # warm the file cache
+    phases: list[dict[str, float]] = []
+    run(OURS), run(THEIRS), run(PHASE)  # warm the file cache
     for r in range(rounds):
         if r % 2 == 0:
             ours.append(run(OURS))
@@ -95,8 +120,9 @@ def measure(rounds: int) -> dict[str, float]:
         else:
             theirs.append(run(THEIRS))
             ours.append(run(OURS))
+        phases.append(run(PHASE))
     out = {f"{side}_{k}": statistics.median(d[k] for d in data) * 1e3
-           for side, data in (("ours", ours), ("theirs", theirs)) for k in data[0]}
+           for side, data in (("ours", ours), ("theirs", theirs), ("phase", phases)) for k in data[0]}
     for k in ("init", "close"):
         out[f"{k}_ratio"] = statistics.median(a[k] / b[k] for a, b in zip(ours, theirs, strict=True))
     return out
@@ -111,6 +137,8 @@ def rows_from(m: dict[str, float]) -> list[Row]:
             paired_ratio=m["init_ratio"]),
         Row("close(), endpoint on", m["ours_close"], m["theirs_close"], "ms", target, m["ours_close"] <= TARGET_MS,
             f"{base}: server.shutdown() + server_close()", paired_ratio=m["close_ratio"]),
+        Row("first phase() after init(), fresh process (no tracing=)", m["phase_first"], m["phase_later"], "ms",
+            "(information)", None, "a later phase()"),
     ]
 
 
@@ -125,7 +153,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
     m = measure(args.rounds)
-    print(f"{args.rounds} rounds of two fresh processes; medians (ms)")
+    print(f"{args.rounds} rounds of three fresh processes (rl_otel, prometheus_client, a first phase); medians (ms)")
     print(table(rows_from(m)))
 
 

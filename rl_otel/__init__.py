@@ -1,6 +1,7 @@
 """rl_otel: RL training observable like a production service - OpenTelemetry data, a Prometheus endpoint.
 
-``import rl_otel`` is light: the OTel SDK, the exporter and numpy load on first use of ``init``/``Telemetry``;
+``import rl_otel`` is light: the catalog, the exporter and numpy load on first use of ``init``/``Telemetry``; the
+OTel SDK when something needs it (a phase, tracing, an OTLP push, ``Telemetry.resource``/``meter_provider``);
 torch, tensorboard, wandb, swanlab and pynvml only when a feature needs them. The public names are
 ``__all__`` (what ``dir(rl_otel)`` lists); ``Telemetry``, ``HistogramValue``, ``Catalog`` and ``default_catalog``
 are resolved on first access.
@@ -65,8 +66,8 @@ def init(
     """
     import gc
 
-    # init() imports the OTel SDK and builds the catalog: tens of thousands of objects, which in a process that
-    # holds torch's millions set off full garbage collections of ~80 ms each. They wait until init() returns.
+    # init() imports rl_otel's modules and builds the catalog: tens of thousands of objects, which in a process
+    # that holds torch's millions set off full garbage collections of ~80 ms each. They wait until init() returns.
     collecting = gc.isenabled()
     gc.disable()
     try:

@@ -16,11 +16,9 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from opentelemetry.sdk.resources import Resource
-
-from rl_otel._internal.exporters.otel_env import build_resource
+from rl_otel._internal.exporters.otel_env import resolve_resource
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
 from rl_otel._internal.pipeline.ingest import Pipeline
 from rl_otel._internal.pipeline.router import Router
@@ -32,6 +30,9 @@ from rl_otel._internal.runtime.parts import Parts
 from rl_otel._internal.tracing.phase import Phase
 from rl_otel._version import __version__
 from rl_otel.catalog import Catalog, meta
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
 
 __all__ = ["HistogramValue", "Telemetry"]
 
@@ -63,18 +64,27 @@ class Telemetry:
                               on_error=lambda reason: self._diag.count("submit", reason))
         store.set_settle(self._settle)
         # explicit (init's resource=) > OTEL_SERVICE_NAME > OTEL_RESOURCE_ATTRIBUTES > rl_otel's defaults
-        self.resource: Resource = build_resource(
+        # (the SDK Resource object itself is built when something needs it: see the resource property)
+        resource = resolve_resource(
             {"service.name": "rl_otel", "service.version": __version__, "service.instance.id":
                 f"{config.host_name}/{config.run}/{config.rank}", "host.name": config.host_name},
             {"rl.run": config.run, "rl.rank": config.rank, "rl.role": config.role,
              "rl.local_rank": config.local_rank, "rl.world_size": config.world_size},
             dict(config.resource))
-        self._parts = Parts(config, self.resource, self._pipeline, self._worker)
+        self._parts = Parts(config, resource, self._pipeline, self._worker)
         self._parts.build(on_term=self.close, on_int=self._flush_on_signal)  # closes what it made if a step fails
         # closed at interpreter exit unless closed before (frameworks that never call finish(), like ROLL): the
         # metrics worker drains, the trackers write what is queued, the endpoint and file_sd target go away
         self._pid = os.getpid()
         atexit.register(self._close_at_exit)
+
+    @property
+    def resource(self) -> Resource:
+        """The OTel ``Resource`` of this process's telemetry (what ``target_info`` serves, what OTLP pushes):
+        rl_otel's defaults, under ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME``, init()'s own ``rl.*``
+        attributes and ``init(resource=...)``. The attributes are resolved at ``init()``; the SDK object is built
+        at the first read (or by the first provider that needs it)."""
+        return self._parts.resource
 
     # -- reading --------------------------------------------------------------------------------------------
 

@@ -174,3 +174,43 @@ def test_committed_metrics_doc_is_current():
     doc = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
     assert doc.read_text() == CATALOG.to_markdown() + "\n", \
         "regenerate: rl-otel catalog --format markdown > docs/metrics.md"
+
+
+def test_every_built_in_entry_passes_the_checks_it_skipped_at_import():
+    """rl_otel's own entries are made without MetricSpec.check() (built_in(): a third of the catalog's import
+    cost); this is where they are checked, every one."""
+    from rl_otel.catalog import meta
+
+    specs = [*CATALOG, meta.TARGET_INFO]
+    assert len(specs) > 600
+    for spec in specs:
+        spec.check()
+    assert spec.placeholders == ()  # computed for built-in entries too
+    assert CATALOG.by_name("rl_phase_duration_seconds").placeholders[0] == ("cluster", None)
+
+
+def test_an_entry_defined_elsewhere_is_checked_when_made_even_beside_the_built_in_ones():
+    import threading
+
+    from rl_otel.catalog.spec import built_in
+
+    with pytest.raises(ValueError, match="abbreviations"):
+        MetricSpec("user/t", "rl_user_time_ms", Kind.GAUGE, "1", "t", "user")
+    with built_in():
+        unchecked = MetricSpec("user/t", "rl_user_time_ms", Kind.GAUGE, "1", "t", "user")
+        errors: list[Exception] = []
+
+        def other_thread() -> None:  # built_in() is this thread's: another thread's entries are still checked
+            try:
+                MetricSpec("user/x/{step}", "rl_user_x", Kind.GAUGE, "1", "x", "user")
+            except ValueError as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+    assert len(errors) == 1 and "bounded labels" in str(errors[0])
+    with pytest.raises(ValueError, match="abbreviations"):
+        unchecked.check()
+    with pytest.raises(ValueError, match="abbreviations"):  # and after the block, checked again
+        MetricSpec("user/t", "rl_user_time_ms", Kind.GAUGE, "1", "t", "user")

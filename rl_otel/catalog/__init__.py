@@ -12,9 +12,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rl_otel.catalog import live, meta, roll, trinity, trl, verl
 from rl_otel.catalog.naming import fallback_spec_name
-from rl_otel.catalog.spec import ALLOWED_LABELS, Kind, MetricSpec
+from rl_otel.catalog.spec import ALLOWED_LABELS, Kind, MetricSpec, built_in
+
+with built_in():  # rl_otel's own entries: checked by tests/test_catalog.py, not at every import
+    from rl_otel.catalog import live, meta, roll, trinity, trl, verl
 
 __all__ = ["ALLOWED_LABELS", "Catalog", "Kind", "MetricSpec", "Resolution", "default_catalog", "strip_reducer_tag"]
 

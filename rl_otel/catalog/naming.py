@@ -8,6 +8,7 @@ no metric type in the name, and no suffix reserved for counters, histograms, sum
 from __future__ import annotations
 
 import re
+from functools import cache
 
 PREFIX = "rl_"
 
@@ -23,8 +24,9 @@ _UNIT_PREFIXES = ("pico", "nano", "micro", "milli", "centi", "deci", "deca", "he
 _TYPE_WORDS = frozenset({"counter", "gauge", "histogram", "summary"})
 RESERVED_SUFFIXES = ("_total", "_count", "_sum", "_bucket", "_created", "_info", "_gcount", "_gsum")
 
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_INVALID = re.compile(r"[^a-z0-9]+")
+# the patterns below are compiled at their first use (a key without a catalog entry), not at import
+_CAMEL = r"(?<=[a-z0-9])(?=[A-Z])"
+_INVALID = r"[^a-z0-9]+"
 
 
 def _lint_flagged(token: str) -> bool:
@@ -38,7 +40,7 @@ def _lint_flagged(token: str) -> bool:
 
 def sanitize_tokens(text: str) -> list[str]:
     """Split ``text`` into lowercase snake_case tokens, gluing any token promlint would flag to its neighbour."""
-    tokens = [t for t in _INVALID.split(_CAMEL.sub("_", text).lower()) if t]
+    tokens = [t for t in re.split(_INVALID, re.sub(_CAMEL, "_", text).lower()) if t]
     out: list[str] = []
     for token in tokens:
         if _lint_flagged(token):
@@ -77,16 +79,23 @@ def fallback_name(key: str) -> str:
 # The group ``u`` is the unit's spelling, dropped from the name, where the base unit's word is appended instead
 # (`step_time_ms` -> `..._step_time_seconds`, x 1e-3); words such as `_time` stay. First match wins; the prefixes
 # are the frameworks' timing namespaces.
-_UNIT_SPELLINGS: tuple[tuple[re.Pattern[str], str, float, str], ...] = (
-    (re.compile(r"(?i)(?P<u>_ms|_millis(?:econds)?|\(ms\))$"), "s", 1e-3, "ms"),
-    (re.compile(r"(?i)^(?:timing|timing_per_token|time)(?P<u>_ms)/"), "s", 1e-3, "ms"),
-    (re.compile(r"(?i)(?P<u>_s|_sec|_secs|_seconds|\(s\))$"), "s", 1.0, ""),
-    (re.compile(r"(?i)^(?:time|timing|timer|timers)(?P<u>_s)?/"), "s", 1.0, ""),
-    (re.compile(r"(?i)[_/](?:time|runtime|duration|latency|elapsed)$"), "s", 1.0, ""),
-    (re.compile(r"(?i)(?P<u>_gib|_gb|\(gb\)|\(gib\))$"), "By", float(2**30), "GiBy"),
-    (re.compile(r"(?i)(?P<u>_mib|_mb|\(mb\)|\(mib\))$"), "By", float(2**20), "MiBy"),
-    (re.compile(r"(?i)(?P<u>_bytes)$"), "By", 1.0, ""),
+_UNIT_SPELLINGS: tuple[tuple[str, str, float, str], ...] = (
+    (r"(?i)(?P<u>_ms|_millis(?:econds)?|\(ms\))$", "s", 1e-3, "ms"),
+    (r"(?i)^(?:timing|timing_per_token|time)(?P<u>_ms)/", "s", 1e-3, "ms"),
+    (r"(?i)(?P<u>_s|_sec|_secs|_seconds|\(s\))$", "s", 1.0, ""),
+    (r"(?i)^(?:time|timing|timer|timers)(?P<u>_s)?/", "s", 1.0, ""),
+    (r"(?i)[_/](?:time|runtime|duration|latency|elapsed)$", "s", 1.0, ""),
+    (r"(?i)(?P<u>_gib|_gb|\(gb\)|\(gib\))$", "By", float(2**30), "GiBy"),
+    (r"(?i)(?P<u>_mib|_mb|\(mb\)|\(mib\))$", "By", float(2**20), "MiBy"),
+    (r"(?i)(?P<u>_bytes)$", "By", 1.0, ""),
 )
+
+
+@cache
+def _unit_spellings() -> tuple[tuple[re.Pattern[str], str, float, str], ...]:
+    return tuple((re.compile(pattern), unit, scale, tracker) for pattern, unit, scale, tracker in _UNIT_SPELLINGS)
+
+
 _BASE_WORD = {"s": "seconds", "By": "bytes"}
 
 
@@ -102,7 +111,7 @@ def infer_unit(key: str) -> tuple[str, float, str, str]:
     >>> infer_unit("custom/loss")
     ('1', 1.0, '', 'custom/loss')
     """
-    for pattern, unit, scale, tracker_unit in _UNIT_SPELLINGS:
+    for pattern, unit, scale, tracker_unit in _unit_spellings():
         m = pattern.search(key)
         if m is not None:
             spelled = "u" in pattern.groupindex and m.group("u") is not None

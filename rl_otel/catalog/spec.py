@@ -5,6 +5,9 @@ from __future__ import annotations
 import enum
 import itertools
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -33,6 +36,26 @@ EXAMPLE_VALUES = {
 
 _PLACEHOLDER = re.compile(r"\{(\w+)(?::([^{}]+))?\}")
 _UCUM_TO_SUFFIX = {"s": "_seconds", "By": "_bytes"}
+
+
+class _BuiltIn(threading.local):
+    active = False
+
+
+_BUILT_IN = _BuiltIn()
+
+
+@contextmanager
+def built_in() -> Iterator[None]:
+    """Entries made in this block (on this thread) skip :meth:`MetricSpec.check`: for rl_otel's own catalog
+    modules only, whose ~700 entries would otherwise be checked at every ``import rl_otel.catalog`` (a third of
+    its cost). ``tests/test_catalog.py`` checks every one of them instead; an entry defined anywhere else is
+    checked when it is made."""
+    before, _BUILT_IN.active = _BUILT_IN.active, True
+    try:
+        yield
+    finally:
+        _BUILT_IN.active = before
 
 
 class Kind(str, enum.Enum):
@@ -70,6 +93,15 @@ class MetricSpec:
     placeholders: tuple[tuple[str, str | None], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "placeholders",
+                           tuple((m.group(1), m.group(2)) for m in _PLACEHOLDER.finditer(self.key)))
+        if not _BUILT_IN.active:
+            self.check()
+
+    def check(self) -> None:
+        """Raise ``ValueError`` unless the entry is well-formed: a lint-clean name (``target_info``-like for an
+        info family), the unit's suffix, no ``_total`` on a counter, increasing histogram buckets, bounded labels.
+        Run when an entry is made (rl_otel's own entries: by the tests, see :func:`built_in`)."""
         if self.kind is Kind.INFO:  # a name fixed by convention (target_info), not an rl_ metric name
             if not re.fullmatch(r"[a-z][a-z0-9_]*_info", self.name):
                 raise ValueError(f"info family {self.name!r} must be snake_case ending in '_info'")
@@ -82,12 +114,10 @@ class MetricSpec:
             raise ValueError(f"{self.name!r} has unit {self.unit!r} and must end in {suffix!r}")
         if self.kind is Kind.HISTOGRAM and (not self.buckets or list(self.buckets) != sorted(set(self.buckets))):
             raise ValueError(f"histogram {self.name!r} needs strictly increasing explicit buckets")
-        placeholders = tuple((m.group(1), m.group(2)) for m in _PLACEHOLDER.finditer(self.key))
-        for label, _ in placeholders:
+        for label, _ in self.placeholders:
             if label not in ALLOWED_LABELS and not label.startswith("_"):
                 raise ValueError(f"{self.key!r}: label {label!r} is not one of the bounded labels "
                                  f"{sorted(ALLOWED_LABELS)}")
-        object.__setattr__(self, "placeholders", placeholders)
 
     @cached_property
     def regex(self) -> re.Pattern[str]:

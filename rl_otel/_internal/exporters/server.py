@@ -47,11 +47,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from rl_otel._internal.exporters.webconfig import Verdict, WebConfig, load_web_config
 from rl_otel.errors import ConfigurationError, PortInUseError
+
+if TYPE_CHECKING:  # loaded with a web-config file only (TLS, auth): a plain endpoint never imports it
+    from rl_otel._internal.exporters.webconfig import WebConfig
 
 _log = logging.getLogger("rl_otel")
 
@@ -615,6 +617,8 @@ class Server:
         web = self.web
         extra = list(web.headers) if web is not None else []
         if web is not None and web.auth is not None:
+            from rl_otel._internal.exporters.webconfig import Verdict  # loaded: web came from it
+
             cpu = time.thread_time()
             verdict = web.auth.verdict(environ.get("HTTP_AUTHORIZATION"))
             self._auth_cpu = time.thread_time() - cpu
@@ -669,6 +673,8 @@ class Server:
         if stamp == self._web_stamp:
             return
         self._web_stamp = stamp  # a file that fails to load is tried again when it changes again
+        from rl_otel._internal.exporters.webconfig import load_web_config
+
         try:
             new = load_web_config(web.path)
             if new.scheme != web.scheme:
@@ -687,7 +693,10 @@ class Server:
 
 
 def _listen(host: str, port: int, backlog: int, defer_s: float) -> socket.socket:
-    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    # an ASCII name or address as bytes: a str goes through the idna codec, whose import (with stringprep) is ~1 ms
+    # of init(); a non-ASCII name still does
+    name: str | bytes | None = (host.encode("ascii") if host.isascii() else host) if host else None
+    infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _, _, _, sockaddr = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:

@@ -14,8 +14,6 @@ import threading
 import weakref
 from typing import Any
 
-import psutil
-
 _log = logging.getLogger("rl_otel")
 GIB = float(2**30)
 GPU_STAGES = ("start/offload", "start/onload", "end/onload", "end/offload")
@@ -104,20 +102,20 @@ class CpuProbe:
 
     On Linux the numbers are psutil's own source, ``/proc/self/statm`` (pages, times the page size), read with one
     ``pread`` on a descriptor kept open: ~1 us instead of psutil's ~11 us open/parse/close, and a phase reads it
-    twice. Elsewhere, or when the file cannot be read, psutil. :meth:`close` closes the descriptor (later reads go
-    through psutil).
+    twice. Elsewhere, or when the file cannot be read, psutil, imported then (~7 ms a Linux process never pays).
+    :meth:`close` closes the descriptor (later reads go through psutil).
     """
 
     def __init__(self) -> None:
         self._pid = os.getpid()
-        self._process = psutil.Process(self._pid)
+        self._process: Any = None  # psutil.Process(self._pid), made at the first read that needs it
         self._statm: _Statm | None = _Statm.open()
 
     def memory(self) -> tuple[float, float]:
         """``(rss, vms)`` in bytes."""
         if os.getpid() != self._pid:  # forked worker: measure the child, not the parent
             self._pid = os.getpid()
-            self._process = psutil.Process(self._pid)
+            self._process = None
             if self._statm is not None:
                 self._statm.close()  # the parent's file, inherited
                 self._statm = _Statm.open()
@@ -128,7 +126,12 @@ class CpuProbe:
             except (OSError, ValueError, IndexError):
                 self._statm = None
                 statm.close()
-        info = self._process.memory_info()
+        process = self._process
+        if process is None:
+            import psutil
+
+            process = self._process = psutil.Process(self._pid)
+        info = process.memory_info()
         return float(info.rss), float(info.vms)
 
     def close(self) -> None:

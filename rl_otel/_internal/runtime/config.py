@@ -12,15 +12,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rl_otel._internal.checks import boolean, check_known, positive_seconds
-from rl_otel._internal.exporters.otel_env import resource_attributes
-from rl_otel._internal.exporters.otlp import OtlpConfig, otlp_config
-from rl_otel._internal.exporters.webconfig import WebConfig, load_web_config
+from rl_otel._internal.exporters.otel_env import resource_attributes, selected
 from rl_otel._internal.runtime.options import merge
 from rl_otel._internal.runtime.ranks import serving_port
-from rl_otel._internal.tracing.config import TracingConfig, check_tracer_provider, tracing_config
 from rl_otel.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    # imported by build_config only when an option asks for them: a process with neither tracing, OTLP nor a
+    # web-config file loads none of these modules (their checks, dataclasses and imports: ~4 ms of init())
+    from rl_otel._internal.exporters.otlp import OtlpConfig
+    from rl_otel._internal.exporters.webconfig import WebConfig
+    from rl_otel._internal.tracing.config import TracingConfig
     from rl_otel._internal.trackers.config import TrackerSpec
 
 DEFAULT_PORT = 9464
@@ -107,9 +109,14 @@ def _prometheus(value: object, local_rank: int) -> PrometheusConfig | None:
     web = value.get("web_config_file")
     if web is not None and (not isinstance(web, (str, os.PathLike)) or not os.fspath(web)):
         raise ConfigurationError(f"prometheus web_config_file must be a file name, got {web!r}")
+    loaded = None
+    if web is not None:
+        from rl_otel._internal.exporters.webconfig import load_web_config
+
+        loaded = load_web_config(web)
     return PrometheusConfig(host=host, port=port, port_search=search,
                             file_sd=None if file_sd is None else os.fspath(file_sd), advertise_host=advertise,
-                            web=None if web is None else load_web_config(web))
+                            web=loaded)
 
 
 def _rank(value: object, env_rank: int) -> int:
@@ -118,6 +125,28 @@ def _rank(value: object, env_rank: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigurationError(f"rank must be an int >= 0, got {value!r}")
     return value
+
+
+def _tracing(tracing: object, tracer_provider: object) -> tuple[TracingConfig | None, Any]:
+    """``tracing=`` and ``tracer_provider=`` checked (:mod:`rl_otel._internal.tracing.config`, loaded when either
+    is given): ``(tracing config, the user's provider)``."""
+    if (tracing is None or tracing is False) and tracer_provider is None:
+        return None, None
+    from rl_otel._internal.tracing.config import check_tracer_provider, tracing_config
+
+    provider = check_tracer_provider(tracer_provider, tracing)
+    return tracing_config(tracing), provider
+
+
+def _otlp(value: object, tracer_provider_given: bool) -> OtlpConfig | None:
+    """``otlp=`` checked (:func:`rl_otel._internal.exporters.otlp.otlp_config`, loaded unless nothing can ask
+    for a push: ``otlp=False``, or ``None`` with neither ``OTEL_METRICS_EXPORTER`` nor ``OTEL_TRACES_EXPORTER``
+    selecting otlp)."""
+    if value is False or (value is None and not any(selected(os.environ, s) for s in ("metrics", "traces"))):
+        return None
+    from rl_otel._internal.exporters.otlp import otlp_config
+
+    return otlp_config(value, tracer_provider_given=tracer_provider_given)
 
 
 def build_config(**given: Any) -> TelemetryConfig:
@@ -138,7 +167,7 @@ def build_config(**given: Any) -> TelemetryConfig:
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0):
         raise ConfigurationError(f"series_ttl_s must be a positive number of seconds or None, got {ttl!r}")
     env = env_ranks()
-    tracer_provider = check_tracer_provider(o["tracer_provider"], o["tracing"])
+    tracing, tracer_provider = _tracing(o["tracing"], o["tracer_provider"])
     return TelemetryConfig(
         run=run,
         rank=_rank(o["rank"], env.rank),
@@ -148,14 +177,14 @@ def build_config(**given: Any) -> TelemetryConfig:
         max_series_per_metric=_positive_int("max_series_per_metric", o["max_series_per_metric"]),
         max_unknown_keys=_positive_int("max_unknown_keys", o["max_unknown_keys"]),
         series_ttl_s=None if ttl is None else float(ttl),
-        tracing=tracing_config(o["tracing"]),
+        tracing=tracing,
         trackers=normalize_trackers(o["track_with"], o["tracker_kwargs"], o["trackers"]),
         tracker_ranks=check_tracker_ranks(o["tracker_ranks"]),
         handle_sigterm=boolean("handle_sigterm", o["handle_sigterm"]),
         sink_queue_size=_positive_int("sink_queue_size", o["sink_queue_size"]),
         submit_queue_size=_positive_int("submit_queue_size", o["submit_queue_size"]),
         close_timeout_s=positive_seconds("close_timeout_s", o["close_timeout_s"]),
-        otlp=otlp_config(o["otlp"], tracer_provider_given=tracer_provider is not None),
+        otlp=_otlp(o["otlp"], tracer_provider is not None),
         local_rank=env.local_rank,
         world_size=env.world_size,
         resource=resource_attributes("resource", o["resource"]),

@@ -19,9 +19,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry.sdk.resources import Resource
-
-from rl_otel._internal.exporters import otlp
 from rl_otel._internal.exporters.exposition import target_info_labels
 from rl_otel._internal.exporters.file_sd import TargetsFile, targets_path
 from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
@@ -38,15 +35,19 @@ from rl_otel.catalog import meta
 from rl_otel.sinks.base import SinkError
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
+
+    from rl_otel._internal.exporters.otel_env import ResolvedResource
     from rl_otel._internal.tracing.phase import PhaseRuntime
 
 
 class Parts:
     """What one Telemetry runs on. Build it with :meth:`build`; :meth:`close` once."""
 
-    def __init__(self, config: TelemetryConfig, resource: Resource, pipeline: Pipeline, worker: Worker) -> None:
+    def __init__(self, config: TelemetryConfig, resource: ResolvedResource, pipeline: Pipeline,
+                 worker: Worker) -> None:
         self.config = config
-        self.resource = resource
+        self._resource = resource
         self.pipeline = pipeline
         self.diagnostics: Diagnostics = pipeline.diagnostics
         self.worker = worker
@@ -91,7 +92,7 @@ class Parts:
         self._closing(stack, "cpu_probe", cpu)
         # build_info and target_info (the OTel resource, Prometheus' convention) are ordinary store families
         store.write_info(meta.BUILD_INFO, (("version", __version__),))
-        store.write_info(meta.TARGET_INFO, target_info_labels(self.resource.attributes), base_labels=False)
+        store.write_info(meta.TARGET_INFO, target_info_labels(self._resource.attributes), base_labels=False)
         if config.prometheus is not None:
             self.registry = ScrapeRegistry(on_duplicate=lambda name: diag.count("prometheus", "duplicate_family"),
                                            store=store, on_error=lambda reason: diag.count("prometheus", reason))
@@ -112,6 +113,12 @@ class Parts:
         if config.handle_sigterm and (self.bridge.active or self.targets is not None):
             self.signals = SignalFlush(on_term=on_term, on_int=on_int, timeout_s=config.close_timeout_s)
             self._closing(stack, "signals", self.signals, "uninstall")
+
+    @property
+    def resource(self) -> Resource:
+        """The OTel SDK ``Resource``, built at the first read: by what needs the SDK object (a provider, the OTLP
+        push); ``target_info`` is written from the attributes alone."""
+        return self._resource.sdk()
 
     @property
     def tracer_provider(self) -> Any:
@@ -153,6 +160,8 @@ class Parts:
         on rl_otel's own tracer provider (a user's provider exports its spans itself). True if metrics are
         pushed."""
         assert config.otlp is not None
+        from rl_otel._internal.exporters import otlp
+
         diag = self.diagnostics
         reader = otlp.metric_reader(config.otlp, self.pipeline.store.collect, self.resource,
                                     on_error=lambda reason: diag.count("otlp", reason))

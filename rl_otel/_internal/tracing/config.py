@@ -1,5 +1,6 @@
 """``init(tracing=...)`` and ``init(tracer_provider=...)`` checked, without loading the OTel SDK's trace package:
-a process that records no spans never imports it (see :mod:`rl_otel._internal.runtime.parts`)."""
+a process that records no spans never imports it (see :mod:`rl_otel._internal.runtime.parts`). The OTel trace API
+is imported only to check a given ``tracer_provider``."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
-
-from opentelemetry import trace as trace_api
 
 from rl_otel._internal.checks import check_known
 from rl_otel._internal.exporters.otel_env import SignalConfig, signal_config
@@ -73,6 +72,8 @@ def check_tracer_provider(value: object, tracing: object) -> Any:
     SDK's, or the global one from ``opentelemetry.trace.get_tracer_provider()``), given without ``tracing=``."""
     if value is None:
         return None
+    from opentelemetry import trace as trace_api
+
     if not isinstance(value, trace_api.TracerProvider):
         raise ConfigurationError(f"tracer_provider must be an opentelemetry TracerProvider, got {value!r}")
     if tracing is not None and tracing is not False:
