@@ -401,9 +401,8 @@ def test_deferred_context_is_made_from_the_parent_current_at_entry(tel):
     that was current when the phase began, not from whatever is current when they are read."""
     provider = sdk_trace.TracerProvider()
     tracer = provider.get_tracer("user")
-    with tracer.start_as_current_span("epoch") as epoch:
-        with tel.phase("actor_train", "train_step") as ph:
-            execute = trace.get_current_span()  # not read yet: only a handle
+    with tracer.start_as_current_span("epoch") as epoch, tel.phase("actor_train", "train_step") as ph:
+        execute = trace.get_current_span()  # not read yet: only a handle
     with tracer.start_as_current_span("unrelated"):  # read later, under another span
         made = execute.get_span_context()
         carrier = ph.carrier()
