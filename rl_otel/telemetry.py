@@ -27,12 +27,13 @@ from rl_otel._internal.pipeline.values import flatten, owned
 from rl_otel._internal.pipeline.worker import Worker, caller_streams, on_streams
 from rl_otel._internal.runtime.config import TelemetryConfig
 from rl_otel._internal.runtime.parts import Parts
-from rl_otel._internal.tracing.phase import Phase
 from rl_otel._version import __version__
 from rl_otel.catalog import Catalog, meta
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
+
+    from rl_otel._internal.tracing.phase import Phase
 
 __all__ = ["HistogramValue", "Telemetry"]
 
@@ -264,8 +265,8 @@ class Telemetry:
         raises.
         """
         cluster, phase = self._phase_name(cluster), self._phase_name(phase)
-        return Phase(self._parts.phase_runtime(), cluster, phase, onload=onload, offload=offload, step=step,
-                     parent=parent)
+        return self._parts.phase_runtime().open(cluster, phase, onload=onload, offload=offload, step=step,
+                                                parent=parent)
 
     def pending_phase_metrics(self) -> dict[str, float]:
         """ROLL-keyed values (seconds, GiB) of the phases finished since the last :meth:`take_phase_metrics`

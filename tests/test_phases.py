@@ -429,3 +429,36 @@ def test_deferred_context_is_one_context_for_every_reader(tel):
         t.join()
     assert len(got) == 8 and len({(c.trace_id, c.span_id) for c in got}) == 1 and got[0].is_valid
     assert repr(execute) == f"NonRecordingSpan({got[0]!r})"
+
+
+def test_phases_without_tracing_build_no_tracer_provider():
+    """Without ``tracing=`` nothing can receive a phase's spans, so phases load neither the SDK's trace package
+    nor its resource detectors (psutil): the first read of a span context builds the provider, and the carrier it
+    gives continues the trace."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    script = """
+import json, sys
+import rl_otel
+sdk = ("opentelemetry.sdk.trace", "opentelemetry.sdk.resources", "psutil")
+tel = rl_otel.init("lazy", prometheus=False, handle_sigterm=False)
+for _ in range(3):
+    with tel.phase("actor_train", "train_step") as ph:
+        pass
+before = sorted(m for m in sdk if m in sys.modules)
+with tel.phase("actor_train", "train_step") as ph:
+    carrier = ph.carrier()
+print(json.dumps({"before": before, "after": sorted(m for m in sdk if m in sys.modules), "carrier": carrier,
+                  "keys": len(tel.pending_phase_metrics())}))
+tel.close()
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=repo,
+                         env={**env, "PYTHONPATH": str(repo)}, check=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["before"] == [] and "opentelemetry.sdk.trace" in got["after"]
+    assert TRACEPARENT.match(got["carrier"]["traceparent"]) and got["keys"] >= 8

@@ -137,21 +137,28 @@ class Parts:
                     self._tracer_provider = provider
         return self._tracer_provider
 
+    def built_tracer_provider(self) -> Any:
+        """The TracerProvider if it exists (the user's, or rl_otel's once built), else ``None``: then no span
+        processor can have been added to it, and a phase records no span (see ``tracing/contexts.py``)."""
+        return self._tracer_provider
+
     def phase_runtime(self) -> PhaseRuntime:
-        """What every phase shares (the tracer, the probes), built at the first ``phase()``."""
+        """What every phase shares (the tracer, the probes), built at the first ``phase()``; the TracerProvider
+        only when something needs it."""
         runtime = self._phases
         if runtime is None:
+            from rl_otel._internal.tracing.contexts import PhaseTracer
             from rl_otel._internal.tracing.phase import PhaseRuntime
-            from rl_otel._internal.tracing.tracing import PhaseTracer
 
-            provider = self.tracer_provider
             with self._lazy_lock:
                 if self._phases is None:
                     assert self.cpu is not None  # built by build()
+                    tracer = PhaseTracer(self.built_tracer_provider, lambda: self.tracer_provider, "rl_otel",
+                                         __version__)
                     self._phases = PhaseRuntime(
-                        tracer=PhaseTracer(provider, provider.get_tracer("rl_otel", __version__)),
-                        rank=self.config.rank, gpu=GpuProbe(), cpu=self.cpu, next_step=self.pipeline.next_step,
-                        record=self.pipeline.record_phase, fail=self._phase_failed)
+                        tracer=tracer, rank=self.config.rank, gpu=GpuProbe(), cpu=self.cpu,
+                        next_step=self.pipeline.next_step, record=self.pipeline.record_phase,
+                        fail=self._phase_failed)
                 runtime = self._phases
         return runtime
 

@@ -34,7 +34,7 @@ from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
 from rl_otel._internal.tracing.carriers import extract, inject
 
 if TYPE_CHECKING:
-    from rl_otel._internal.tracing.tracing import PhaseTracer
+    from rl_otel._internal.tracing.contexts import PhaseTracer
 
 PARTS = ("total", "execute", "onload", "offload")
 
@@ -50,6 +50,12 @@ class PhaseRuntime:
     next_step: Callable[[], int]
     record: Callable[[str, str, dict[str, float], dict[str, float]], None]
     fail: Callable[[str], None]  # count a telemetry failure (never raises)
+
+    def open(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
+             offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None) -> Phase:
+        """A :class:`Phase` of this runtime (the facade reaches the class through here: importing it, and the
+        OTel API with it, waits for the first phase)."""
+        return Phase(self, cluster, phase, onload=onload, offload=offload, step=step, parent=parent)
 
 
 class Phase:
