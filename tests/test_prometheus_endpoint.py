@@ -15,7 +15,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 import rl_otel
-from rl_otel._internal.exporters.exposition import families
+from rl_otel._internal.exporters.prometheus import families
 from rl_otel.catalog import Kind, default_catalog
 from tests.promtools import OPENMETRICS, promtool_check, scrape
 

@@ -10,8 +10,9 @@ from rl_otel._internal.exporters import promnames
 from rl_otel.catalog import default_catalog
 
 UNITS = ["", "1", "s", "ms", "By", "GiBy", "KiBy", "%", "Cel", "Hz", "{token}", "{token}/s", "By/s", "m/s", "1/s",
-         "/s", "s/", "{a}/{b}", "tokens/s", "foo-bar", "_x_", "1/{step}", "W", "mo", "km/h", "x/mo"]
-NAMES = ["rl_step", "9lives", "a.b-c", "rl:recorded", "héllo", "__x__", "", "0", "a b"]
+         "/s", "s/", "{a}/{b}", "tokens/s", "foo-bar", "_x_", "1/{step}", "W", "mo", "km/h", "x/mo", "{s}", "s{x}"]
+NAMES = ["rl_step", "9lives", "a.b-c", "rl:recorded", "héllo", "__x__", "", "0", "a b", "a__b", "_a", "a_", "Ab9",
+         "a:b", "x" * 300, "ℌilbert", "rl_a_b_c"]
 
 
 @pytest.mark.parametrize("unit", UNITS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import re
+import threading
 import time
 import urllib.request
 
@@ -20,7 +21,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.utils import floatToGoString
 
 import rl_otel
-from rl_otel._internal.exporters.exposition import EOF, OPENMETRICS, TEXT, Renderer, families, go_float
+from rl_otel._internal.exporters.exposition import EOF, OPENMETRICS, TEXT, Renderer, go_float
+from rl_otel._internal.exporters.prometheus import families
 from rl_otel._internal.pipeline.store import _to_metric
 from rl_otel.catalog import Kind, default_catalog, live
 from tests.promtools import OPENMETRICS as OPENMETRICS_ACCEPT
@@ -80,7 +82,7 @@ def test_direct_render_is_byte_for_byte_the_stock_exporters(fed, seed_keys, fmt)
         views = [*store.live(), *store.snapshot()[1]]  # one collection for both (live values move)
         assert {view.spec.kind for view in views} == {Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM, Kind.INFO}
         assert any(view.spec is live.PROCESS_RSS for view in views)
-        ours = "".join(renderer.render(views, fmt, set())) + (EOF if fmt == OPENMETRICS else "")
+        ours = renderer.render(views, fmt, set()).text + (EOF if fmt == OPENMETRICS else "")
         assert ours.count("\n") > 500
         assert ours == stock_text(views, fmt)
         # half the keys change (histograms get more values), NaN stays NaN, the rest keep their values
@@ -120,8 +122,10 @@ def test_live_gauges_are_fresh_at_every_scrape_between_steps(tel):
     seen = []
     for encoding in (None, "gzip", None, "gzip"):
         text = fetch(tel.metrics_url, None, encoding)
-        seen.append(float(re.search(r'^rl_gpu_process_memory_allocated_bytes\{device_id="9",rank="0",run="test"\} '
-                                    r'(\S+)$', text, flags=re.M).group(1)))
+        found = re.search(r'^rl_gpu_process_memory_allocated_bytes\{device_id="9",rank="0",run="test"\} (\S+)$', text,
+                          flags=re.M)
+        assert found is not None, text
+        seen.append(float(found.group(1)))
         assert "rl_actor_learning_rate{" in text
     assert seen == sorted(set(seen)) and len(seen) == 4  # a new value at each scrape, no log() in between
 
@@ -138,9 +142,9 @@ def test_gzip_bodies_decompress_to_the_plain_scrape(tel):
 def test_series_past_their_ttl_leave_a_cached_scrape(tmp_path):
     with rl_otel.init(run="ttl", prometheus={"host": "127.0.0.1", "port": 0}, series_ttl_s=0.3) as tel:
         tel.log({"actor/lr": 1.0}, step=0)
-        assert "rl_actor_learning_rate{" in scrape(tel.metrics_url)
+        assert "rl_actor_learning_rate{" in scrape(str(tel.metrics_url))
         time.sleep(0.5)
-        text = scrape(tel.metrics_url)  # no log() in between: the cache must not outlive the series
+        text = scrape(str(tel.metrics_url))  # no log() in between: the cache must not outlive the series
         assert "rl_actor_learning_rate{" not in text and "rl_step{" in text
 
 
@@ -163,3 +167,95 @@ def fetch(url: str, accept: str | None, encoding: str | None) -> str:
 
 def strip_live(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.startswith("rl_process_"))
+
+
+@pytest.mark.parametrize("fmt", [TEXT, OPENMETRICS])
+def test_each_family_is_cut_whole_from_a_rendering(fed, fmt):
+    """``?name[]=`` is served from the families it names: each family's cut is its part of the text, in order."""
+    store = fed._pipeline.store
+    rendering = Renderer().render([*store.live(), *store.snapshot()[1]], fmt, set())
+    parts = rendering.families()
+    assert len(parts) > 80 and {p.state is not None for p in parts} == {True, False}  # histograms and others
+    cuts = [rendering.text_of(set(part.samples)) for part in parts]
+    assert "".join(cuts) == rendering.text == "".join(rendering.family_texts())
+    for part, cut in zip(parts, cuts, strict=True):
+        assert cut.startswith("# HELP ") and cut.count("# HELP ") == 1, cut
+        assert all(line.split("{")[0].split(" ")[0] in part.samples for line in cut.splitlines()
+                   if not line.startswith("#")), cut
+
+
+def test_a_plan_is_compiled_once_per_set_of_series(tel, monkeypatch):
+    """Steps with the same keys are filled into one compiled plan; a new series, a removed one (a None logged)
+    compile it again - and every scrape serves the current values."""
+    compiled: list[str] = []
+    real = Renderer.prepare
+
+    def counting(self, families, fmt, seen):
+        plan = real(self, families, fmt, seen)
+        if any(isinstance(r, str) and r.startswith("rl_custom") for r in plan.records):
+            compiled.append(fmt)
+        return plan
+
+    monkeypatch.setattr(Renderer, "prepare", counting)
+    registry = tel._parts.registry
+    assert registry is not None
+    for step in range(3):
+        tel.log({"custom/a": float(step), "custom/b": 2.0 * step}, step=step)
+        assert f'rl_custom_a{{rank="0",run="test"}} {float(step)}\n'.encode() in registry.render(TEXT)
+    assert compiled == [TEXT]
+    tel.log({"custom/a": 5.0, "custom/b": 1.0, "custom/c": 7.0}, step=3)
+    assert b'rl_custom_c{rank="0",run="test"} 7.0\n' in registry.render(TEXT)
+    tel.log({"custom/a": 6.0, "custom/b": None, "custom/c": 8.0}, step=4)
+    text = registry.render(OPENMETRICS)
+    assert b'rl_custom_a{rank="0",run="test"} 6.0\n' in text and b"rl_custom_b{" not in text
+    assert compiled == [TEXT, TEXT, OPENMETRICS]
+
+
+def test_a_series_without_a_value_yet_writes_its_header_only(tel):
+    """The vector write holds a new series' point before its first value: a scrape in between writes no line."""
+    store = tel._pipeline.store
+    spec = default_catalog().by_name("rl_actor_pg_loss")
+    structure, (point,) = store.points([(spec, ())])
+    text = tel._parts.registry.render(TEXT).decode()
+    assert "# TYPE rl_actor_pg_loss gauge" in text and "rl_actor_pg_loss{" not in text
+    assert store.write_points(structure, [point], [1.5], step=0, newest=True)
+    assert 'rl_actor_pg_loss{rank="0",run="test"} 1.5\n' in tel._parts.registry.render(TEXT).decode()
+
+
+def test_scrapes_while_new_series_keep_coming_are_whole_steps():
+    """A step that adds series lays the store out again while scrapes read it: every scrape is one whole step, of
+    every series logged so far, and parses."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with rl_otel.init(run="grow", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False) as tel:
+        registry, done = tel._parts.registry, threading.Event()
+        assert registry is not None
+        texts: list[str] = []
+
+        def scrape_all() -> None:
+            while not done.is_set():
+                texts.append(registry.render(TEXT if len(texts) % 2 else OPENMETRICS).decode())
+
+        scraper = threading.Thread(target=scrape_all)
+        scraper.start()
+        try:
+            step = 0
+            while step < 300 or len(texts) < 30:  # until the scrapes have seen many layouts
+                tel.log({f"custom/k{i}": float(step) for i in range(width(step))}, step=step)
+                step += 1
+        finally:
+            done.set()
+            scraper.join()
+        texts.append(registry.render(TEXT).decode())
+    for text in texts:
+        values = {s.name: s.value for f in text_string_to_metric_families(text.removesuffix(EOF))
+                  for s in f.samples if s.name.startswith("rl_custom_k")}
+        assert len(set(values.values())) <= 1, values  # one step
+        if values:
+            assert len(values) == width(int(next(iter(values.values()))))  # every series of that step
+    assert f'rl_custom_k99{{rank="0",run="grow"}} {float(step - 1)}' in texts[-1]
+
+
+def width(step: int) -> int:
+    """Keys of a step in the test above: one more every third step, up to 400."""
+    return min(step // 3 + 1, 400)

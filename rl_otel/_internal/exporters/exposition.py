@@ -3,17 +3,28 @@
 The stock path (OTel ``Metric`` objects, the exporter's translation into prometheus_client families, then
 ``generate_latest``) costs ~120 ms for a node with 8 GPUs and 5 clusters (8,800 lines), which is why the scrape
 endpoint renders here instead. The output is byte for byte what that path writes (a test compares them on every
-catalog family):
+catalog family, another the headers on hostile descriptions and units):
 
-- the HELP/TYPE/UNIT header of a family is written by prometheus_client itself, once per entry, from the family
-  the OTel exporter would have built (its name sanitizing and unit mapping, prometheus_client's unit suffix);
-- a series' label string (sorted names, escaped values) is built once and kept while the series lives, and its
-  line is written again only when its value changed;
+- the HELP/TYPE/UNIT header of a family is the one prometheus_client writes for the family the OTel exporter
+  builds (the exporter's name sanitizing and unit mapping, prometheus_client's unit suffix, ``_total``/``_info``
+  munging and escaping), written here (:func:`header`), in the format asked for only; prometheus_client is not
+  imported;
+- a series' label string (sorted names, escaped values) is built once per set of series;
 - values are formatted as prometheus_client's ``floatToGoString`` does (:func:`go_float`); histogram buckets are
   cumulative, ``le`` is the exporter's ``f"{bound}"``, and ``_count``/``_sum`` are left out when the first bound
   is negative, as prometheus_client's ``HistogramMetricFamily`` does.
 
 Sample lines are the same in the text format 0.0.4 and in OpenMetrics 1.0.0; only the headers differ.
+
+Cost: a rendering is a :class:`Plan` - every family's header and every series' line up to its value, a slot per
+series - filled with the values (:meth:`Renderer.fill`). The plan is compiled once per set of series
+(:meth:`Renderer.compile`; the scrape registry keeps it while the store adds and removes no series), so a scrape
+after a ``log()`` formats the floats in one pass (``repr``, in C) and joins them with the plan's text: no Python
+work per family or series. A histogram series fills its slot with its lines, written again only when its counts
+changed. Compiling writes the common family (a gauge or counter of one unlabelled series) in one pass with
+nothing kept per family, ~0.5 us each: a fresh Telemetry's first scrape of 900 keys costs ~0.17x what
+prometheus_client's ``generate_latest`` of the same 900 gauges does, the next ones (new values) ~0.07x
+(``benchmarks/bench_scrape.py``).
 
 One family never blanks the others: a label value with a lone surrogate is escaped (the text must encode as
 UTF-8), and a family whose rendering raises is left out of that scrape and reported (``on_error``).
@@ -23,16 +34,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from itertools import accumulate
-from types import SimpleNamespace
+from typing import Any, NamedTuple, cast
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
-from prometheus_client.exposition import generate_latest
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
-
-from rl_otel._internal.exporters.promnames import map_unit, sanitize_attribute, sanitize_full_name
+from rl_otel._internal.exporters.promnames import UNITS, map_unit, sanitize_attribute, sanitize_full_name
 from rl_otel._internal.pipeline.store import FamilyView, HistogramValue, Labels
 from rl_otel.catalog import Kind, MetricSpec
 from rl_otel.catalog.naming import encodable
@@ -43,37 +51,67 @@ TEXT = "text"  # text/plain; version=0.0.4
 OPENMETRICS = "openmetrics"  # application/openmetrics-text; version=1.0.0
 EOF = "# EOF\n"
 
+# a family to compile: its entry, the labels on every series (run, rank), and (labels, source) per series; the
+# source is what the plan's slot is filled from (a float or a HistogramValue, or what the caller reads them from)
+Family = tuple[MetricSpec, Labels, Collection[tuple[Labels, object]]]
 
-@dataclass(frozen=True)
-class _Header:
-    name: str  # the prometheus_client family name: what "one family per name" is about
-    text: dict[str, str]  # format -> HELP/TYPE(/UNIT) lines
-    sample: str  # sample name of a gauge or counter, the family name of a histogram
-    le: tuple[str, ...] = ()  # a histogram's le label values, "+Inf" last
-    has_sum: bool = True  # a histogram's _count and _sum lines
-
-    @property
-    def samples(self) -> frozenset[str]:
-        """The sample names the family writes (what ``?name[]=`` selects)."""
-        if self.le:
-            return frozenset((f"{self.sample}_bucket", f"{self.sample}_count", f"{self.sample}_sum"))
-        return frozenset((self.sample,))
+_TYPES = {Kind.GAUGE: "gauge", Kind.COUNTER: "counter", Kind.HISTOGRAM: "histogram", Kind.INFO: "info"}
+_LEGACY_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")  # prometheus_client's METRIC_NAME_RE, used as it uses it
+_INF = float("inf")
 
 
-# (sample names of a family, index of its first chunk, index past its last): where each family is in a rendering
-Span = tuple[frozenset[str], int, int]
+# -- headers: prometheus_client's encoding of an empty family, written natively ------------------------------
+
+def family_of(spec: MetricSpec) -> tuple[str, str, str]:
+    """``(name, type, unit)`` of the prometheus_client family the OTel exporter builds for ``spec`` (an info
+    family: the exporter's ``target_info``, an info family named without ``_info``)."""
+    kind = spec.kind
+    if kind is Kind.INFO:
+        name, unit = spec.name[:-len("_info")], ""
+    else:
+        name, unit = sanitize_full_name(spec.name), map_unit(spec.unit or "")
+        if kind is Kind.COUNTER and name.endswith("_total"):  # CounterMetricFamily's glue for old names
+            name = name[:-len("_total")]
+        if unit and not name.endswith("_" + unit):  # prometheus_client's Metric adds the unit suffix
+            name += "_" + unit
+    if not name:
+        raise ValueError(f"{spec.name!r}: metric name cannot be empty")
+    return name, _TYPES[kind], unit
 
 
-def families(*items) -> SimpleNamespace:
-    """A collector of prometheus_client families, for the stock encoders."""
-    return SimpleNamespace(collect=lambda: list(items))
+def header(spec: MetricSpec, fmt: str) -> str:
+    """The HELP/TYPE(/UNIT) lines prometheus_client writes for ``spec``'s family in ``fmt``, as its
+    ``generate_latest`` (text 0.0.4) or OpenMetrics ``generate_latest`` (without ``# EOF``) encode it empty."""
+    return _header(*family_of(spec), spec.description or "", fmt)
 
 
-def encode(collector, fmt: str) -> str:
-    """prometheus_client's own encoding of ``collector`` (OpenMetrics without its ``# EOF``)."""
+def _header(name: str, typ: str, unit: str, doc: str, fmt: str) -> str:
     if fmt == OPENMETRICS:
-        return generate_openmetrics(collector).decode()[:-len(EOF)]
-    return generate_latest(collector).decode()
+        shown = _escape_name(name)
+        doc = doc.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+        text = f"# HELP {shown} {doc}\n# TYPE {shown} {typ}\n" + (f"# UNIT {shown} {unit}\n" if unit else "")
+    elif fmt == TEXT:
+        if typ == "counter":
+            name += "_total"
+        elif typ == "info":
+            name, typ = name + "_info", "gauge"
+        shown = _escape_name(name)
+        doc = doc.replace("\\", r"\\").replace("\n", r"\n")
+        text = f"# HELP {shown} {doc}\n# TYPE {shown} {typ}\n"
+    else:
+        raise ValueError(f"unknown exposition format {fmt!r}")
+    if not text.isascii():
+        text.encode()  # raises on a lone surrogate, as prometheus_client's encoder does
+    return text
+
+
+def _escape_name(name: str) -> str:
+    """prometheus_client's ``escape_metric_name`` with its default escaping (underscores), what both encoders
+    apply to a family name: unchanged when valid, else each character outside the legacy set becomes ``_``."""
+    if not name or _LEGACY_NAME.match(name):
+        return name
+    return "".join(c if ("a" <= c <= "z" or "A" <= c <= "Z" or c in "_:" or ("0" <= c <= "9" and i > 0)) else "_"
+                   for i, c in enumerate(name))
 
 
 def escape_label(value: str) -> str:
@@ -87,99 +125,7 @@ def _label_text(pairs: Iterable[tuple[str, str]]) -> str:
     return ",".join(f'{k}="{escape_label(v)}"' for k, v in pairs)
 
 
-class Renderer:
-    """Renders :class:`FamilyView` lists; keeps headers per catalog entry, label strings and last lines per series.
-
-    Not thread-safe: the scrape registry calls it under its scrape lock.
-    """
-
-    def __init__(self) -> None:
-        self._headers: dict[MetricSpec, _Header] = {}
-        # family -> label values -> [line parts..., last value, its lines]: a series' label string is built once,
-        # and its lines again only when its value changed
-        self._series_cache: dict[str, dict[Labels, list]] = {}
-        self._logged: set[str] = set()  # families whose rendering failed, logged once each
-
-    def header(self, spec: MetricSpec) -> _Header:
-        header = self._headers.get(spec)
-        if header is None:
-            header = self._headers[spec] = _make_header(spec)
-        return header
-
-    def render(self, views: Iterable[FamilyView], fmt: str, seen: set[str], spans: list[Span] | None = None,
-               on_error: Callable[[str], None] | None = None) -> list[str]:
-        """The exposition chunks of ``views`` in ``fmt``; a family whose name is in ``seen`` is skipped (the
-        first family of a name wins) and every rendered name is added to ``seen``. ``spans`` gets where each
-        family's chunks are. A family that fails to render is left out (logged, ``on_error("render")``)."""
-        out: list[str] = []
-        for view in views:
-            start = len(out)
-            try:
-                header = self.header(view.spec)
-                if header.name in seen:
-                    continue
-                seen.add(header.name)
-                out.append(header.text[fmt])
-                if view.spec.kind is Kind.HISTOGRAM:
-                    self._histogram_lines(view, header, out)
-                else:
-                    self._number_lines(view, header, out)
-            except Exception:  # one family must not blank the scrape
-                del out[start:]
-                self._series_cache.pop(view.spec.name, None)
-                if len(self._logged) < 100 and view.spec.name not in self._logged:  # every scrape fails alike
-                    self._logged.add(view.spec.name)
-                    _log.exception("rl_otel: rendering %s failed; it is left out of the scrapes", view.spec.name)
-                if on_error is not None:
-                    on_error("render")
-                continue
-            if spans is not None:
-                spans.append((header.samples, start, len(out)))
-        return out
-
-    def _series(self, view: FamilyView) -> dict[Labels, list]:
-        cached = self._series_cache.setdefault(view.spec.name, {})
-        if len(cached) > 2 * len(view.points) + 64:  # series expired or vanished: keep the cache bounded
-            cached.clear()
-        return cached
-
-    def _number_lines(self, view: FamilyView, header: _Header, out: list[str]) -> None:
-        cached, base, sample = self._series(view), view.base, header.sample
-        get, append, fmt = cached.get, out.append, go_float  # locals: this loop runs once per series
-        for labels, value in view.points:
-            entry = get(labels)
-            if entry is None:
-                text = _label_text(sorted(base + labels))
-                entry = cached[labels] = [f"{sample}{{{text}}} " if text else f"{sample} ", None, ""]
-            if value != entry[1]:  # a series whose value did not change keeps its line (NaN never equals)
-                entry[1] = value
-                entry[2] = f"{entry[0]}{fmt(value)}\n"  # type: ignore[arg-type]  # a gauge's or counter's float
-            append(entry[2])
-
-    def _histogram_lines(self, view: FamilyView, header: _Header, out: list[str]) -> None:
-        cached, base, name, les = self._series(view), view.base, header.sample, header.le
-        for labels, h in view.points:
-            assert isinstance(h, HistogramValue)
-            entry = cached.get(labels)
-            if entry is None:
-                pairs = sorted(base + labels)
-                before = _label_text(p for p in pairs if p[0] < "le")
-                after = _label_text(p for p in pairs if p[0] > "le")
-                plain = _label_text(pairs)
-                entry = cached[labels] = [f"{name}_bucket{{{before}{',' if before else ''}le=\"",
-                                          f"\"{',' if after else ''}{after}}} ", f"{{{plain}}}" if plain else "",
-                                          None, ""]
-            key = (h.counts, h.sum)
-            if key != entry[3]:
-                head, tail, plain = entry[0], entry[1], entry[2]
-                cumulative = list(accumulate(h.counts))
-                lines = [f"{head}{le}{tail}{go_float(n)}\n" for le, n in zip(les, cumulative, strict=True)]
-                if header.has_sum:
-                    lines.append(f"{name}_count{plain} {go_float(cumulative[-1])}\n")
-                    lines.append(f"{name}_sum{plain} {go_float(h.sum)}\n")
-                entry[3], entry[4] = key, "".join(lines)
-            out.append(entry[4])
-
+# -- values ---------------------------------------------------------------------------------------------------
 
 _GO_EXPONENT = {dot: f"e+{dot - 1:02d}" for dot in range(7, 17)}  # repr's integer digits -> Go's exponent
 
@@ -201,6 +147,16 @@ def go_float(value: float) -> str:
     return "NaN" if value != value else ("+Inf" if value > 0 else "-Inf")
 
 
+def go_floats(values: Sequence[Any]) -> list[str]:
+    """:func:`go_float` of each value: ``repr`` in one pass in C, then the few values it writes otherwise than Go
+    (from 1e6, non-finite) again; raises on a value that is not a number."""
+    floats = list(map(float, values))
+    strings = list(map(repr, floats))
+    for i in [i for i, v in enumerate(floats) if not -_INF < v < 1e6]:  # NaN compares false
+        strings[i] = go_float(floats[i])
+    return strings
+
+
 def target_info_labels(attributes: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
     """The labels of ``target_info`` for an OTel resource's attributes, as the OTel exporter writes them (the
     Prometheus compatibility spec): names sanitized, non-string values JSON-encoded."""
@@ -209,17 +165,423 @@ def target_info_labels(attributes: Mapping[str, object]) -> tuple[tuple[str, str
     return tuple(labels.items())
 
 
-def _make_header(spec: MetricSpec) -> _Header:
-    """The family the OTel exporter builds for ``spec``, empty, encoded by prometheus_client."""
-    if spec.kind is Kind.INFO:  # the exporter's target_info: an info family "target" of samples "target_info"
-        info = InfoMetricFamily(spec.name[:-len("_info")], spec.description or "", labels=[])
-        return _Header(info.name, {fmt: encode(families(info), fmt) for fmt in (TEXT, OPENMETRICS)}, spec.name)
-    cls = {Kind.GAUGE: GaugeMetricFamily, Kind.COUNTER: CounterMetricFamily,
-           Kind.HISTOGRAM: HistogramMetricFamily}[spec.kind]
-    family = cls(sanitize_full_name(spec.name), spec.description or "", labels=[], unit=map_unit(spec.unit or ""))
-    text = {fmt: encode(families(family), fmt) for fmt in (TEXT, OPENMETRICS)}
-    if spec.kind is Kind.HISTOGRAM:
-        les = (*(f"{float(b)}" for b in spec.buckets), "+Inf")
-        return _Header(family.name, text, family.name, les, has_sum=float(spec.buckets[0]) >= 0)
-    sample = family.name + "_total" if spec.kind is Kind.COUNTER else family.name
-    return _Header(family.name, text, sample)
+# -- plans ----------------------------------------------------------------------------------------------------
+
+class _State:
+    """What a :class:`Renderer` keeps per family name (of the families :meth:`Renderer.compile` does not write in
+    its single pass): its names, headers (per format) and series prefixes (a line up to its value, per labels;
+    a histogram series' [label strings, last counts, lines])."""
+
+    __slots__ = ("_samples", "base", "has_sum", "heads", "hists", "le", "name", "prefixes", "sample", "spec", "type",
+                 "unit")
+
+    def __init__(self, spec: MetricSpec) -> None:
+        self.name, self.type, self.unit = family_of(spec)
+        self.spec = spec
+        self.le: tuple[str, ...] = ()
+        self.has_sum = True
+        if self.type == "histogram":
+            self.sample = self.name
+            self.le = (*(f"{float(b)}" for b in spec.buckets), "+Inf")
+            self.has_sum = float(spec.buckets[0]) >= 0
+        else:
+            self.sample = (spec.name if self.type == "info" else
+                           self.name + "_total" if self.type == "counter" else self.name)
+        self._samples: frozenset[str] | None = None
+        self.heads: dict[str, str] = {}
+        self.base: Labels | None = None
+        self.prefixes: dict[Labels, str] = {}
+        self.hists: dict[Labels, list] = {}
+
+    @property
+    def samples(self) -> frozenset[str]:
+        """The sample names the family writes (what ``?name[]=`` selects)."""
+        if self._samples is None:
+            self._samples = frozenset((f"{self.sample}_bucket", f"{self.sample}_count", f"{self.sample}_sum")
+                                      if self.le else (self.sample,))
+        return self._samples
+
+    def head(self, fmt: str) -> str:
+        head = self.heads.get(fmt)
+        if head is None:
+            head = self.heads[fmt] = _header(self.name, self.type, self.unit, self.spec.description or "", fmt)
+        return head
+
+
+class Part(NamedTuple):
+    """One family of a :class:`Plan`: its slots ``start:stop`` among the plan's (the first slot's static text
+    begins with the family's header), ``first``: its first source among the plan's numbers (or histograms: then
+    ``state`` writes their lines)."""
+
+    name: str
+    samples: frozenset[str]
+    start: int
+    stop: int
+    first: int
+    state: _State | None
+
+
+# a family as compile() records it: a gauge of one series by its name (its sample's); any other family as (name,
+# its sample name - or, when compiled through a _State, that state -, number of slots). Plan.parts() turns them
+# into Parts.
+_Record = str | tuple[str, "str | _State", int]
+
+
+@dataclass
+class Plan:
+    """Families compiled for one format: their text is ``statics[i] + slots[i] + "\\n"`` for each slot, a slot
+    per series: a number series' value (its source in ``numbers``) or a histogram series' lines (its source in
+    ``hists``; the slot's index and cache entry in ``hist_at``). A static is a line up to its value, after the
+    family's header for its first slot (a histogram's static is its header or nothing). ``failed``: the
+    families that could not be compiled (reported at each fill)."""
+
+    fmt: str
+    statics: list[str]
+    records: list[_Record]
+    numbers: list
+    hists: list
+    hist_at: list[tuple[int, _State, list]]
+    failed: list[tuple[str, Exception]] = field(default_factory=list)  # reported when filled: a stale plan never is
+    # families prepare() left to finish(): (their place in records, state, base labels, (labels, source) pairs)
+    deferred: list[tuple[int, _State, Labels, list[tuple[Labels, object]]]] = field(default_factory=list)
+    _names: frozenset[str] | None = None
+    _parts: list[Part] | None = None
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The names of the families the plan writes."""
+        if self._names is None:
+            self._names = frozenset(r if isinstance(r, str) else r[0] for r in self.records)
+        return self._names
+
+    def parts(self) -> list[Part]:
+        """The plan's families, each with its slots and sources (made at the first need: to cut families out of
+        a rendering, or to fill the plan family by family)."""
+        if self._parts is None:
+            parts = []
+            slot = numbers = hists = 0
+            for record in self.records:
+                name, key, count = (record, record, 1) if isinstance(record, str) else record
+                if isinstance(key, str):
+                    parts.append(Part(name, frozenset((key,)), slot, slot + count, numbers, None))
+                    numbers += count
+                elif key.le:
+                    parts.append(Part(name, key.samples, slot, slot + count, hists, key))
+                    hists += count
+                else:
+                    parts.append(Part(name, key.samples, slot, slot + count, numbers, None))
+                    numbers += count
+                slot += count
+            self._parts = parts
+        return self._parts
+
+    def text(self, slots: list[str]) -> str:
+        """The plan's text with every slot's string."""
+        out: list[str] = ["\n"] * (3 * len(slots))
+        out[::3] = self.statics
+        out[1::3] = slots
+        return "".join(out)
+
+    def part_text(self, part: Part, slots: Sequence[str | None]) -> str:
+        """One family's text with its slots' strings; a ``None`` slot (a series without a value) writes no line."""
+        statics = self.statics[part.start:part.stop]
+        head = statics[0].rindex("\n") + 1  # a header's lines end the first static (label strings are escaped)
+        text = [statics[0][:head]]
+        statics[0] = statics[0][head:]
+        text.extend(f"{static}{slot}\n" for static, slot in zip(statics, slots, strict=True) if slot is not None)
+        return "".join(text)
+
+
+@dataclass
+class Rendering:
+    """A filled :class:`Plan`: the text, the family names it writes, and what cuts one family out of it."""
+
+    text: str
+    names: frozenset[str]
+    plan: Plan
+    slots: list[str] | None  # every slot's string (one fill); None: ``texts`` holds each part's text
+    texts: list[str] | None = None
+    parts: list[Part] | None = None  # the families written when not all of the plan's (:meth:`families`)
+
+    def families(self) -> list[Part]:
+        """The families written."""
+        return self.plan.parts() if self.parts is None else self.parts
+
+    def family_texts(self) -> list[str]:
+        """The text of each family (:meth:`families`)."""
+        if self.texts is None:
+            slots = self.slots or []
+            self.texts = [self.plan.part_text(p, slots[p.start:p.stop]) for p in self.families()]
+        return self.texts
+
+    def text_of(self, names: set[str]) -> str:
+        """The families writing a sample named in ``names``, whole (headers and every sample)."""
+        if self.texts is not None:
+            return "".join(t for p, t in zip(self.families(), self.texts, strict=True)
+                           if not p.samples.isdisjoint(names))
+        slots = self.slots or []
+        return "".join(self.plan.part_text(p, slots[p.start:p.stop]) for p in self.families()
+                       if not p.samples.isdisjoint(names))
+
+
+class Renderer:
+    """Compiles families into :class:`Plan` s and fills them; keeps per family name (of those not written in
+    :meth:`compile`'s single pass) its headers and its series' label strings, and a histogram series' last lines.
+
+    Not thread-safe: the scrape registry calls it under its scrape lock.
+    """
+
+    def __init__(self) -> None:
+        self._states: dict[str, _State] = {}
+        self._base_text: dict[Labels, str] = {}  # base labels -> their label string
+        self._logged: set[str] = set()  # families whose rendering failed, logged once each
+
+    def samples(self, spec: MetricSpec) -> frozenset[str]:
+        """The sample names ``spec``'s family writes."""
+        return self._state(spec).samples
+
+    def _state(self, spec: MetricSpec) -> _State:
+        state = self._states.get(spec.name)
+        if state is None or (state.spec is not spec and state.spec != spec):
+            state = self._states[spec.name] = _State(spec)
+        return state
+
+    def render(self, views: Iterable[FamilyView], fmt: str, seen: set[str],
+               on_error: Callable[[str], None] | None = None) -> Rendering:
+        """``views`` rendered in ``fmt`` (:meth:`compile` then :meth:`fill`, their values as the sources)."""
+        plan = self.compile([(view.spec, view.base, view.points) for view in views], fmt, seen)
+        return self.fill(plan, plan.numbers, plan.hists, on_error)
+
+    def compile(self, families: Iterable[Family], fmt: str, seen: set[str]) -> Plan:
+        """The plan of ``families`` in ``fmt`` (:meth:`prepare`, then :meth:`finish`)."""
+        return self.finish(self.prepare(families, fmt, seen))
+
+    def prepare(self, families: Iterable[Family], fmt: str, seen: set[str]) -> Plan:
+        """The plan of ``families`` in ``fmt``, to :meth:`finish`. A family whose name is in ``seen`` is left out
+        (the first family of a name wins) and every name taken is added to ``seen``; one that cannot be compiled
+        is left out (reported - and logged once - at each :meth:`fill`), as is one without series.
+
+        The common family - a gauge or counter of one series without labels of its own, whose unit is in the
+        table and whose description needs no escaping - is written in this loop with nothing kept (a fresh
+        Telemetry's first scrape of hundreds of keys spends ~0.5 us on each). The others are named here and
+        their series copied; :meth:`finish` writes them through their :class:`_State` (headers and label
+        strings, kept): the store calls this under its lock (:meth:`SeriesStore.laid_out`), which holds only
+        the single pass and the copies."""
+        if fmt != TEXT and fmt != OPENMETRICS:
+            raise ValueError(f"unknown exposition format {fmt!r}")
+        om = fmt == OPENMETRICS
+        plan = Plan(fmt, [], [], [], [], [], [])
+        statics, records, numbers, deferred = plan.statics, plan.records, plan.numbers, plan.deferred
+        add_static, add_record, add_number, add_seen = statics.append, records.append, numbers.append, seen.add
+        gauge, counter, words = _GAUGE, _COUNTER, _UNIT_WORDS
+        fresh = not seen
+        labels_text, last_base = "", None
+        for spec, base, points in families:  # runs once per family of a new layout: every operation counts
+            try:
+                # a gauge's or counter's name is sanitized already: MetricSpec takes rl_[a-z0-9_]+ without "__"
+                # (catalog.naming.check_name; tests/test_exposition_headers.py holds sanitize_full_name to it)
+                name, kind, doc = spec.name, spec.kind, spec.description
+                if ((kind is gauge or kind is counter) and len(points) == 1
+                        and doc and doc.isascii() and "\\" not in doc and "\n" not in doc and '"' not in doc):
+                    ((labels, source),) = points
+                    unit = words.get(spec.unit)
+                    if not labels and unit is not None and not (kind is counter and name.endswith("_total")):
+                        if unit and not name.endswith("_" + unit):
+                            name = f"{name}_{unit}"
+                        if name in seen:
+                            continue
+                        add_seen(name)
+                        if base is not last_base:
+                            labels_text, last_base = self._braced(base), base
+                        if kind is gauge:
+                            sample, typ = name, "gauge"
+                        else:
+                            sample, typ = name + "_total", "counter"
+                        if not om:
+                            add_static(f"# HELP {sample} {doc}\n# TYPE {sample} {typ}\n{sample}{labels_text} ")
+                        elif unit:
+                            add_static(f"# HELP {name} {doc}\n# TYPE {name} {typ}\n# UNIT {name} {unit}\n"
+                                       f"{sample}{labels_text} ")
+                        else:
+                            add_static(f"# HELP {name} {doc}\n# TYPE {name} {typ}\n{sample}{labels_text} ")
+                        add_number(source)
+                        add_record(name if kind is gauge else (name, sample, 1))
+                        continue
+                state = self._state(spec)
+                if state.name in seen or not points:
+                    continue
+                add_seen(state.name)
+                deferred.append((len(records), state, base, list(points)))
+            except Exception as exc:  # one family must not blank the scrape
+                plan.failed.append((spec.name, exc))
+        if fresh:
+            plan._names = frozenset(seen)
+        return plan
+
+    def finish(self, plan: Plan) -> Plan:
+        """``plan`` (:meth:`prepare`) with the families it deferred written in their places."""
+        if not plan.deferred:
+            return plan
+        statics, numbers, records = plan.statics, plan.numbers, plan.records
+        plan.statics, plan.numbers, plan.records = [], [], []
+        done = 0
+        for at, state, base, points in plan.deferred:
+            plan.statics += statics[done:at]
+            plan.numbers += numbers[done:at]
+            plan.records += records[done:at]
+            done = at
+            try:
+                self._compile_family(plan, state, base, points)
+            except Exception as exc:
+                plan.failed.append((state.spec.name, exc))
+        plan.statics += statics[done:]
+        plan.numbers += numbers[done:]
+        plan.records += records[done:]
+        plan.deferred = []
+        return plan
+
+    def _compile_family(self, plan: Plan, state: _State, base: Labels, points: list[tuple[Labels, object]]) -> None:
+        """One family into ``plan`` through its :class:`_State`; nothing of it when it raises."""
+        numbers, hists, hist_at = plan.numbers, plan.hists, plan.hist_at
+        n_numbers, n_hists = len(numbers), len(hists)
+        try:
+            if base is not state.base:
+                if base != state.base:
+                    state.prefixes.clear()
+                    state.hists.clear()
+                state.base = base
+            head = state.head(plan.fmt)
+            prefixes = (self._hist_slots(state, points, base, len(plan.statics), hists, hist_at) if state.le else
+                        self._number_slots(state, points, base, numbers))
+        except Exception:
+            del numbers[n_numbers:], hists[n_hists:], hist_at[n_hists:]
+            raise
+        prefixes[0] = head + prefixes[0]
+        plan.statics += prefixes
+        plan.records.append((state.name, state, len(points)))
+
+    def _labels(self, base: Labels) -> str:
+        """The label string of ``base`` (run, rank): the same for most families."""
+        text = self._base_text.get(base)
+        if text is None:
+            if len(self._base_text) >= 64:  # a handful in practice (the store's, target_info's none)
+                self._base_text.clear()
+            text = self._base_text[base] = _label_text(sorted(base))
+        return text
+
+    def _braced(self, base: Labels) -> str:
+        text = self._labels(base)
+        return f"{{{text}}}" if text else ""
+
+    def _number_slots(self, state: _State, points: Collection[tuple[Labels, object]], base: Labels,
+                      numbers: list) -> list[str]:
+        cached, sample = state.prefixes, state.sample
+        if len(cached) > 2 * len(points) + 64:  # series expired or vanished: keep the cache bounded
+            cached.clear()
+        prefixes = []
+        for labels, source in points:
+            prefix = cached.get(labels)
+            if prefix is None:
+                text = _label_text(sorted(base + labels)) if labels else self._labels(base)
+                prefix = cached[labels] = f"{sample}{{{text}}} " if text else f"{sample} "
+            prefixes.append(prefix)
+            numbers.append(source)
+        return prefixes
+
+    @staticmethod
+    def _hist_slots(state: _State, points: Collection[tuple[Labels, object]], base: Labels, slot: int, hists: list,
+                    hist_at: list) -> list[str]:
+        cached, name = state.hists, state.sample
+        if len(cached) > 2 * len(points) + 64:
+            cached.clear()
+        for i, (labels, source) in enumerate(points):
+            entry = cached.get(labels)
+            if entry is None:
+                pairs = sorted(base + labels)
+                before = _label_text(p for p in pairs if p[0] < "le")
+                after = _label_text(p for p in pairs if p[0] > "le")
+                plain = _label_text(pairs)
+                entry = cached[labels] = [f"{name}_bucket{{{before}{',' if before else ''}le=\"",
+                                          f"\"{',' if after else ''}{after}}} ", f"{{{plain}}}" if plain else "",
+                                          None, ""]
+            hist_at.append((slot + i, state, entry))
+            hists.append(source)
+        return [""] * len(points)
+
+    def fill(self, plan: Plan, numbers: Sequence[object], hists: Sequence[object],
+             on_error: Callable[[str], None] | None = None) -> Rendering:
+        """``plan`` filled with the values of its number slots (``numbers``, in order) and of its histogram slots
+        (``hists``: :class:`HistogramValue` s). A family whose values cannot be written is left out (logged,
+        ``on_error("render")``), as is every family the plan could not compile."""
+        for name, exc in plan.failed:
+            self._failed(name, on_error, exc)
+        try:
+            slots = go_floats(numbers)
+            if plan.hist_at:
+                slots = _merged(slots, [_hist_lines(state, entry, h)
+                                        for (_i, state, entry), h in zip(plan.hist_at, hists, strict=True)],
+                                [i for i, _state, _entry in plan.hist_at])
+            return Rendering(plan.text(slots), plan.names, plan, slots)
+        except Exception:  # a value that is not a number: find its family, serve the others
+            return self._fill_by_family(plan, numbers, hists, on_error)
+
+    def _fill_by_family(self, plan: Plan, numbers: Sequence[object], hists: Sequence[object],
+                        on_error: Callable[[str], None] | None) -> Rendering:
+        parts, texts = [], []
+        for part in plan.parts():
+            a, b = part.first, part.first + part.stop - part.start
+            try:
+                if part.state is not None:  # a histogram
+                    slots: list[str | None] = [
+                        _hist_lines(part.state, entry, h)
+                        for (_i, _state, entry), h in zip(plan.hist_at[a:b], hists[a:b], strict=True)]
+                else:  # a series still without a value (None) writes no line, as before its first write
+                    slots = [None if v is None else go_float(cast(float, v)) for v in numbers[a:b]]
+                texts.append(plan.part_text(part, slots))
+            except Exception:
+                if part.state is not None:
+                    part.state.hists.clear()
+                self._failed(part.name, on_error)
+                continue
+            parts.append(part)
+        return Rendering("".join(texts), frozenset(part.name for part in parts), plan, None, texts, parts)
+
+    def _failed(self, name: str, on_error: Callable[[str], None] | None, exc: BaseException | None = None) -> None:
+        if len(self._logged) < 100 and name not in self._logged:  # every scrape fails alike
+            self._logged.add(name)
+            _log.error("rl_otel: rendering %s failed; it is left out of the scrapes", name, exc_info=exc or True)
+        if on_error is not None:
+            on_error("render")
+
+
+_GAUGE, _COUNTER = Kind.GAUGE, Kind.COUNTER
+_UNIT_WORDS = {unit: map_unit(unit) for unit in ("", *UNITS)}  # the units map_unit needs no rule for
+
+
+def _hist_lines(state: _State, entry: list, value: object) -> str:
+    """A histogram series' lines, the last without its end (``entry``: its label strings, last counts and
+    lines, rewritten on a change)."""
+    h = cast(HistogramValue, value)  # a histogram family's points: anything else raises below
+    key = (h.counts, h.sum)
+    if key != entry[3]:
+        head, tail, plain, name = entry[0], entry[1], entry[2], state.sample
+        cumulative = list(accumulate(h.counts))
+        lines = [f"{head}{le}{tail}{go_float(n)}" for le, n in zip(state.le, cumulative, strict=True)]
+        if state.has_sum:
+            lines.append(f"{name}_count{plain} {go_float(cumulative[-1])}")
+            lines.append(f"{name}_sum{plain} {go_float(h.sum)}")
+        entry[3], entry[4] = key, "\n".join(lines)  # the plan writes the last line's end
+    return entry[4]
+
+
+def _merged(numbers: list[str], hists: list[str], at: list[int]) -> list[str]:
+    """``numbers`` with ``hists`` inserted at the (ascending) slot indices ``at``."""
+    out: list[str] = []
+    taken = 0
+    for i, text in zip(at, hists, strict=True):
+        upto = taken + i - len(out)
+        out.extend(numbers[taken:upto])
+        taken = upto
+        out.append(text)
+    out.extend(numbers[taken:])
+    return out

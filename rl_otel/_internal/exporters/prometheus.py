@@ -14,10 +14,15 @@ with its pitfalls designed out.
 
 Cost: the store's families (thousands of series on a node with 8 GPUs) are rendered straight to text
 (:mod:`rl_otel._internal.exporters.exposition`) once per store version - once per training step, at the first
-scrape after it - and those bytes (and their gzip stream) are served until the store changes. What can change
-between two scrapes without a ``log()`` is rendered at every scrape: the live gauges (process and GPU memory), and
-any collector registered on the registry. A ``log()`` finished before a scrape starts is always in it.
-``?name[]=`` cuts only the families it names from those bytes.
+scrape after it, through a plan compiled once per set of series - and those bytes (and their gzip stream) are
+served until the store changes. What can change between two scrapes without a ``log()`` is rendered at every
+scrape: the live gauges (process and GPU memory), and any collector registered on the registry. A ``log()``
+finished before a scrape starts is always in it. ``?name[]=`` cuts only the families it names from those bytes.
+
+prometheus_client is not imported on this path (~25 ms of ``init()``): content negotiation, the headers and the
+answers to other methods are written here, as prometheus_client 0.26 writes them (``tests/test_exposition_headers``
+compares them); it is imported by the first scrape with a registered collector's family to encode, and for a
+registry that is not a :class:`ScrapeRegistry`.
 """
 
 from __future__ import annotations
@@ -27,14 +32,12 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder, gzip_accepted, make_wsgi_app
-
-from rl_otel._internal.exporters.exposition import EOF, OPENMETRICS, TEXT, Renderer, Span, encode, families
+from rl_otel._internal.exporters.exposition import EOF, OPENMETRICS, TEXT, Plan, Renderer, Rendering
 from rl_otel._internal.exporters.server import Limits, Server, serve
 from rl_otel._internal.exporters.webconfig import WebConfig
 from rl_otel._internal.pipeline.store import SeriesStore
@@ -42,20 +45,26 @@ from rl_otel._internal.pipeline.store import SeriesStore
 _log = logging.getLogger("rl_otel")
 
 GZIP_LEVEL = 1  # 3.5 ms for a 1.2 MB scrape (level 9, prometheus_client's: 23 ms) and 1.3x its size
+RELAYOUTS = 3  # tries to read a layout that a concurrent new series keeps making stale, before a snapshot()
+
+# prometheus_client's content types (exposition.py and openmetrics/exposition.py)
+CONTENT_TYPE_PLAIN_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE_PLAIN_1_0_0 = "text/plain; version=1.0.0; charset=utf-8"
+CONTENT_TYPE_OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+_ESCAPINGS = ("allow-utf-8", "underscores", "dots", "values")
 
 
 @dataclass
 class _Stored:
-    """The store's families rendered at one version, in one format: the bytes, and where each family is in them
-    (``?name[]=`` requests are cut from the families they name, never from the whole text)."""
+    """The store's families rendered at one version, in one format: the bytes, and the rendering they were
+    encoded from (``?name[]=`` requests are cut from the families they name, never from the whole text)."""
 
     version: int
     valid_until_ns: int | None
     body: bytes
     names: frozenset[str]
     taken_ns: int = 0  # time.monotonic_ns() before the store was settled and read: it holds every log() done by then
-    chunks: list[str] = field(default_factory=list)  # body's text, by series
-    spans: list[Span] = field(default_factory=list)  # (sample names, first chunk, past the last) per family
+    rendering: Rendering | None = None
     gzip: tuple[bytes, zlib._Compress] | None = None  # (compressed prefix, compressor before its flush)
 
     def gzip_head(self) -> tuple[bytes, zlib._Compress]:
@@ -66,24 +75,47 @@ class _Stored:
 
     def text_of(self, names: set[str]) -> str:
         """The families writing a sample named in ``names``, whole (headers and every sample)."""
-        return "".join("".join(self.chunks[a:b]) for samples, a, b in self.spans if not samples.isdisjoint(names))
+        return "" if self.rendering is None else self.rendering.text_of(names)
 
 
-class ScrapeRegistry(CollectorRegistry):
+class ScrapeRegistry:
     """Serializes scrapes, guarantees one family per name in each one, and renders the store's families once
-    per store version. A prometheus_client collector registered on it (e.g. a ``PrometheusMetricReader`` given
-    ``registry=``) is collected at every scrape, after the store's families. ``on_error(reason)`` counts what a
-    scrape absorbed (and is what the endpoint counts its refusals with)."""
+    per store version. A prometheus_client collector registered on it (``register``, as on a prometheus_client
+    ``CollectorRegistry``: e.g. a ``PrometheusMetricReader`` given ``registry=``) is collected at every scrape,
+    after the store's families; prometheus_client is imported only then. ``on_error(reason)`` counts what a
+    scrape absorbed (and is what the endpoint counts its refusals with).
+
+    The store's families are compiled once per set of series and format (:meth:`SeriesStore.laid_out` with
+    :meth:`Renderer.prepare`, then :meth:`Renderer.finish`); a new store version is read through that plan
+    (:meth:`SeriesStore.read`) and filled into it (:meth:`Renderer.fill`)."""
 
     def __init__(self, on_duplicate: Callable[[str], None], store: SeriesStore | None = None,
                  on_error: Callable[[str], None] = lambda reason: None) -> None:
-        super().__init__(auto_describe=False)
         self._scrape_lock = threading.Lock()
+        self._collectors_lock = threading.Lock()
+        self._collectors: dict[Any, None] = {}  # registered prometheus_client collectors, in order
         self._on_duplicate = on_duplicate
         self.on_error = on_error
         self._store = store
         self._renderer = Renderer()
         self._stored: dict[str, _Stored] = {}
+        self._plans: dict[str, tuple[int, Plan]] = {}  # format -> (store layout, the plan compiled from it)
+
+    def register(self, collector: Any) -> None:
+        """Collect ``collector`` (its ``collect()`` yields prometheus_client families) at every scrape."""
+        with self._collectors_lock:
+            self._collectors[collector] = None
+
+    def unregister(self, collector: Any) -> None:
+        with self._collectors_lock:
+            del self._collectors[collector]
+
+    def collect(self) -> Iterable[Any]:
+        """The registered collectors' families (prometheus_client's ``Collector`` interface)."""
+        with self._collectors_lock:
+            collectors = list(self._collectors)
+        for collector in collectors:
+            yield from collector.collect()
 
     def render(self, fmt: str = TEXT, gzipped: bool = False) -> bytes:
         """One scrape's exposition in ``fmt`` (``TEXT`` or ``OPENMETRICS``), gzip-compressed if asked."""
@@ -100,18 +132,18 @@ class ScrapeRegistry(CollectorRegistry):
         with self._scrape_lock:
             stored = self._render_store(fmt, asked_ns)
             seen = set(stored.names)
-            chunks: list[str] = []
+            live = ""
             if self._store is not None:
                 try:
                     views = self._store.live()
                     if names is not None:
-                        views = [v for v in views if not self._renderer.header(v.spec).samples.isdisjoint(names)]
-                    chunks = self._renderer.render(views, fmt, seen, on_error=self.on_error)
+                        views = [v for v in views if not self._renderer.samples(v.spec).isdisjoint(names)]
+                    live = self._renderer.render(views, fmt, seen, on_error=self.on_error).text
                 except Exception:  # never break a scrape
                     _log.exception("rl_otel: rendering the live gauges failed")
                     self.on_error("collect")
-            registered = self._registered(fmt, seen, names)
-            tail = registered + "".join(chunks)
+            registered = self._registered(fmt, seen, names) if self._collectors else ""
+            tail = registered + live
             if names is not None:
                 body = restricted(stored.text_of(names) + tail, names) + (EOF if fmt == OPENMETRICS else "")
                 data = _utf8(body, self.on_error)
@@ -154,21 +186,54 @@ class ScrapeRegistry(CollectorRegistry):
         if cached is not None and cached.version == self._store.version:
             return cached
         try:
-            version, views, valid_until = self._store.snapshot()
-            seen: set[str] = set()
-            spans: list[Span] = []
-            chunks = self._renderer.render(views, fmt, seen, spans, self.on_error)
+            version, valid_until, rendering = self._read_store(self._store, fmt)
             try:
-                body = "".join(chunks).encode()
+                body = rendering.text.encode()
             except UnicodeEncodeError:  # not expected (labels are escaped): leave out the families that fail
-                chunks, spans = _encodable_families(chunks, spans, self.on_error)
-                body = "".join(chunks).encode()
+                rendering = _encodable_families(rendering, self.on_error)
+                body = rendering.text.encode()
         except Exception:  # never break a scrape: serve the live gauges and the registered collectors
             _log.exception("rl_otel: collecting the series store failed")
             self.on_error("collect")
             return _Stored(-1, None, b"", frozenset())
-        stored = self._stored[fmt] = _Stored(version, valid_until, body, frozenset(seen), taken_ns, chunks, spans)
+        stored = self._stored[fmt] = _Stored(version, valid_until, body, rendering.names, taken_ns, rendering)
         return stored
+
+    def _read_store(self, store: SeriesStore, fmt: str) -> tuple[int, int | None, Rendering]:
+        """``(version, valid_until_ns, rendering)`` of the store's families: read through the plan compiled at the
+        last new or removed series (compiled again when the store refuses its layout)."""
+        for _attempt in range(RELAYOUTS):
+            compiled = self._plans.get(fmt)
+            if compiled is None:
+                layout, plan = store.laid_out(lambda families: self._renderer.prepare(families, fmt, set()))
+                compiled = self._plans[fmt] = layout, self._renderer.finish(plan)
+            layout, plan = compiled
+            read = store.read(layout, plan.numbers, plan.hists)
+            if read is not None:
+                version, numbers, hists, valid_until = read
+                return version, valid_until, self._renderer.fill(plan, numbers, hists, self.on_error)
+            del self._plans[fmt]
+        version, views, valid_until = store.snapshot()  # series come and go faster than a plan is read
+        return version, valid_until, self._renderer.render(views, fmt, set(), self.on_error)
+
+
+def families(*items: Any) -> Any:
+    """A collector of prometheus_client families, for the stock encoders."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(collect=lambda: list(items))
+
+
+def encode(collector: Any, fmt: str) -> str:
+    """prometheus_client's own encoding of ``collector`` (OpenMetrics without its ``# EOF``); prometheus_client is
+    imported here, by the first scrape that has a registered collector's family to write."""
+    if fmt == OPENMETRICS:
+        from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+        return generate_openmetrics(collector).decode()[:-len(EOF)]
+    from prometheus_client.exposition import generate_latest
+
+    return generate_latest(collector).decode()
 
 
 def _utf8(text: str, on_error: Callable[[str], None]) -> bytes:
@@ -179,38 +244,103 @@ def _utf8(text: str, on_error: Callable[[str], None]) -> bytes:
         return text.encode("utf-8", "replace")
 
 
-def _encodable_families(chunks: list[str], spans: list[Span], on_error: Callable[[str], None],
-                        ) -> tuple[list[str], list[Span]]:
-    kept_chunks: list[str] = []
-    kept_spans: list[Span] = []
-    for samples, a, b in spans:
+def _encodable_families(rendering: Rendering, on_error: Callable[[str], None]) -> Rendering:
+    parts, texts = [], []
+    for part, text in zip(rendering.families(), rendering.family_texts(), strict=True):
         try:
-            "".join(chunks[a:b]).encode()
+            text.encode()
         except UnicodeEncodeError:
-            _log.error("rl_otel: the family of %s is not valid UTF-8; it is left out of the scrape", sorted(samples))
+            _log.error("rl_otel: the family of %s is not valid UTF-8; it is left out of the scrape",
+                       sorted(part.samples))
             on_error("render")
             continue
-        kept_spans.append((samples, len(kept_chunks), len(kept_chunks) + b - a))
-        kept_chunks.extend(chunks[a:b])
-    return kept_chunks, kept_spans
+        parts.append(part)
+        texts.append(text)
+    return Rendering("".join(texts), frozenset(part.name for part in parts), rendering.plan, None, texts, parts)
 
 
-def scrape_app(registry: ScrapeRegistry, fallback: Callable) -> Callable:
+def content_type(accept: str | None) -> str:
+    """The content type prometheus_client's ``choose_encoder`` answers ``Accept`` with (0.26: OpenMetrics
+    1.0.0 and up, text 1.0.0 and up with an escaping scheme, else text 0.0.4); its format is OpenMetrics when the
+    type is ``application/openmetrics-text``, else the text format (rl_otel writes names that need no escaping)."""
+    escaping = "underscores"
+    for accepted in (accept or "").split(","):
+        toks = accepted.split(";")
+        mime = toks[0].strip()
+        if mime == "application/openmetrics-text":
+            version, escaping = _accept_param(toks, "version"), _escaping(toks)
+            if not version:
+                return CONTENT_TYPE_OPENMETRICS
+            if _version(version) >= (1, 0, 0):
+                return f"application/openmetrics-text; version={version}; charset=utf-8; escaping={escaping}"
+        elif mime == "text/plain":
+            version, escaping = _accept_param(toks, "version"), _escaping(toks)
+            if version and _version(version) >= (1, 0, 0):
+                return f"{CONTENT_TYPE_PLAIN_1_0_0}; escaping={escaping}"
+    return CONTENT_TYPE_PLAIN_0_0_4
+
+
+def _accept_param(toks: list[str], name: str) -> str:
+    for tok in toks:
+        if "=" in tok:
+            key, value = tok.strip().split("=", 1)
+            if key == name:
+                return value
+    return ""
+
+
+def _escaping(toks: list[str]) -> str:
+    for tok in toks:
+        if "=" in tok:
+            key, value = tok.strip().split("=", 1)
+            if key == "escaping":
+                return value if value in _ESCAPINGS else "underscores"
+    return "underscores"
+
+
+def _version(text: str) -> tuple[int | str, ...]:
+    """prometheus_client's ``parse_version`` (comparing a non-numeric part with a number raises, as there)."""
+    parts: list[int | str] = []
+    for part in text.split("."):
+        try:
+            parts.append(int(part))
+        except ValueError:
+            parts.append(part)
+    return tuple(parts)
+
+
+def gzip_accepted(accept_encoding: str | None) -> bool:
+    """prometheus_client's ``gzip_accepted``: ``gzip`` among the ``Accept-Encoding`` codings."""
+    return any(accepted.split(";")[0].strip().lower() == "gzip" for accepted in (accept_encoding or "").split(","))
+
+
+_ALLOW = [("Allow", "OPTIONS,GET")]
+
+
+def scrape_app(registry: ScrapeRegistry) -> Callable:
     """A WSGI app serving ``registry.render()`` to GET requests with prometheus_client's content negotiation
     (``Accept``: text 0.0.4 or OpenMetrics; ``Accept-Encoding: gzip``). ``?name[]=`` keeps the samples of those
     names (the stock app served nothing: our collector has no ``describe``); OPTIONS, other methods and
-    ``/favicon.ico`` go to ``fallback``, prometheus_client's own app."""
+    ``/favicon.ico`` are answered as prometheus_client's own app answers them."""
 
     def app(environ, start_response):
-        if environ.get("REQUEST_METHOD") != "GET" or environ.get("PATH_INFO") == "/favicon.ico":
-            return fallback(environ, start_response)
-        content_type = choose_encoder(environ.get("HTTP_ACCEPT"))[1]
+        method = environ.get("REQUEST_METHOD")
+        if method == "OPTIONS":
+            start_response("200 OK", list(_ALLOW))
+            return [b""]
+        if method != "GET":
+            start_response("405 Method Not Allowed", list(_ALLOW))
+            return [f"# HTTP 405 Method Not Allowed: {method}; use OPTIONS or GET\n".encode()]
+        if environ.get("PATH_INFO") == "/favicon.ico":
+            start_response("200 OK", [])
+            return [b""]
+        kind = content_type(environ.get("HTTP_ACCEPT"))
         gzipped = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING"))
         query = environ.get("QUERY_STRING", "")
         names = parse_qs(query).get("name[]") if "name" in query else None
-        fmt = OPENMETRICS if content_type.startswith("application/openmetrics-text") else TEXT
+        fmt = OPENMETRICS if kind.startswith("application/openmetrics-text") else TEXT
         parts = registry.render_parts(fmt, gzipped, set(names) if names else None, environ.get("rl_otel.asked_ns"))
-        headers = [("Content-Type", content_type)] + ([("Content-Encoding", "gzip")] if gzipped else [])
+        headers = [("Content-Type", kind)] + ([("Content-Encoding", "gzip")] if gzipped else [])
         start_response("200 OK", headers)
         return parts
 
@@ -250,13 +380,16 @@ class ScrapeEndpoint:
     (:mod:`rl_otel._internal.exporters.server`). A :class:`ScrapeRegistry` is served by :func:`scrape_app` (cached
     rendering), and counts what the server refuses (``on_error``); any other registry by prometheus_client's app."""
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int, *, web: WebConfig | None = None,
+    def __init__(self, registry: Any, host: str, port: int, *, web: WebConfig | None = None,
                  port_search: int = 0, limits: Limits | None = None) -> None:
-        app = make_wsgi_app(registry)
         on_event = None
         if isinstance(registry, ScrapeRegistry):
-            app = scrape_app(registry, app)
+            app = scrape_app(registry)
             on_event = registry.on_error
+        else:  # a prometheus_client CollectorRegistry
+            from prometheus_client.exposition import make_wsgi_app
+
+            app = make_wsgi_app(registry)
         self._server = serve(app, host, port, web=web, port_search=port_search, on_event=on_event, limits=limits)
         self.host = host
         self.port: int = self._server.server_port

@@ -34,6 +34,8 @@ def _leading_digit(text: str) -> str:
 
 def sanitize_full_name(name: str) -> str:
     """A metric name Prometheus accepts: other characters (runs of them) become ``_``, a leading digit ``_``."""
+    if name.isidentifier() and name.isascii() and "__" not in name:  # rl_otel's names: nothing to replace
+        return name
     return _NAME.sub("_", _leading_digit(name))
 
 
@@ -44,6 +46,9 @@ def sanitize_attribute(key: str) -> str:
 
 def map_unit(unit: str) -> str:
     """The unit word a Prometheus name ends with, for a UCUM unit (``""`` for none or ``1``)."""
+    word = UNITS.get(unit)  # no annotation in a unit of the table
+    if word is not None or not unit:
+        return word or ""
     unit = _ANNOTATION.sub("", unit)
     if unit in UNITS:
         return UNITS[unit]

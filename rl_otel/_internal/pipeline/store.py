@@ -10,15 +10,18 @@ before the lock is taken and must be fast: anything slow (NVML) belongs in a pol
 
 Every change bumps :attr:`SeriesStore.version`: the scrape endpoint renders the stored families once per version
 (and TTL deadline) and serves those bytes until the next change; only the live collectors run at every scrape.
+It renders through held points (:meth:`SeriesStore.laid_out`, then :meth:`SeriesStore.read` at each version): the
+families and their series are laid out once per set of series, and a new version's values are read in one pass.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple, TypeVar, cast
 
 from rl_otel._internal.pipeline.histogram import BulkHistogram
 from rl_otel.catalog import Kind, MetricSpec
@@ -27,7 +30,10 @@ if TYPE_CHECKING:  # the SDK's metrics package: loaded by collect() only, which 
     from opentelemetry.sdk.metrics.export import Metric
 
 Labels = tuple[tuple[str, str], ...]  # (name, value) pairs in the catalog entry's order, without run/rank
+# a family as laid out for reading: its entry, the labels on every series, and (labels, held point) per series
+HeldFamily = tuple[MetricSpec, Labels, Collection[tuple[Labels, list]]]
 Item = tuple[MetricSpec, Labels, float]
+T = TypeVar("T")
 Collector = Callable[[], Iterable[Item]]
 
 
@@ -83,7 +89,7 @@ class SeriesStore:
         self._max_series = max_series_per_metric
         self._ttl_ns = None if ttl_s is None else int(ttl_s * 1e9)
         self._dropped_spec = dropped_spec
-        self._dropped: dict[str, int] = {}
+        self._dropped: dict[str, list[float]] = {}  # metric name -> [count]: a held point, as the series' lists
         self._on_drop = on_drop
         self._families: dict[str, _Family] = {}
         self._start_ns = time.time_ns()
@@ -93,6 +99,7 @@ class SeriesStore:
         self._settle: Callable[[], object] | None = None
         self._capped: list[str] = []  # metrics that refused a new series under the lock, for on_drop after it
         self._structure = 0  # bumped whenever a series is removed: a held point (see points()) is then stale
+        self._layout = 0  # bumped whenever a series comes or goes: what laid_out() gave is then stale
 
     def set_settle(self, settle: Callable[[], object]) -> None:
         """Call ``settle()`` before every read (:meth:`settle`): the Telemetry's metrics worker waits there for
@@ -131,6 +138,7 @@ class SeriesStore:
                 self._capped.append(spec.name)  # reported by _report_capped once the lock is released
                 return None
             point = fam.points[labels] = [None, 0, None]
+            self._layout += 1
         return point
 
     def _report_capped(self) -> None:
@@ -142,7 +150,12 @@ class SeriesStore:
                 self._on_drop(name)
 
     def _count_dropped(self, metric_name: str) -> None:
-        self._dropped[metric_name] = self._dropped.get(metric_name, 0) + 1
+        count = self._dropped.get(metric_name)
+        if count is None:
+            self._dropped[metric_name] = [1.0]
+            self._layout += 1
+        else:
+            count[0] += 1
 
     def note_dropped(self, metric_name: str) -> None:
         """Count a value refused before the store (``rl_telemetry_dropped_series_total{metric=...}``)."""
@@ -212,6 +225,7 @@ class SeriesStore:
                 fam = self._families.get(spec.name)
                 if fam is not None and fam.points.pop(labels, None) is not None:
                     self._structure += 1
+                    self._layout += 1
             self._mark(marks, step, now)
         if self._capped:
             self._report_capped()
@@ -289,7 +303,11 @@ class SeriesStore:
             if fam is None:
                 fam = self._families[spec.name] = _Family(spec, False, base=None if base_labels else (),
                                                           scrape_only=True)
-            fam.points[labels] = [1.0, time.time_ns(), None]
+            point = fam.points.get(labels)
+            if point is None:  # a new series; else the same list, which a reader may hold (see laid_out())
+                point = fam.points[labels] = [None, 0, None]
+                self._layout += 1
+            point[0], point[1] = 1.0, time.time_ns()
 
     def delete(self, spec: MetricSpec, labels: Labels) -> bool:
         """Remove one series (``labels`` as :meth:`write` got them): the next scrape no longer has it, so
@@ -300,6 +318,7 @@ class SeriesStore:
                 return False
             self._version += 1
             self._structure += 1
+            self._layout += 1
             return True
 
     def value(self, name: str, labels: Mapping[str, object] | Labels | None = None) -> float | HistogramValue | None:
@@ -323,7 +342,7 @@ class SeriesStore:
                 return None
             if name in (self._dropped_spec.name, self._dropped_spec.prometheus_name) and list(want) == ["metric"]:
                 dropped = self._dropped.get(want["metric"])
-                return None if dropped is None else float(dropped)
+                return None if dropped is None else dropped[0]
         for view in self.live():
             if name in (view.spec.name, view.spec.prometheus_name):
                 for key, value in view.points:
@@ -352,26 +371,67 @@ class SeriesStore:
         expired first; ``valid_until_ns`` is when the next series expires (``None``: never, without a write)."""
         self.settle()
         now = time.time_ns()
-        families, next_expiry = [], None
+        families = []
         with self._lock:
+            next_expiry = self._expire(now)
             for fam in self._families.values():
-                if self._ttl_ns is not None and fam.expires and fam.points:
-                    stale = [k for k, p in fam.points.items() if now - p[1] > self._ttl_ns]
-                    for k in stale:
-                        del fam.points[k]
-                    if stale:
-                        self._version += 1
-                        self._structure += 1
-                    if fam.points:
-                        oldest = min(p[1] for p in fam.points.values()) + self._ttl_ns + 1
-                        next_expiry = oldest if next_expiry is None else min(next_expiry, oldest)
                 if fam.points:
                     families.append(FamilyView(fam.spec, self._base if fam.base is None else fam.base, fam.start_ns,
                                                _frozen(fam), fam.scrape_only))
             if self._dropped:
                 families.append(FamilyView(self._dropped_spec, self._base, self._start_ns,
-                                           [((("metric", name),), float(n)) for name, n in self._dropped.items()]))
+                                           [((("metric", name),), n[0]) for name, n in self._dropped.items()]))
             return self._version, families, next_expiry
+
+    def _expire(self, now: int) -> int | None:
+        """Remove the series past their TTL (the caller holds the lock); when the next one expires."""
+        if self._ttl_ns is None:
+            return None
+        next_expiry = None
+        for fam in self._families.values():
+            if fam.expires and fam.points:
+                stale = [k for k, p in fam.points.items() if now - p[1] > self._ttl_ns]
+                for k in stale:
+                    del fam.points[k]
+                if stale:
+                    self._version += 1
+                    self._structure += 1
+                    self._layout += 1
+                if fam.points:
+                    oldest = min(p[1] for p in fam.points.values()) + self._ttl_ns + 1
+                    next_expiry = oldest if next_expiry is None else min(next_expiry, oldest)
+        return next_expiry
+
+    def laid_out(self, lay_out: Callable[[Iterable[HeldFamily]], T]) -> tuple[int, T]:
+        """``(layout, lay_out(families))``: ``lay_out`` called under the lock with the stored families as
+        :meth:`snapshot` orders them (stale series expired first), each series with its held point - the store's
+        own list, whose value :meth:`read` reads under the lock. A reader lays the families out once (the scrape
+        endpoint compiles its rendering plan here) and reads each new version's values in one pass, as long as
+        :meth:`read` accepts the ``layout``: it is bumped by every series that comes or goes.
+
+        ``lay_out`` runs under the store's lock (a ``log()`` waits for it: it must be fast and must not call the
+        store); it gets views, valid while it runs. The caller settles first."""
+        with self._lock:
+            self._expire(time.time_ns())
+            base = self._base
+            families: Iterable[HeldFamily] = ((fam.spec, base if fam.base is None else fam.base, fam.points.items())
+                                              for fam in self._families.values() if fam.points)
+            if self._dropped:
+                dropped = [((("metric", name),), count) for name, count in self._dropped.items()]
+                families = itertools.chain(families, [(self._dropped_spec, base, dropped)])
+            return self._layout, lay_out(families)
+
+    def read(self, layout: int, numbers: list[list], hists: list[list]) -> tuple[int, list, list, int | None] | None:
+        """``(version, values, histograms, valid_until_ns)`` of held points of a :meth:`laid_out` (``numbers``: of
+        gauges and counters; ``hists``: of histograms, as :class:`HistogramValue` s) read at one version, stale
+        series expired first (see :meth:`snapshot`); ``None`` when the layout is stale (take it again). The
+        caller settles first."""
+        with self._lock:
+            next_expiry = self._expire(time.time_ns())
+            if layout != self._layout:
+                return None
+            return (self._version, [point[0] for point in numbers], [_histogram_value(p[0]) for p in hists],
+                    next_expiry)
 
     def collect(self) -> list[Metric]:
         """Every family as an OTel ``Metric`` (cumulative), expiring stale series first: the live ones, then
