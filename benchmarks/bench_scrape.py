@@ -148,7 +148,7 @@ def measure(repeat: int) -> dict[str, float]:
     from prometheus_client.exposition import generate_latest, start_http_server
 
     import rl_otel
-    from rl_otel._internal.exporters.exposition import OPENMETRICS, TEXT
+    from rl_otel._internal.exporters.textformat import OPENMETRICS, TEXT
 
     tel = rl_otel.init(run="bench", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False)
     out: dict[str, float] = {}
@@ -214,7 +214,7 @@ def measure_unknown(repeat: int) -> dict[str, float]:
     from prometheus_client.exposition import generate_latest
 
     import rl_otel
-    from rl_otel._internal.exporters.exposition import TEXT
+    from rl_otel._internal.exporters.textformat import TEXT
 
     rng = np.random.default_rng(2)
     prom, children = hand_written(list(unknown_step(rng)))

@@ -18,9 +18,10 @@ from prometheus_client.exposition import choose_encoder, make_wsgi_app
 from prometheus_client.exposition import gzip_accepted as stock_gzip_accepted
 
 from rl_otel._internal.exporters import prometheus as prom
-from rl_otel._internal.exporters.exposition import OPENMETRICS, TEXT, Renderer, header
+from rl_otel._internal.exporters.exposition import Renderer
 from rl_otel._internal.exporters.prometheus import encode, families
 from rl_otel._internal.exporters.promnames import sanitize_full_name
+from rl_otel._internal.exporters.textformat import OPENMETRICS, TEXT, header
 from rl_otel._internal.pipeline.store import FamilyView
 from rl_otel.catalog import Kind, MetricSpec
 from rl_otel.catalog.naming import check_name

@@ -21,8 +21,9 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.utils import floatToGoString
 
 import rl_otel
-from rl_otel._internal.exporters.exposition import EOF, OPENMETRICS, TEXT, Renderer, go_float
+from rl_otel._internal.exporters.exposition import Renderer
 from rl_otel._internal.exporters.prometheus import families
+from rl_otel._internal.exporters.textformat import EOF, OPENMETRICS, TEXT, go_float
 from rl_otel._internal.pipeline.store import _to_metric
 from rl_otel.catalog import Kind, default_catalog, live
 from tests.promtools import OPENMETRICS as OPENMETRICS_ACCEPT

@@ -7,8 +7,8 @@ catalog family, another the headers on hostile descriptions and units):
 
 - the HELP/TYPE/UNIT header of a family is the one prometheus_client writes for the family the OTel exporter
   builds (the exporter's name sanitizing and unit mapping, prometheus_client's unit suffix, ``_total``/``_info``
-  munging and escaping), written here (:func:`header`), in the format asked for only; prometheus_client is not
-  imported;
+  munging and escaping), written natively in :mod:`~rl_otel._internal.exporters.textformat`, in the format asked
+  for only; prometheus_client is not imported;
 - a series' label string (sorted names, escaped values) is built once per set of series;
 - values are formatted as prometheus_client's ``floatToGoString`` does (:func:`go_float`); histogram buckets are
   cumulative, ``le`` is the exporter's ``f"{bound}"``, and ``_count``/``_sum`` are left out when the first bound
@@ -32,137 +32,32 @@ UTF-8), and a family whose rendering raises is left out of that scrape and repor
 
 from __future__ import annotations
 
-import json
 import logging
-import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any, NamedTuple, cast
+from typing import NamedTuple, cast
 
-from rl_otel._internal.exporters.promnames import UNITS, map_unit, sanitize_attribute, sanitize_full_name
+from rl_otel._internal.exporters.promnames import UNITS, map_unit
+from rl_otel._internal.exporters.textformat import (
+    OPENMETRICS,
+    TEXT,
+    family_header,
+    family_of,
+    go_float,
+    go_floats,
+    label_text,
+)
 from rl_otel._internal.pipeline.store import FamilyView, HistogramValue, Labels
 from rl_otel.catalog import Kind, MetricSpec
-from rl_otel.catalog.naming import encodable
 
 _log = logging.getLogger("rl_otel")
 
-TEXT = "text"  # text/plain; version=0.0.4
-OPENMETRICS = "openmetrics"  # application/openmetrics-text; version=1.0.0
-EOF = "# EOF\n"
 
 # a family to compile: its entry, the labels on every series (run, rank), and (labels, source) per series; the
 # source is what the plan's slot is filled from (a float or a HistogramValue, or what the caller reads them from)
 Family = tuple[MetricSpec, Labels, Collection[tuple[Labels, object]]]
 
-_TYPES = {Kind.GAUGE: "gauge", Kind.COUNTER: "counter", Kind.HISTOGRAM: "histogram", Kind.INFO: "info"}
-_LEGACY_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")  # prometheus_client's METRIC_NAME_RE, used as it uses it
-_INF = float("inf")
-
-
-# -- headers: prometheus_client's encoding of an empty family, written natively ------------------------------
-
-def family_of(spec: MetricSpec) -> tuple[str, str, str]:
-    """``(name, type, unit)`` of the prometheus_client family the OTel exporter builds for ``spec`` (an info
-    family: the exporter's ``target_info``, an info family named without ``_info``)."""
-    kind = spec.kind
-    if kind is Kind.INFO:
-        name, unit = spec.name[:-len("_info")], ""
-    else:
-        name, unit = sanitize_full_name(spec.name), map_unit(spec.unit or "")
-        if kind is Kind.COUNTER and name.endswith("_total"):  # CounterMetricFamily's glue for old names
-            name = name[:-len("_total")]
-        if unit and not name.endswith("_" + unit):  # prometheus_client's Metric adds the unit suffix
-            name += "_" + unit
-    if not name:
-        raise ValueError(f"{spec.name!r}: metric name cannot be empty")
-    return name, _TYPES[kind], unit
-
-
-def header(spec: MetricSpec, fmt: str) -> str:
-    """The HELP/TYPE(/UNIT) lines prometheus_client writes for ``spec``'s family in ``fmt``, as its
-    ``generate_latest`` (text 0.0.4) or OpenMetrics ``generate_latest`` (without ``# EOF``) encode it empty."""
-    return _header(*family_of(spec), spec.description or "", fmt)
-
-
-def _header(name: str, typ: str, unit: str, doc: str, fmt: str) -> str:
-    if fmt == OPENMETRICS:
-        shown = _escape_name(name)
-        doc = doc.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-        text = f"# HELP {shown} {doc}\n# TYPE {shown} {typ}\n" + (f"# UNIT {shown} {unit}\n" if unit else "")
-    elif fmt == TEXT:
-        if typ == "counter":
-            name += "_total"
-        elif typ == "info":
-            name, typ = name + "_info", "gauge"
-        shown = _escape_name(name)
-        doc = doc.replace("\\", r"\\").replace("\n", r"\n")
-        text = f"# HELP {shown} {doc}\n# TYPE {shown} {typ}\n"
-    else:
-        raise ValueError(f"unknown exposition format {fmt!r}")
-    if not text.isascii():
-        text.encode()  # raises on a lone surrogate, as prometheus_client's encoder does
-    return text
-
-
-def _escape_name(name: str) -> str:
-    """prometheus_client's ``escape_metric_name`` with its default escaping (underscores), what both encoders
-    apply to a family name: unchanged when valid, else each character outside the legacy set becomes ``_``."""
-    if not name or _LEGACY_NAME.match(name):
-        return name
-    return "".join(c if ("a" <= c <= "z" or "A" <= c <= "Z" or c in "_:" or ("0" <= c <= "9" and i > 0)) else "_"
-                   for i, c in enumerate(name))
-
-
-def escape_label(value: str) -> str:
-    """A label value as the exposition quotes it; a lone surrogate is escaped first (:func:`encodable`)."""
-    if not value.isascii():
-        value = encodable(value)
-    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-
-
-def _label_text(pairs: Iterable[tuple[str, str]]) -> str:
-    return ",".join(f'{k}="{escape_label(v)}"' for k, v in pairs)
-
-
-# -- values ---------------------------------------------------------------------------------------------------
-
-_GO_EXPONENT = {dot: f"e+{dot - 1:02d}" for dot in range(7, 17)}  # repr's integer digits -> Go's exponent
-
-
-def go_float(value: float) -> str:
-    """prometheus_client's ``floatToGoString``, 40% faster on the values that dominate a node's scrape (GPU bytes):
-    Go writes positive values from 1e6 (repr's integer part of 7 digits and more) up to 1e16 (where repr switches
-    to exponents itself) as ``d.ddde+XX``."""
-    value = float(value)
-    if 1e6 <= value < 1e16:
-        s = repr(value)
-        dot = s.find(".")
-        digits = s.replace(".", "").rstrip("0")
-        if len(digits) > 1:
-            return f"{digits[0]}.{digits[1:]}{_GO_EXPONENT[dot]}"
-        return digits + _GO_EXPONENT[dot]
-    if value - value == 0.0:  # finite
-        return repr(value)
-    return "NaN" if value != value else ("+Inf" if value > 0 else "-Inf")
-
-
-def go_floats(values: Sequence[Any]) -> list[str]:
-    """:func:`go_float` of each value: ``repr`` in one pass in C, then the few values it writes otherwise than Go
-    (from 1e6, non-finite) again; raises on a value that is not a number."""
-    floats = list(map(float, values))
-    strings = list(map(repr, floats))
-    for i in [i for i, v in enumerate(floats) if not -_INF < v < 1e6]:  # NaN compares false
-        strings[i] = go_float(floats[i])
-    return strings
-
-
-def target_info_labels(attributes: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
-    """The labels of ``target_info`` for an OTel resource's attributes, as the OTel exporter writes them (the
-    Prometheus compatibility spec): names sanitized, non-string values JSON-encoded."""
-    labels = {sanitize_attribute(key): value if isinstance(value, str) else json.dumps(value, default=str)
-              for key, value in attributes.items()}
-    return tuple(labels.items())
 
 
 # -- plans ----------------------------------------------------------------------------------------------------
@@ -204,7 +99,7 @@ class _State:
     def head(self, fmt: str) -> str:
         head = self.heads.get(fmt)
         if head is None:
-            head = self.heads[fmt] = _header(self.name, self.type, self.unit, self.spec.description or "", fmt)
+            head = self.heads[fmt] = family_header(self.name, self.type, self.unit, self.spec.description or "", fmt)
         return head
 
 
@@ -466,7 +361,7 @@ class Renderer:
         if text is None:
             if len(self._base_text) >= 64:  # a handful in practice (the store's, target_info's none)
                 self._base_text.clear()
-            text = self._base_text[base] = _label_text(sorted(base))
+            text = self._base_text[base] = label_text(sorted(base))
         return text
 
     def _braced(self, base: Labels) -> str:
@@ -482,7 +377,7 @@ class Renderer:
         for labels, source in points:
             prefix = cached.get(labels)
             if prefix is None:
-                text = _label_text(sorted(base + labels)) if labels else self._labels(base)
+                text = label_text(sorted(base + labels)) if labels else self._labels(base)
                 prefix = cached[labels] = f"{sample}{{{text}}} " if text else f"{sample} "
             prefixes.append(prefix)
             numbers.append(source)
@@ -498,9 +393,9 @@ class Renderer:
             entry = cached.get(labels)
             if entry is None:
                 pairs = sorted(base + labels)
-                before = _label_text(p for p in pairs if p[0] < "le")
-                after = _label_text(p for p in pairs if p[0] > "le")
-                plain = _label_text(pairs)
+                before = label_text(p for p in pairs if p[0] < "le")
+                after = label_text(p for p in pairs if p[0] > "le")
+                plain = label_text(pairs)
                 entry = cached[labels] = [f"{name}_bucket{{{before}{',' if before else ''}le=\"",
                                           f"\"{',' if after else ''}{after}}} ", f"{{{plain}}}" if plain else "",
                                           None, ""]

@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rl_otel._internal.exporters.exposition import target_info_labels
 from rl_otel._internal.exporters.file_sd import TargetsFile, targets_path
 from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
+from rl_otel._internal.exporters.textformat import target_info_labels
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
 from rl_otel._internal.pipeline.ingest import Pipeline
 from rl_otel._internal.pipeline.worker import Worker
