@@ -88,6 +88,13 @@ class Loops:
             time.sleep(wait)
 
     def ours(self, wait: float) -> None:
+        self._telemetry_step(wait, inline=False)
+
+    def inline(self, wait: float) -> None:
+        """As ``ours``, with the statistics computed on the training thread: ``log(ppo_stats(...))``."""
+        self._telemetry_step(wait, inline=True)
+
+    def _telemetry_step(self, wait: float, inline: bool) -> None:
         t0 = time.perf_counter()
         if self.on_time >= self.next_scrape:  # one scrape a second of rl_otel steps, during a step
             self.next_scrape += 1.0
@@ -97,24 +104,14 @@ class Loops:
             with tel.phase(cluster, phase):
                 time.sleep(wait)
         self.i += 1
-        # the statistics off the training thread, as the README shows: the metrics worker computes them while the
-        # next step runs; the step's other keys are logged at the same step (queued behind the job)
-        tel.submit(ppo_stats, **self.case.kwargs, step=self.i)
-        tel.log(self.steps[self.i % len(self.steps)], step=self.i)
-        self.on_time += time.perf_counter() - t0
-
-    def inline(self, wait: float) -> None:
-        """As ``ours``, with the statistics computed on the training thread: ``log(ppo_stats(...))``."""
-        t0 = time.perf_counter()
-        if self.on_time >= self.next_scrape:
-            self.next_scrape += 1.0
-            self.scraper.asked.set()
-        tel = self.tel
-        for cluster, phase in PHASES:
-            with tel.phase(cluster, phase):
-                time.sleep(wait)
-        self.i += 1
-        tel.log({**self.steps[self.i % len(self.steps)], **self.case.ours()}, step=self.i)
+        keys = self.steps[self.i % len(self.steps)]
+        if inline:
+            tel.log({**keys, **self.case.ours()}, step=self.i)
+        else:
+            # the statistics off the training thread, as the README shows: the metrics worker computes them while
+            # the next step runs; the step's other keys are logged at the same step (queued behind the job)
+            tel.submit(ppo_stats, **self.case.kwargs, step=self.i)
+            tel.log(keys, step=self.i)
         self.on_time += time.perf_counter() - t0
 
     def tensorboard(self, wait: float) -> None:

@@ -129,14 +129,7 @@ class Phase:
         span = self._child("onload") if self._recording else None
         if self._onload is not None:
             self._call_user(self._onload, span)
-        try:
-            gpu.snapshot(infix, "start/onload", m)
-        except Exception:
-            self._fail("gpu_snapshot")
-        try:
-            rt.cpu.snapshot(infix, "start", m)
-        except Exception:
-            self._fail("cpu_snapshot")
+        self._snapshots("start/onload", "start")
         self._t_onloaded = perf_counter()
         if span is not None:
             self._end(span)
@@ -176,14 +169,7 @@ class Phase:
             self._fail("gpu_snapshot")
         if self._offload is not None:
             self._call_user(self._offload, span)
-        try:
-            gpu.snapshot(infix, "end/offload", m)
-        except Exception:
-            self._fail("gpu_snapshot")
-        try:
-            rt.cpu.snapshot(infix, "end", m)
-        except Exception:
-            self._fail("cpu_snapshot")
+        self._snapshots("end/offload", "end")
         t_end = perf_counter()
         if span is not None:
             self._end(span)
@@ -197,6 +183,18 @@ class Phase:
             self._fail("record")
         if recording:
             self._end(self._root)
+
+    def _snapshots(self, gpu_stage: str, cpu_stage: str) -> None:
+        """The GPU and CPU snapshots taken after ``onload`` (start) and after ``offload`` (end)."""
+        rt, infix, m = self._rt, self.infix, self.metrics
+        try:
+            rt.gpu.snapshot(infix, gpu_stage, m)
+        except Exception:
+            self._fail("gpu_snapshot")
+        try:
+            rt.cpu.snapshot(infix, cpu_stage, m)
+        except Exception:
+            self._fail("cpu_snapshot")
 
     # -- helpers: the telemetry side never raises ---------------------------------------------------------
 
