@@ -30,7 +30,8 @@ so nothing spills into the off-block. Blocks start two steps after an evaluation
 evaluation step is its second and its (larger) statistics job overlaps the block's last two steps. Figures:
 
 1. training-thread overhead of the steps that follow an "on" step in their block (positions 2-4, every one
-   overlapped by its predecessor's background work, as in a real run): the judged figure, ``TARGET``;
+   overlapped by its predecessor's background work, as in a real run): the headline figure, shown against
+   ``TARGET`` (a goal, see there);
 2. the same over every step of a block (the first has nothing overlapping it, so this is lower);
 3. an upper bound: every step plus the block's final wait, as if that last background work were on the
    critical path too;
@@ -79,7 +80,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import Row, metrics_url
 
-TARGET = 0.01  # training-thread overhead under 1% of step time
+# The < 1% goal of an earlier issue, printed as information: issue 20 replaced it with the step-overhead targets of
+# bench_overhead.py. On this 2-core VM the demo's step is CPU-bound (torch's 2 threads), so the background work
+# (the statistics on the metrics worker, the TensorBoard writer: "other threads' CPU per step") competes with it
+# for the same two cores; on a GPU step the host thread waits and that work overlaps the wait.
+TARGET = 0.01
 EVAL_EVERY = 4  # an evaluation step every 4: one in each block below
 BLOCK = 4  # steps each side runs in a row (one evaluation period); blocks alternate ABBA
 OFFSET = 2  # blocks start 2 steps after an evaluation period: each block's evaluation step is its second
@@ -216,8 +221,8 @@ class Paired:
             + (f", {self.mismatches} PAIRS WITH DIFFERENT SCORES" if self.mismatches else ", the same work"),
             f"  step: off {off * ms:.2f} ms, on {on * ms:.2f} ms (mean, eval steps included)",
             f"  training thread, steps after an on step (its background work overlapping): {d * ms:+.3f} +- "
-            f"{d_se * ms:.3f} ms -> overhead {o:+.2%} +- {o_se:.2%} (target < {TARGET:.0%}: "
-            f"{'pass' if o < TARGET else 'FAIL'})",
+            f"{d_se * ms:.3f} ms -> overhead {o:+.2%} +- {o_se:.2%} (goal < {TARGET:.0%}: "
+            f"{'reached' if o < TARGET else 'not reached'})",
             f"  training thread, every step of a block (the first has nothing overlapping): {a * ms:+.3f} +- "
             f"{a_se * ms:.3f} ms -> {oa:+.2%} +- {oa_se:.2%}",
             f"  upper bound (+ the block's wait for telemetry idle, {statistics.fmean(self.wait) * ms:.2f} ms a "
@@ -414,11 +419,11 @@ def rows(quick: bool = False, big: bool = False, steps: int | None = None, round
         if details is not None:
             details.append(p.summary(name))
         on, off = statistics.fmean(p.on), statistics.fmean(p.off)
-        o, o_se = p.overhead(steady=True)
+        _, o_se = p.overhead(steady=True)
         _, ub_se = p.overhead(upper=True)
         d, _ = p.mean_se(p.diff(), steady=True)
         out.append(Row(f"{name}, rl_otel fully on, training thread (overhead +- {o_se:.2%})", (off + d) * 1e3,
-                       off * 1e3, "ms", f"overhead < {TARGET:.0%}", o < TARGET, "the same step, telemetry off"))
+                       off * 1e3, "ms", f"(goal < {TARGET:.0%})", None, "the same step, telemetry off"))
         out.append(Row(f"{name}: + wait for background work, upper bound (+- {ub_se:.2%})",
                        (on + statistics.fmean(p.wait)) * 1e3, off * 1e3, "ms", "-", None,
                        "the same step, telemetry off"))
