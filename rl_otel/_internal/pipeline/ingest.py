@@ -269,8 +269,11 @@ class Pipeline:
                 cluster, phase, metrics, durations = unwritten.popleft()
                 try:
                     self._write_phase(cluster, phase, metrics, durations)
-                except Exception:  # one phase's failure is counted; the others are written
+                except Exception:  # one phase's failure is counted (and logged once); the others are written
                     self.diagnostics.count("phase", "internal")
+                    if self.diagnostics.warn_once("phase", "store", "rl_otel: writing a phase's metrics to the store "
+                                                  "failed; training goes on"):
+                        _log.debug("rl_otel: phase store write failure", exc_info=True)
 
     def _write_phase(self, cluster: str, phase: str, metrics: dict[str, float], durations: dict[str, float]) -> None:
         if not self._write_planned(metrics):

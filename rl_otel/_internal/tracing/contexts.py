@@ -35,11 +35,10 @@ class PhaseTracer:
     to the provider at any time, so :meth:`recording` is asked at every phase.
     """
 
-    __slots__ = ("_get", "_name_version", "_peek", "_provider", "_recording", "_tracer")
+    __slots__ = ("_get", "_name_version", "_peek", "_recording", "_tracer")
 
     def __init__(self, peek: Callable[[], Any], get: Callable[[], Any], name: str, version: str) -> None:
         self._peek, self._get = peek, get
-        self._provider: Any = None
         self._tracer: Any = None
         self._recording: Callable[[], bool] | None = None
         self._name_version = (name, version)
@@ -73,7 +72,7 @@ class PhaseTracer:
             recording: Callable[[], bool] = lambda: provider.has_span_processor
         else:
             recording = lambda: True
-        self._provider, self._tracer, self._recording = provider, tracer, recording
+        self._tracer, self._recording = tracer, recording
         return recording
 
     def context_only(self, name: str, context: Context) -> Span:

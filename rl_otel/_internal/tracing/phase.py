@@ -175,8 +175,8 @@ class Phase:
             self._end(span)
         durations = {"total": t_end - self._t0, "execute": t_executed - self._t_exec,
                      "onload": self._t_onloaded - self._t0, "offload": t_end - t_executed}
-        m[f"time/{infix}/total"], m[f"time/{infix}/execute"] = durations["total"], durations["execute"]
-        m[f"time/{infix}/onload"], m[f"time/{infix}/offload"] = durations["onload"], durations["offload"]
+        for part in PARTS:
+            m[f"time/{infix}/{part}"] = durations[part]
         try:
             rt.record(self.cluster, self.phase, m, durations)
         except Exception:
