@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 import rl_otel
+from tests.skip_policy import import_skip_problem
 
 DATA = Path(__file__).parent / "data"
 
@@ -31,3 +32,26 @@ def tel():
 def seed_keys() -> list[str]:
     lines = (DATA / "seed_keys.txt").read_text().splitlines()
     return [line for line in lines if line and not line.startswith("#")]
+
+
+def _fail_a_hiding_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
+    """An ``importorskip`` skip that hides a broken install fails (tests/skip_policy.py says when)."""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        problem = import_skip_problem(str(report.longrepr[2]))
+        if problem is not None:
+            report.outcome = "failed"
+            report.longrepr = problem
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    report = yield
+    _fail_a_hiding_skip(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    _fail_a_hiding_skip(report)
+    return report
