@@ -147,6 +147,19 @@ def _catalog(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader went away (`rl-otel catalog | head`): stop quietly, as other command-line tools do. Python
+        # flushes stdout again at exit, so point it at devnull first (the recipe of Python's signal docs)
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.version:
         from rl_otel import __version__

@@ -92,7 +92,7 @@ FAMILIES = (
     "rl_objective_kl", "rl_actor_importance_ratio_dist_bucket", "rl_env_reward_dist_bucket",
     "rl_tokens_response_length_dist_bucket", "rl_rollout_metric", "rl_eval_metric", "rl_eval_metric_across_tasks",
     "rl_system_samples_total", "rl_system_tokens_per_second", "rl_operation_duration_seconds", "rl_step",
-    "rl_last_step_timestamp_seconds", "rl_process_resident_memory_bytes",
+    "rl_last_step_timestamp_seconds", "rl_process_resident_memory_bytes", "rl_actor_grad_norm", "rl_critic_grad_norm",
 )
 
 
@@ -100,7 +100,7 @@ def test_cli_serves_every_family_and_mirrors_to_tensorboard(tmp_path):
     proc = _start_demo(tmp_path)
     try:
         url, lines = _wait_until_lingering(proc)
-        assert any(f"tensorboard --logdir {tmp_path / 'logs' / 'tensorboard'}" in s for s in lines), lines
+        assert any(f"tensorboard --logdir {tmp_path / 'logs'}" in s for s in lines), lines
         text = scrape(url)
         assert promtool_check(text) == ""
         for family in FAMILIES:
@@ -119,7 +119,9 @@ def test_cli_serves_every_family_and_mirrors_to_tensorboard(tmp_path):
     assert [int(line.split()[1]) for line in summary] == list(range(10)), out
     assert all(len(line) < 100 and "reward=" in line and "kl=" in line for line in summary), summary
     assert "metrics_tag" not in out
-    scalars = tensorboard_scalars(str(tmp_path / "logs" / "tensorboard"))
+    (run_dir,) = (tmp_path / "logs").iterdir()  # TensorBoard names the run after its folder, never "."
+    assert run_dir.name.startswith("demo-0-"), run_dir
+    scalars = tensorboard_scalars(str(run_dir))
     assert [s for s, _ in scalars["critic/score/mean"]] == list(range(10))
     assert "time/reference/compute_log_probs/onload" in scalars
     assert "memory/cpu/reference/compute_log_probs/end/rss" in scalars
@@ -185,8 +187,9 @@ def test_the_terminal_shows_progress_and_urls_on_one_screen_and_the_cwd_stays_cl
     assert list(cwd.iterdir()) == []
     tb_line = next(line for line in screen if "tensorboard --logdir" in line)
     logdir = Path(tb_line.split("--logdir", 1)[1].strip())
-    assert logdir.parent.parent == cache / "rl_otel" / "demo" and logdir.parent.name.startswith("from-env-")
-    assert any(logdir.glob("events.out.tfevents.*")), logdir
+    assert logdir == cache / "rl_otel" / "demo", logdir
+    (run_dir,) = logdir.iterdir()
+    assert run_dir.name.startswith("from-env-") and any(run_dir.glob("events.out.tfevents.*")), run_dir
 
 
 def test_a_taken_port_says_how_to_pick_a_free_one(capsys):
@@ -213,6 +216,19 @@ def test_repeat_runs_back_to_back_under_numbered_names(tmp_path):
     assert headers == ["rl-otel demo: PPO on a counting task, run 'loop-1', 2 steps, seed 0",
                        "rl-otel demo: PPO on a counting task, run 'loop-2', 2 steps, seed 1"], proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_repeated_runs_each_keep_their_own_tensorboard_history(tmp_path):
+    """``--repeat`` with ``--log-dir``: one named directory per run, so run 2 never overwrites run 1's steps."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "rl_otel.cli", "demo", "--steps", "2", "--port", "0", "--host",
+                           "127.0.0.1", "--repeat", "2", "--run", "rep", "--log-dir", str(tmp_path / "tb"),
+                           "--no-progress"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    runs = sorted((tmp_path / "tb").iterdir())
+    assert [r.name.rsplit("-", 2)[0] for r in runs] == ["rep-1", "rep-2"], runs
+    for run_dir in runs:
+        assert [s for s, _ in tensorboard_scalars(str(run_dir))["critic/score/mean"]] == [0, 1], run_dir
 
 
 def test_log_before_init_says_what_to_do():

@@ -2,8 +2,9 @@
 
 What a person sees fits one screen: a header with where to look (the metrics URL, the TensorBoard command), a
 progress bar redrawn in place, a summary line of the stdout tracker every tenth of the run, and a closing line. The
-demo writes nothing into the current directory: TensorBoard's files go under the user's cache directory
-(``$XDG_CACHE_HOME/rl_otel/demo/<run>-<time>``, else ``~/.cache/...``) unless ``--log-dir`` says otherwise.
+demo writes nothing into the current directory: each run's TensorBoard files go in a directory of its own,
+``<run>-<time>``, under the user's cache directory (``$XDG_CACHE_HOME/rl_otel/demo``, else ``~/.cache/...``) or
+under ``--log-dir``; ``tensorboard --logdir`` that parent shows every run by its name.
 """
 
 from __future__ import annotations
@@ -17,10 +18,21 @@ from pathlib import Path
 from typing import IO, Any
 
 
-def default_log_dir(run: str) -> Path:
-    """Where a demo run writes when no ``--log-dir`` is given: the user's cache directory, one folder per run."""
+def default_log_dir() -> Path:
+    """Where demo runs write when no ``--log-dir`` is given: the user's cache directory."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "rl_otel" / "demo" / f"{run}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(cache) / "rl_otel" / "demo"
+
+
+def run_dir(log_dir: str | os.PathLike, run: str) -> Path:
+    """One run's directory under ``log_dir``: its name and start time, so no run writes into another's history
+    (``--repeat``, or the same ``--run`` twice) and TensorBoard names the run after it, never ``.``."""
+    base = Path(log_dir) / f"{run}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while path.exists():  # the same run name started twice within one second
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def run_name(args: argparse.Namespace) -> str:
@@ -38,8 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                                "(default %(default)s)")
     parser.add_argument("--host", default="0.0.0.0", help="address to serve /metrics on (default %(default)s)")
     parser.add_argument("--log-dir", default=None,
-                        help="where the default TensorBoard tracker writes (<log-dir>/tensorboard; default: "
-                             "~/.cache/rl_otel/demo/<run>-<time>)")
+                        help="where the default TensorBoard tracker writes, a directory <run>-<time> per run "
+                             "(default: ~/.cache/rl_otel/demo)")
     parser.add_argument("--run", default=None,
                         help="the run's name, a label on every series (default: $RL_OTEL_RUN, else demo-<seed>)")
     parser.add_argument("--linger", type=float, default=0.0, metavar="SECONDS",
@@ -52,16 +64,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
-def tracker_choice(args: argparse.Namespace, tracker_options: dict[str, Any], log_dir: str | os.PathLike
+def tracker_choice(args: argparse.Namespace, tracker_options: dict[str, Any], run_dir: str | os.PathLike
                    ) -> dict[str, Any]:
     """init() tracker options: the ones given, else a stdout summary line every tenth of the run and TensorBoard
-    under ``log_dir``."""
+    in ``run_dir``."""
     if args.no_trackers:
         return {"trackers": {}}
     if any(k in tracker_options for k in ("track_with", "trackers", "config")):
         return tracker_options
     return {**tracker_options, "trackers": {"stdout": {"every": max(1, args.steps // 10)},
-                                            "tensorboard": {"log_dir": os.path.join(log_dir, "tensorboard")}}}
+                                            "tensorboard": {"log_dir": os.fspath(run_dir)}}}
 
 
 class ProgressBar:
@@ -125,8 +137,8 @@ def _one_run(args: argparse.Namespace, tracker_options: dict[str, Any], label: s
     from rl_otel.demo.ppo import DemoConfig, run
 
     config = DemoConfig(steps=args.steps, seed=seed)
-    log_dir = args.log_dir if args.log_dir is not None else default_log_dir(label)
-    options = tracker_choice(args, tracker_options, log_dir)
+    log_dir = args.log_dir if args.log_dir is not None else default_log_dir()
+    options = tracker_choice(args, tracker_options, run_dir(log_dir, label))
     try:
         tel = rl_otel.init(run=label, prometheus={"host": args.host, "port": args.port}, **options)
     except rl_otel.PortInUseError:
@@ -143,8 +155,8 @@ def _one_run(args: argparse.Namespace, tracker_options: dict[str, Any], label: s
         print(f"  metrics:     {tel.metrics_url}", file=err)
         tb = next((t.kwargs.get("log_dir") or t.kwargs.get("logdir") or os.path.join("runs", tel.config.run)
                    for t in tel.config.trackers if t.name == "tensorboard"), None)
-        if tb is not None and "tensorboard" in tel.trackers:
-            print(f"  tensorboard: tensorboard --logdir {tb}", file=err)
+        if tb is not None and "tensorboard" in tel.trackers:  # the parent: TensorBoard names the run by its folder
+            print(f"  tensorboard: tensorboard --logdir {os.path.dirname(os.path.abspath(tb))}", file=err)
         print(f"  trackers:    {', '.join(tel.trackers) or 'none'} (rank {tel.config.rank})", file=err)
         err.flush()
         bar = None if args.no_progress else ProgressBar(args.steps, err)

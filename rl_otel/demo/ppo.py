@@ -148,7 +148,7 @@ class _Trainer:
         """Clipped-ratio PPO epochs; returns the last epoch's per-token log-probs and entropy, and the loss."""
         cfg, n = self.cfg, b["prompts"].shape[0]
         new_lp, entropy = torch.empty_like(b["old_lp"]), torch.empty_like(b["old_lp"])
-        losses = []
+        losses, norms = [], []
         for idx in self._minibatches(n):
             m = b["mask"][idx]
             lp, ent = self.policy.log_probs(b["prompts"][idx], b["responses"][idx])
@@ -158,16 +158,18 @@ class _Trainer:
             loss = (pg * m).sum() / m.sum().clamp(min=1)
             self.actor_opt.zero_grad(set_to_none=True)
             loss.backward()
+            norms.append(_grad_norm(self.policy))
             self.actor_opt.step()
             new_lp[idx], entropy[idx] = lp.detach(), ent.detach()
             losses.append(loss.detach())
-        return {"log_probs": new_lp, "entropy": entropy, "loss": torch.stack(losses).mean()}
+        return {"log_probs": new_lp, "entropy": entropy, "loss": torch.stack(losses).mean(),
+                "grad_norm": torch.stack(norms).mean()}
 
     def train_critic(self, b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Clipped value regression on the returns; returns the last epoch's predictions and the loss."""
         cfg, n = self.cfg, b["prompts"].shape[0]
         vpreds = torch.empty_like(b["values"])
-        losses = []
+        losses, norms = [], []
         for idx in self._minibatches(n):
             m, ret, old = b["mask"][idx], b["returns"][idx], b["values"][idx]
             v = self.critic(b["prompts"][idx], b["responses"][idx])
@@ -175,10 +177,11 @@ class _Trainer:
             loss = 0.5 * (torch.max((v - ret) ** 2, (clipped - ret) ** 2) * m).sum() / m.sum().clamp(min=1)
             self.critic_opt.zero_grad(set_to_none=True)
             loss.backward()
+            norms.append(_grad_norm(self.critic))
             self.critic_opt.step()
             vpreds[idx] = v.detach()
             losses.append(loss.detach())
-        return {"vpreds": vpreds, "loss": torch.stack(losses).mean()}
+        return {"vpreds": vpreds, "loss": torch.stack(losses).mean(), "grad_norm": torch.stack(norms).mean()}
 
     @torch.no_grad()
     def evaluate(self) -> list[list[dict[str, float]]]:
@@ -187,6 +190,12 @@ class _Trainer:
         responses = self.policy.generate(prompts, self.gen)
         scores = self.task.score(prompts, responses).view(self.task.num_prompts, self.cfg.eval_runs)
         return [[{"accuracy": s, "solved": float(s == 1.0)} for s in row] for row in scores.tolist()]
+
+
+def _grad_norm(module: torch.nn.Module) -> torch.Tensor:
+    """The gradients' total L2 norm before the optimizer step, as ROLL and veRL log ``actor/grad_norm`` (the
+    demo clips nothing: an infinite ``max_norm`` leaves the gradients as they are)."""
+    return torch.nn.utils.clip_grad_norm_(module.parameters(), float("inf")).detach()
 
 
 def run(config: DemoConfig | None = None, telemetry: Telemetry | bool = True,
@@ -308,8 +317,8 @@ def _step_metrics(catalog: Any, cfg: DemoConfig, samples: int, b: dict[str, torc
         metrics.update(eval_step_metrics(eval_tasks, "counting", detailed_stats=True))
     tokens = sum(lengths)
     metrics.update({
-        "actor/pg_loss": float(actor["loss"]), "actor/lr": lrs[0],
-        "critic/loss": float(critic["loss"]), "critic/lr": lrs[1],
+        "actor/pg_loss": float(actor["loss"]), "actor/lr": lrs[0], "actor/grad_norm": float(actor["grad_norm"]),
+        "critic/loss": float(critic["loss"]), "critic/lr": lrs[1], "critic/grad_norm": float(critic["grad_norm"]),
         "system/tps": tokens / seconds, "system/samples": samples + len(scores), "time/adv": t_adv,
         "time/step": seconds,
     })
