@@ -450,7 +450,8 @@ def test_node_silent_promtool_cases(tmp_path):
     labels = {"severity": "critical", "job": "rl_otel", "run": "r", "node": "a"}
     annotations = {"summary": promtests.render(alert.summary, labels, 2),
                    "description": promtests.render(alert.description, labels, 2),
-                   "runbook_url": f"{rules.RUNBOOK_BASE}#rlnodesilent"}
+                   "runbook_url": rules.RunbookLinks().url(
+                       next(a for a in rules.fleet_alerts() if a.name == "RLNodeSilent"))}
     # node a's last samples at minute 10: silent past the 2m window from minute 12 on, firing 3m (for) later;
     # from minute 41 on, no node of run r reports: the run ended, no node is "silent"
     assert (rules.NODE_SILENT_WINDOW, alert.for_) == ("2m", "3m")

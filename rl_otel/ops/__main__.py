@@ -1,4 +1,5 @@
-"""``python3 -m rl_otel.ops [--root DIR] [--check] [--runbook-base URL]``: (re)generate the operations files.
+"""``python3 -m rl_otel.ops [--root DIR] [--check] [--grafana-url URL | --runbook-base URL]``: (re)generate the
+operations files.
 
 The files live in a checkout of the rl_otel repository (``prometheus/``, ``grafana/``, ``deploy/kubernetes/``). The
 root is ``--root``, else the current directory when it is a checkout, else the checkout this ``rl_otel`` package
@@ -13,7 +14,8 @@ import sys
 from pathlib import Path
 
 from rl_otel.ops.generate import find_root, is_checkout, render_all, stale, write_all
-from rl_otel.ops.rules import RUNBOOK_BASE
+from rl_otel.ops.rules import RunbookLinks
+from rl_otel.ops.runbook import GRAFANA_URL
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +25,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the repository checkout (default: the current directory if it is one, else the "
                              "checkout rl_otel is imported from)")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale")
-    parser.add_argument("--runbook-base", default=RUNBOOK_BASE, help="URL of docs/runbook.md for runbook_url")
+    parser.add_argument("--grafana-url", default=GRAFANA_URL,
+                        help="the Grafana your on-call engineers open: each alert's runbook_url opens its panel of "
+                             "the generated runbook dashboard there (default %(default)s, docker-compose's)")
+    parser.add_argument("--runbook-base", default=None, metavar="URL",
+                        help="instead: the URL of docs/runbook.md as your users open it (your fork's page): "
+                             "runbook_url is URL#<alert in lower case>")
     args = parser.parse_args(argv)
     prog = "python3 -m rl_otel.ops"
     if args.root is not None and not is_checkout(args.root):
@@ -36,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
               f"pass --root DIR; the current directory is not one and rl_otel is not imported from one",
               file=sys.stderr)
         return 2
-    files = render_all(runbook_base=args.runbook_base)
+    files = render_all(links=RunbookLinks(grafana_url=args.grafana_url, runbook_base=args.runbook_base))
     if args.check:
         bad = stale(root, files)
         for rel in bad:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from rl_otel.ops.rules import NODE_SILENT_LOOKBACK, NODE_SILENT_WINDOW, RUNBOOK_BASE, Alert, alerts, fleet_alerts
+from rl_otel.ops.rules import NODE_SILENT_LOOKBACK, NODE_SILENT_WINDOW, Alert, RunbookLinks, alerts, fleet_alerts
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
 
 JOB = "rl_otel"
@@ -175,15 +175,15 @@ def render(template: str, labels: dict[str, str], value: float) -> str:
     return _TEMPLATE.sub(sub, template)
 
 
-def _expected(alert: Alert, firing: Firing, runbook_base: str) -> dict[str, object]:
+def _expected(alert: Alert, firing: Firing, links: RunbookLinks | None) -> dict[str, object]:
     labels = {**firing.labels, "severity": alert.severity}
     annotations = {"summary": render(alert.summary, labels, firing.value),
                    "description": render(alert.description, labels, firing.value),
-                   "runbook_url": f"{runbook_base}#{alert.anchor}"}
+                   "runbook_url": (links or RunbookLinks()).url(alert)}
     return {"exp_labels": labels, "exp_annotations": annotations}
 
 
-def test_file(t: Thresholds = DEFAULT, runbook_base: str = RUNBOOK_BASE) -> dict[str, object]:
+def test_file(t: Thresholds = DEFAULT, links: RunbookLinks | None = None) -> dict[str, object]:
     """The ``promtool test rules`` document (rule files relative to ``prometheus/tests/``)."""
     by_name = {a.name: a for a in alerts(t) + fleet_alerts(t)}
     tests = []
@@ -195,7 +195,7 @@ def test_file(t: Thresholds = DEFAULT, runbook_base: str = RUNBOOK_BASE) -> dict
                 "input_series": [{"series": s, "values": v} for s, v in case.series.items()],
                 "alert_rule_test": [
                     {"eval_time": f"{minute}m", "alertname": name,
-                     "exp_alerts": [_expected(alert, f, runbook_base) for f in firings]}
+                     "exp_alerts": [_expected(alert, f, links) for f in firings]}
                     for minute, firings in case.checks.items()],
             })
     return {"rule_files": ["../rules/rl_otel_recording.yml", "../rules/rl_otel_alerts.yml"],

@@ -10,13 +10,14 @@ the recorded series, so a threshold is checked once per run, not once per rank.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from rl_otel.catalog.concepts import NON_FINITE_WATCHED, concept
+from rl_otel.ops import runbook
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
 
 RUN = "job, run"
-RUNBOOK_BASE = "https://example.invalid/rl_otel/blob/main/docs/runbook.md"
 # Scrape jobs of rl_otel endpoints all start with this (prometheus/prometheus.yml names them so).
 JOB_REGEX = "rl_otel.*"
 
@@ -46,15 +47,40 @@ class Alert:
         """The runbook section: a ``## RLTrainerStalled`` heading has the anchor ``rltrainerstalled``."""
         return self.name.lower()
 
-    def to_dict(self, runbook_base: str = RUNBOOK_BASE) -> dict[str, object]:
+    def to_dict(self, links: RunbookLinks | None = None) -> dict[str, object]:
         return {
             "alert": self.name,
             "expr": self.expr,
             "for": self.for_,
             "labels": {"severity": self.severity},
             "annotations": {"summary": self.summary, "description": self.description,
-                            "runbook_url": f"{runbook_base}#{self.anchor}"},
+                            "runbook_url": (links or RunbookLinks()).url(self)},
         }
+
+
+@dataclass(frozen=True)
+class RunbookLinks:
+    """Where an alert's ``runbook_url`` points: its panel of the generated runbook dashboard in Grafana (the
+    default, :mod:`rl_otel.ops.runbook`), or, with ``runbook_base``, ``<runbook_base>#<alert in lower case>`` on a
+    page of docs/runbook.md (your fork's, your wiki's)."""
+
+    grafana_url: str = runbook.GRAFANA_URL
+    runbook_base: str | None = None
+
+    def url(self, alert: Alert) -> str:
+        if self.runbook_base is not None:
+            return f"{self.runbook_base}#{alert.anchor}"
+        return runbook.panel_url(alert_names(), alert.name, self.grafana_url)
+
+
+@functools.lru_cache(maxsize=1)
+def _alert_names() -> tuple[str, ...]:
+    return tuple(a.name for a in (*alerts(DEFAULT), *fleet_alerts(DEFAULT)))
+
+
+def alert_names() -> list[str]:
+    """Every alert, in rule-file order (the runbook dashboard's panel order; thresholds change no name)."""
+    return list(_alert_names())
 
 
 def _agg(op: str, selectors: tuple[str, ...], by: str = RUN) -> str:
@@ -210,14 +236,14 @@ def fleet_alerts(t: Thresholds = DEFAULT, window: str = NODE_SILENT_WINDOW,
     )
 
 
-def rule_files(t: Thresholds = DEFAULT, runbook_base: str = RUNBOOK_BASE) -> dict[str, dict[str, object]]:
+def rule_files(t: Thresholds = DEFAULT, links: RunbookLinks | None = None) -> dict[str, dict[str, object]]:
     """``{file name under prometheus/rules/: rule-file document}``. The alerts file holds two groups: the alerts
     of every setup, then :func:`fleet_alerts` (meaningful where agents label their series with ``node``)."""
     return {
         "rl_otel_recording.yml": {"groups": [{"name": "rl_otel_recording",
                                               "rules": [r.to_dict() for r in recording_rules(t)]}]},
         "rl_otel_alerts.yml": {"groups": [{"name": "rl_otel_alerts",
-                                           "rules": [a.to_dict(runbook_base) for a in alerts(t)]},
+                                           "rules": [a.to_dict(links) for a in alerts(t)]},
                                           {"name": "rl_otel_fleet",
-                                           "rules": [a.to_dict(runbook_base) for a in fleet_alerts(t)]}]},
+                                           "rules": [a.to_dict(links) for a in fleet_alerts(t)]}]},
     }
