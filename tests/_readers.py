@@ -90,6 +90,25 @@ def wandb_history(wandb_dir: str) -> dict[int, dict[str, object]]:
     return dict(rows)
 
 
+def wandb_config(wandb_dir: str) -> dict[str, object]:
+    """The run's config as the offline ``.wandb`` file holds it (its run record, then its config records), read
+    with wandb's own protobufs (call after the run finished, e.g. after :func:`wandb_history`)."""
+    import json
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = glob.glob(os.path.join(wandb_dir, "wandb", "offline-run-*", "run-*.wandb"))
+    config: dict[str, object] = {}
+    for data in _leveldb_records(path, b":W&B"):
+        rec = pb.Record()
+        rec.ParseFromString(data)
+        kind = rec.WhichOneof("record_type")
+        if kind in ("run", "config"):  # the run record holds the config of wandb.init; config records, updates
+            for item in (rec.run.config if kind == "run" else rec.config).update:
+                config[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+    return config
+
+
 def swanlab_scalars(log_dir: str) -> dict[str, list[tuple[int, float]]]:
     """``{key: [(step, value)]}`` from the offline run's ``.swanlab`` file, read with SwanLab's DataStoreReader."""
     from swanlab.proto.swanlab.record.v1.record_pb2 import Record

@@ -78,7 +78,10 @@ def run_script(code: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
     # A script file, not ``-c``: SwanLab and WandB record the command line, which would hold the test's secrets.
     script = cwd / "train.py"
     script.write_text(textwrap.dedent(code))
-    env = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    # WANDB_SERVICE: set in os.environ by a wandb run of this process (an earlier test); a child inheriting it
+    # hands its run to that wandb-core, whose working directory is not the child's, and its files land elsewhere
+    inherited = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
+    env = {**inherited, "PYTHONPATH": str(REPO), **env}
     try:
         return subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True,
                               timeout=120)

@@ -122,26 +122,27 @@ def test_a_failed_write_then_a_failed_reopen_then_recovery(tmp_path, monkeypatch
     assert [s for s, _ in tensorboard_scalars(str(log_dir))["x"]] == [3]
 
 
-def test_a_failed_write_counts_every_step_its_buffer_held(tmp_path, monkeypatch):
-    """A full disk met by a write of 20 buffered steps loses 20 steps, and says so (before: the failing call was
-    counted once and the 19 steps buffered before it vanished uncounted)."""
+def test_a_full_disk_loses_only_the_steps_it_refused_each_counted_once(tmp_path, monkeypatch):
+    """Each step is written as it is logged, so a full disk costs the steps logged while it is full, no earlier
+    one: each raises once (counted once by the bridge), and the steps before are in the file."""
     import errno
 
     from rl_otel.sinks.tfevents import EventFileWriter
 
-    sink = TensorBoardSink(run="r", log_dir=tmp_path / "tb", flush_secs=3600, reopen_secs=0)
+    sink = TensorBoardSink(run="r", log_dir=tmp_path / "tb", reopen_secs=0)
     for step in range(5):
-        sink.log({"x": float(step)}, step)
-    sink.flush()  # steps 0-4 on disk
+        sink.log({"x": float(step)}, step)  # on disk, with no flush()
 
     def full(writer, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(EventFileWriter, "_write", full)
+    failures = []
     for step in range(5, 25):
-        sink.log({"x": float(step)}, step)  # buffered: nothing written yet
-    with pytest.raises(SinkError) as failed:
-        sink.flush()
-    assert failed.value.reason == "disk_full" and failed.value.steps == 20
+        with pytest.raises(Exception) as failed:
+            sink.log({"x": float(step)}, step)
+        failures.append(failed.value)
+    assert all(getattr(f, "steps", 1) == 1 for f in failures) and len(failures) == 20
+    assert failures[0].reason == "disk_full"
     sink.close()
     assert [s for s, _ in tensorboard_scalars(str(tmp_path / "tb"))["x"]] == list(range(5))

@@ -77,19 +77,16 @@ def test_tensorboards_loader_reads_every_event_and_the_name_is_tensorboards(tmp_
     assert [(e.step, e.summary.value[0].simple_value) for e in rest_events] == [(0, 0.0), (1, 0.5), (2, 1.0)]
 
 
-def test_records_wait_for_flush_secs_or_flush(tmp_path):
+def test_each_event_is_in_the_file_when_add_event_returns(tmp_path):
+    """One write per event, whatever flush_secs says: a process killed right after (SIGKILL, OOM) keeps it. Before,
+    records waited in memory for the next add_event() after flush_secs (a stalled run lost them all)."""
     writer = EventFileWriter(str(tmp_path), flush_secs=3600)
-    size = os.path.getsize(writer.path)  # the file_version event is written at once
-    writer.add_event(Event(step=1).SerializeToString())
-    assert os.path.getsize(writer.path) == size  # buffered
-    writer.flush()
-    assert os.path.getsize(writer.path) > size and [e.step for e in events(writer.path)] == [0, 1]
+    for step in (1, 2, 3):
+        writer.add_event(Event(step=step).SerializeToString())
+        assert [e.step for e in events(writer.path)] == [0, *range(1, step + 1)]  # no flush(), no close()
+    writer.flush()  # nothing left to write: the file is unchanged
+    assert [e.step for e in events(writer.path)] == [0, 1, 2, 3]
     writer.close()
-
-    eager = EventFileWriter(str(tmp_path), flush_secs=0)
-    eager.add_event(Event(step=7).SerializeToString())  # flush_secs have passed: written by add_event itself
-    assert [e.step for e in events(eager.path)] == [0, 7]
-    eager.close()
 
 
 def test_two_writers_in_one_second_get_two_files(tmp_path):
@@ -108,9 +105,13 @@ def test_a_failed_write_breaks_the_writer_for_good(tmp_path, monkeypatch):
 
     monkeypatch.setattr(EventFileWriter, "_write", write)
     with pytest.raises(OSError):
-        writer.flush()
-    with pytest.raises(OSError):  # no append after what may be a partial record
         writer.add_event(Event(step=2).SerializeToString())
+    monkeypatch.undo()  # the disk has room again, yet...
+    with pytest.raises(OSError):  # ...no append after what may be a partial record
+        writer.add_event(Event(step=3).SerializeToString())
+    with pytest.raises(OSError):
+        writer.flush()
+    assert [e.step for e in events(writer.path)] == [0, 1]
     writer.close()  # releases the file without writing
     assert writer._file.closed
 

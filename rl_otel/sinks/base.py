@@ -46,6 +46,33 @@ class SinkError(Exception):
         self.steps = steps
 
 
+def text_key(key: str) -> str:
+    """``key`` as text every tracker can write: a lone surrogate (``"\\udce9"``, from bytes decoded with
+    ``surrogateescape``), which UTF-8 cannot encode, becomes its escape written out, ``\\udce9`` (backslash, u, 4
+    hex digits), as ``backslashreplace`` writes it. Any other key is returned as it is."""
+    if key.isascii():
+        return key
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return key.encode("utf-8", "backslashreplace").decode("utf-8")
+    return key
+
+
+def text_keys(metrics: Metrics) -> Metrics:
+    """``metrics`` with every key as :func:`text_key` writes it (the same dict when no key needs it, the common
+    case: one ``isascii()`` per key). Should an escaped key be spelled exactly like another key of the step, that
+    other key keeps its value and the escaped one is left out: one odd key costs at most itself."""
+    if all(key.isascii() or text_key(key) is key for key in metrics):
+        return metrics
+    out: Metrics = {}
+    for key, value in metrics.items():
+        text = text_key(key)
+        if text is key or text not in metrics:
+            out[text] = value
+    return out
+
+
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _registry: dict[str, SinkFactory] = {}
 _registry_lock = threading.Lock()

@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from rl_otel.sinks.base import Metrics
+from rl_otel.sinks.base import Metrics, text_key
 
 TAG = "metrics_tag: "
 FORMATS = ("summary", "json", "table")
@@ -78,7 +78,7 @@ class StdoutSink:
         self._stream_name = stream
         self._file: IO[str] | None = open(file, "a", encoding="utf-8") if file is not None else None  # noqa: SIM115
         self.format, self.every = format, every
-        self._keys = tuple(keys) if keys is not None else None
+        self._keys = tuple(text_key(k) for k in keys) if keys is not None else None  # as the bridge passes keys
         self._tag = tag
         self._picker = _ConceptPicker() if keys is None and format == "summary" else None
 

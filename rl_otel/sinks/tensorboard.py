@@ -7,9 +7,10 @@ value. Here a step is one ``Summary`` with a value per key. Scalars are stored a
 
 Events go to an event file through :class:`rl_otel.sinks.tfevents.EventFileWriter`, on the bridge's worker thread
 that calls the sink (TensorBoard's own writer adds a thread and a pure-Python CRC that held the GIL for ~3 ms per
-step). Records are buffered and written out every ``flush_secs`` (checked at each step) and on ``flush()``.
-``max_queue`` (TensorBoard's pending-event queue size) is still accepted, so configurations written for earlier
-versions keep working, and unused: pending records are bounded by ``flush_secs`` and 1 MiB instead.
+step). Each step's event is written to the file (handed to the OS, one ``write``) as the sink logs it, so a
+process killed by SIGKILL, the OOM killer or a segfault keeps every step the worker has written.
+``flush_secs`` and ``max_queue`` (TensorBoard's flush interval and pending-event queue size) are still accepted, so
+configurations written for earlier versions keep working, and unused: nothing waits in memory.
 
 A failed write (a full disk) leaves the event file possibly ending in a partial record. The sink drops that writer
 and opens a new event file (TensorBoard reads every file of a directory) on the first step ``reopen_secs`` later,
@@ -86,7 +87,7 @@ class TensorBoardSink:
             writer.add_event(event.SerializeToString())
         except Exception as exc:
             self._drop_writer(exc)
-            raise self._lost(exc, max(1, writer.lost)) from exc
+            raise SinkError(error_reason(exc), f"the event file writer failed ({exc}); the step is lost") from exc
 
     def _drop_writer(self, exc: BaseException) -> None:
         writer, self._writer = self._writer, None
@@ -106,21 +107,10 @@ class TensorBoardSink:
                                bucket_limit=h.edges[1:].tolist(), bucket=h.counts.tolist())
 
     def flush(self) -> None:
-        """Write every pending event to the file (``Telemetry.flush()`` calls it on the sink's worker thread)."""
-        writer = self._writer
-        if writer is not None:
-            try:
-                writer.flush()
-            except Exception as exc:
-                self._drop_writer(exc)
-                raise self._lost(exc, writer.lost) from exc
-
-    @staticmethod
-    def _lost(exc: Exception, steps: int) -> SinkError:
-        """A failed write, counted once per step it lost (the buffered steps whose records did not reach the
-        file, not just the call that met the error)."""
-        return SinkError(error_reason(exc), f"the event file writer failed ({exc}); {steps} step(s) lost",
-                         steps=steps)
+        """The writer's flush (``Telemetry.flush()`` calls it on the sink's worker thread); rl_otel's writer holds
+        nothing back: every step the sink logged is already in the file."""
+        if self._writer is not None:
+            self._writer.flush()
 
     def close(self) -> None:
         if self._writer is not None:

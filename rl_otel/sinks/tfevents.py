@@ -3,7 +3,9 @@
 TensorBoard's own ``EventFileWriter`` hands every event to a thread of its own, which frames it with a pure-Python
 ``masked_crc32c`` (~3.4 ms for a 20 KB event, holding the GIL: the training loop waits for it). The sink already
 runs on the tracker bridge's worker thread, so a second thread buys nothing; this writer frames records itself
-with ``google_crc32c`` (C) and writes them in batches.
+with ``google_crc32c`` (C) and hands each one to the OS at once, one ``write`` per event (a few microseconds): a
+process killed by SIGKILL, the OOM killer or a segfault loses no event that ``add_event`` returned from, stall or
+not (a buffer flushed by the next event after ``flush_secs`` lost every step of a stall).
 
 The file is what TensorBoard writes and reads: ``events.out.tfevents.<time>.<host>.<pid>.<uid><suffix>``, TFRecord
 framing (``<Q`` data length, masked CRC32C of those 8 bytes, the data, masked CRC32C of the data), and an Event with
@@ -23,7 +25,6 @@ from collections.abc import Callable
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
 _MASK_DELTA = 0xA282EAD8
-_BUFFER_BYTES = 1 << 20  # pending records are written out once they reach this size, whatever flush_secs says
 _uid = itertools.count()  # TensorBoard's writer numbers its files per process likewise; "xb" settles a clash
 
 
@@ -57,12 +58,13 @@ def record(data: bytes) -> bytes:
 
 
 class EventFileWriter:
-    """Appends serialized ``Event`` protos to a new event file in ``log_dir``.
+    """Appends serialized ``Event`` protos to a new event file in ``log_dir``, each written out by ``add_event``.
 
-    Records are kept in memory and written (one ``write`` to the OS) by :meth:`flush`, which :meth:`add_event`
-    calls itself once ``flush_secs`` have passed since the last flush or 1 MiB is pending. After a failed write
-    (a full disk) the writer is broken: the file may end in a partial record, so every later call raises that
-    error again and the owner opens a new file instead of appending after the fragment.
+    One unbuffered ``write`` per event: the record is in the OS's page cache when ``add_event`` returns (no fsync,
+    as TensorBoard's writer), so it survives the process being killed. ``flush_secs`` is accepted for
+    TensorBoard's signature and unused: nothing waits in memory. After a failed write (a full disk) the writer is
+    broken: the file may end in a partial record, so every later call raises that error again and the owner opens
+    a new file instead of appending after the fragment.
     """
 
     def __init__(self, log_dir: str, *, flush_secs: float = 10.0, filename_suffix: str = "") -> None:
@@ -77,16 +79,9 @@ class EventFileWriter:
                 break
             except FileExistsError:  # another writer of this process or host took the name: next uid
                 continue
-        self._flush_secs = float(flush_secs)
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
         self._broken: BaseException | None = None
-        self.lost = 0  # after a failed write: how many of the events added (not the header) did not reach the file
-        self._header_pending = True
-        self._last_flush = time.monotonic()
         try:
             self.add_event(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
-            self.flush()
         except BaseException:
             # the header did not reach the disk (disk full): no handle and no empty file per reopen attempt
             self._file.close()
@@ -95,58 +90,26 @@ class EventFileWriter:
             raise
 
     def add_event(self, event: bytes) -> None:
-        """Queue one serialized ``Event``; write out what is pending if a flush is due."""
+        """Write one serialized ``Event`` to the file (to the OS: one ``write``, no fsync)."""
         if self._broken is not None:
             raise self._broken
-        rec = record(event)
-        self._pending.append(rec)
-        self._pending_bytes += len(rec)
-        if self._pending_bytes >= _BUFFER_BYTES or time.monotonic() - self._last_flush >= self._flush_secs:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write every pending record to the file (to the OS; no fsync, as TensorBoard's writer)."""
-        if self._broken is not None:
-            raise self._broken
-        self._last_flush = time.monotonic()
-        if not self._pending:
-            return
-        records = self._pending
-        data = b"".join(records) if len(records) > 1 else records[0]
-        self._pending = []
-        self._pending_bytes = 0
-        written = 0
         try:
-            view = memoryview(data)
+            view = memoryview(record(event))
             while view:  # an unbuffered write may write less than asked (a nearly full disk)
-                n = self._write(view)
-                written += n
-                view = view[n:]
+                view = view[self._write(view):]
         except BaseException as exc:
             self._broken = exc
-            self.lost = _incomplete(records, written) - (1 if self._header_pending else 0)
             raise
-        self._header_pending = False
+
+    def flush(self) -> None:
+        """Nothing is pending (each event was written by ``add_event``); raises the error of a broken writer."""
+        if self._broken is not None:
+            raise self._broken
 
     def _write(self, data: memoryview) -> int:
         """The one place bytes reach the file (tests inject a full disk here when they cannot mount one)."""
         return self._file.write(data)
 
     def close(self) -> None:
-        """Flush and close; a broken writer just releases its file (what it held is lost with the failed write)."""
-        try:
-            if self._broken is None:
-                self.flush()
-        finally:
-            self._file.close()
-
-
-def _incomplete(records: list[bytes], written: int) -> int:
-    """How many of ``records`` (written back to back) did not fully reach the file when ``written`` bytes did:
-    the complete ones before the cut are read back by TensorBoard, the rest are lost."""
-    end = 0
-    for i, rec in enumerate(records):
-        end += len(rec)
-        if end > written:
-            return len(records) - i
-    return 0
+        """Close the file (every event added is already written)."""
+        self._file.close()

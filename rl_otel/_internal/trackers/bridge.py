@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from rl_otel._internal.pipeline.worker import Worker, reset_in_forked_child
-from rl_otel.sinks.base import Metrics, Sink, SinkError
+from rl_otel.sinks.base import Metrics, Sink, SinkError, text_keys
 
 OnError = Callable[[str, str, "BaseException | None"], None]  # (sink, reason, exception)
 _DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
@@ -72,7 +72,7 @@ class Bridge:
 
         def write(item: tuple[Metrics, int]) -> None:
             try:
-                sink.log(*item)
+                sink.log(text_keys(item[0]), item[1])  # a key no tracker can encode costs only itself
             except Exception as exc:
                 on_error(name, error_reason(exc), exc)
 

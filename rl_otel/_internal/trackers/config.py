@@ -23,17 +23,38 @@ from rl_otel.sinks.base import registered_sinks
 
 SECRET_KEYS = frozenset({"api_key", "login_kwargs", "key", "token", "password", "secret", "auth", "access_token",
                          "api_token", "credentials"})
-# a key is secret when one of its words ("_"/"-"/"." separated) names one: hf_token, openai_api_key, db_password,
-# x-api-key, aws_secret_access_key, wandb.auth (not "tokenizer" or "max_tokens": whole words only)
-_SECRET_WORDS = re.compile(r"(?:^|[_.\-])(?:api[_-]?key|key|token|password|passwd|pwd|secret|auth|authorization|"
-                           r"credentials?|login_kwargs|cookie|private)(?:$|[_.\-])")
+# A name is secret by its words, split at "_", "-", "." and at case changes (hf_token, hfToken, HF_TOKEN,
+# openaiApiKey, x-api-key, githubPAT, wandb.auth): its last word (after a trailing "value"/"header"/... and
+# digits) names a secret - whole words only, so tokenizer, max_tokens, num_tokens, token_budget stay.
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+_SECRET_LAST = frozenset({"token", "password", "passwd", "pwd", "passphrase", "secret", "auth", "authorization",
+                          "credential", "credentials", "cookie", "pat", "apikey", "key"})
+_QUALIFIERS = frozenset({"value", "header", "headers", "str", "string", "raw", "b64", "base64"})
+# a "<word>_token" / "<word>_key" that names data, not a secret: eos_token, max_token, prompt_key (verl), sort_key
+_NOT_SECRET_BEFORE = {
+    "token": frozenset({"bos", "eos", "pad", "unk", "sep", "cls", "mask", "eot", "stop", "special", "image",
+                        "video", "audio", "start", "end", "max", "min", "num", "total", "per", "new", "first",
+                        "last", "next"}),
+    "key": frozenset({"prompt", "response", "image", "video", "audio", "reward", "fn", "label", "answer", "query",
+                      "chosen", "rejected", "input", "output", "text", "message", "messages", "column", "field",
+                      "sort", "metric", "data", "dataset", "cache", "group", "primary", "foreign", "dict", "lookup",
+                      "partition", "sample", "target", "extra", "tools", "truth", "index", "sequence", "batch"}),
+}
 REDACTED = "***"
+
 
 def _is_secret(key: object) -> bool:
     if not isinstance(key, str):
         return False
-    lowered = key.lower()
-    return lowered in SECRET_KEYS or _SECRET_WORDS.search(lowered) is not None
+    if key.lower() in SECRET_KEYS:
+        return True
+    words = [w.lower() for w in _WORDS.findall(key) if not w.isdigit()]
+    if len(words) > 1 and words[-1] in _QUALIFIERS:
+        words.pop()
+    if not words or words[-1] not in _SECRET_LAST:
+        return "_".join(words[-2:]) == "login_kwargs"
+    last, before = words[-1], words[-2] if len(words) > 1 else ""
+    return before not in _NOT_SECRET_BEFORE.get(last, ())
 
 
 def redact(value: Any) -> Any:
