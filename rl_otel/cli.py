@@ -3,8 +3,9 @@
 ``rl-otel catalog [--format table|json|markdown]``, ``rl-otel catalog resolve KEY...``,
 ``rl-otel trackers [--config exp.yaml] [--track-with NAME] [--tracker-kwargs JSON] [--tracker NAME=JSON]``
 (prints the tracker configuration init() would use, secrets redacted), ``rl-otel demo [--steps N] [--port P]
-...`` (a real small PPO run on CPU, see :mod:`rl_otel.demo`). :func:`add_tracker_arguments` and
-:func:`tracker_options` give any command the same tracker options.
+...`` (a real small PPO run on CPU, see :mod:`rl_otel.demo`), ``rl-otel watch PATH...`` and
+``rl-otel backfill PATH... -o out.om`` (TensorBoard event files and JSONL metric files, see :mod:`rl_otel.watch`).
+:func:`add_tracker_arguments` and :func:`tracker_options` give any command the same tracker options.
 """
 
 from __future__ import annotations
@@ -82,6 +83,12 @@ def _parser() -> argparse.ArgumentParser:
                                        "(needs pip install -e '.[demo]' in the checkout)")
     demo_arguments(demo)
     add_tracker_arguments(demo)
+    from rl_otel.watch.command import add_backfill_arguments, add_watch_arguments  # light: argparse only
+
+    add_watch_arguments(sub.add_parser("watch", help="serve the TensorBoard event files and JSONL metric files a "
+                                                     "training writes, as they grow (one endpoint per run)"))
+    add_backfill_arguments(sub.add_parser("backfill", help="write finished runs' files as OpenMetrics with their "
+                                                           "timestamps, for promtool tsdb create-blocks-from"))
     return parser
 
 
@@ -176,6 +183,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return budget_main(args)
     if args.command == "demo":
         return _demo(args)
+    if args.command in ("watch", "backfill"):
+        from rl_otel.watch import command
+
+        return command.watch_main(args) if args.command == "watch" else command.backfill_main(args)
     _parser().print_help(sys.stderr)
     return 2
 

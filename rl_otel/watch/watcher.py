@@ -1,0 +1,225 @@
+"""The watch loop: find files, read what was appended, log it, save the state.
+
+One thread does it all (:meth:`Watcher.run`, or :meth:`Watcher.poll` called by a test): every ``interval_s``
+(0.5 s) each followed file is stat'ed and what it gained is read, every ``rescan_s`` the watched paths are walked
+for new files (a restarted training's new event file, a new run directory), and every ``checkpoint_s`` the state
+file is saved if anything moved. A backlog (a finished run, a restart) is read in 8 MB steps without waiting.
+Nothing in the loop raises: a file that cannot be read is logged once and tried again at the next poll; a record
+that is not what it should be is counted in ``rl_telemetry_errors_total{sink="watch", reason="corrupt_record"}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rl_otel.catalog import Catalog, default_catalog
+from rl_otel.watch import events, jsonl, scan, state
+from rl_otel.watch.records import RecordTail
+from rl_otel.watch.served import Point, RunTarget, ServeOptions
+
+_log = logging.getLogger("rl_otel.watch")
+
+
+@dataclass
+class WatchOptions:
+    """The watcher's options: how runs are served, where the state lives (``None``: no state file), the poll,
+    rescan and checkpoint periods, and the JSONL step and time fields."""
+
+    serve: ServeOptions = field(default_factory=ServeOptions)
+    state_path: Path | None = None
+    interval_s: float = 0.5
+    rescan_s: float = 1.0
+    checkpoint_s: float = 1.0
+    step_keys: Sequence[str] = jsonl.STEP_KEYS
+    time_keys: Sequence[str] = jsonl.TIME_KEYS
+
+
+class _Followed:
+    """One followed file: where it is read from and which run it feeds."""
+
+    def __init__(self, found: scan.Found, fs: state.FileState) -> None:
+        self.found = found
+        self.fs = fs
+        self.tail: RecordTail | jsonl.LineTail = (RecordTail(found.path, fs.offset) if found.kind == "tfevents"
+                                                  else jsonl.LineTail(found.path, fs.offset))
+        self.failed = False
+
+
+class Watcher:
+    """Follows TensorBoard event files and JSONL metric files under ``roots`` and serves their values (see the
+    module). ``close()`` saves the state and stops every run's endpoint."""
+
+    def __init__(self, roots: Sequence[str], options: WatchOptions | None = None,
+                 catalog: Catalog | None = None) -> None:
+        self.roots = [os.path.abspath(r) for r in roots]
+        self.options = options or WatchOptions()
+        self.catalog = catalog or default_catalog()
+        self.state = state.load(self.options.state_path) if self.options.state_path else state.State()
+        self.runs: dict[tuple[str, int], RunTarget] = {}
+        self.files: dict[str, _Followed] = {}
+        self._dirty = False
+        self._last_scan = self._last_save = float("-inf")
+        self._no_tensorboard = False
+        for key, rs in self.state.runs.items():  # restored runs serve their last values at once
+            target = self.runs[key] = RunTarget(rs, self.options.serve, self.catalog)
+            target.start()
+
+    # -- the loop -------------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll until ``stop`` is set, then save the state (the caller closes)."""
+        while not stop.is_set():
+            more = self.poll()
+            if not more:
+                stop.wait(self.options.interval_s)
+        self.checkpoint(force=True)
+
+    def poll(self) -> bool:
+        """One pass: rescan when due, read every file's new bytes, save the state when due. True when a backlog
+        is left (poll again at once). Never raises."""
+        more = False
+        try:
+            now = time.monotonic()
+            if now - self._last_scan >= self.options.rescan_s:
+                self._last_scan = now
+                self.rescan()
+            for followed in list(self.files.values()):
+                more |= self._read(followed)
+            if time.monotonic() - self._last_save >= self.options.checkpoint_s:
+                self.checkpoint()
+        except Exception:
+            _log.exception("rl_otel watch: poll failed; going on")
+        return more
+
+    def rescan(self) -> None:
+        """Follow the files under the roots not followed yet (offsets from the state file when it knows them)."""
+        for found in scan.scan(self.roots, set(self.files)):
+            fs = self.state.files.get(found.path)
+            if fs is None:
+                fs = self.state.files[found.path] = state.FileState()
+            self.files[found.path] = _Followed(found, fs)
+            _log.debug("rl_otel watch: following %s (run %r, rank %d)", found.path, found.run, found.rank)
+
+    def checkpoint(self, force: bool = False) -> None:
+        """Save the state file (offsets and last values together) if anything moved since the last save."""
+        self._last_save = time.monotonic()
+        if self.options.state_path is None or not (self._dirty or force):
+            return
+        for key, target in self.runs.items():
+            self.state.runs[key] = target.snapshot()
+        if state.save(self.state, self.options.state_path):
+            self._dirty = False
+
+    def targets(self) -> dict[tuple[str, int], str | None]:
+        """``{(run, rank): metrics URL}`` of the runs served (``None`` for one whose endpoint is not up)."""
+        return {key: target.url for key, target in self.runs.items()}
+
+    def close(self) -> None:
+        """Save the state and stop every run's endpoint (idempotent)."""
+        self.checkpoint(force=True)
+        for target in self.runs.values():
+            target.close()
+
+    # -- one file ---------------------------------------------------------------------------------------------
+
+    def _read(self, followed: _Followed) -> bool:
+        found, fs, tail = followed.found, followed.fs, followed.tail
+        if found.kind == "tfevents" and self._no_tensorboard:
+            return False
+        try:
+            st = os.stat(found.path)
+        except FileNotFoundError:
+            del self.files[found.path]  # gone (a cleaned-up run): forget it, a new file of that name starts at 0
+            self.state.files.pop(found.path, None)
+            self._dirty = True
+            return False
+        except OSError:
+            return False
+        if (fs.dev, fs.ino) != (st.st_dev, st.st_ino) or st.st_size < tail.offset:
+            if fs.ino or tail.offset:  # replaced under the same name, or truncated: read it from the start
+                _log.info("rl_otel watch: %s was replaced or truncated; reading it from the start", found.path)
+            fs.dev, fs.ino, tail.offset = st.st_dev, st.st_ino, 0
+            self._dirty = True
+        if st.st_size == tail.offset:
+            return False
+        try:
+            points, corrupt, more = self._points(followed, st.st_size)
+        except ImportError as exc:
+            self._no_tensorboard = True
+            _log.error("rl_otel watch: %s; event files are not read", exc)
+            return False
+        except OSError as exc:
+            if not followed.failed:
+                followed.failed = True
+                _log.warning("rl_otel watch: %s cannot be read (%s); trying again", found.path, exc)
+            return False
+        followed.failed = False
+        target = self._target(found)
+        if points:
+            target.feed(points)
+        target.count_error("corrupt_record", corrupt)
+        if fs.offset != tail.offset:
+            fs.offset = tail.offset
+            self._dirty = True
+        return more
+
+    def _points(self, followed: _Followed, size: int) -> tuple[list[Point], int, bool]:
+        points: list[Point] = []
+        tail = followed.tail
+        if isinstance(tail, RecordTail):
+            batch = tail.read(size)
+            corrupt = batch.corrupt
+            for data in batch.records:
+                try:
+                    found = events.scalars(data)
+                except ImportError:
+                    raise
+                except Exception:  # CRC-valid bytes that are no Event
+                    corrupt += 1
+                    continue
+                if found is not None:
+                    points.append(found)
+            return points, corrupt, batch.more
+        lines = tail.read(size)
+        corrupt = lines.corrupt
+        for line in lines.lines:
+            try:
+                parsed = jsonl.parse(line, self.options.step_keys, self.options.time_keys)
+            except Exception:
+                corrupt += 1
+                continue
+            if parsed is not None:
+                points.append(parsed)
+        return points, corrupt, lines.more
+
+    def _target(self, found: scan.Found) -> RunTarget:
+        key = (found.run, found.rank)
+        target = self.runs.get(key)
+        if target is None:
+            rs = self.state.runs.get(key) or state.RunState(found.run, found.rank)
+            self.state.runs[key] = rs
+            target = self.runs[key] = RunTarget(rs, self.options.serve, self.catalog)
+        return target
+
+
+def run_until_signalled(watcher: Watcher) -> None:
+    """Run ``watcher`` until SIGTERM or SIGINT, then close it (the state saved, every endpoint stopped)."""
+    import signal
+
+    stop = threading.Event()
+    previous: dict[signal.Signals, Any] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    try:
+        watcher.run(stop)
+    finally:
+        watcher.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
