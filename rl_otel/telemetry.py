@@ -24,7 +24,7 @@ from rl_otel._internal.pipeline.ingest import Pipeline
 from rl_otel._internal.pipeline.router import Router
 from rl_otel._internal.pipeline.store import HistogramValue, SeriesStore
 from rl_otel._internal.pipeline.values import flatten, owned
-from rl_otel._internal.pipeline.worker import Worker, caller_streams, on_streams
+from rl_otel._internal.pipeline.worker import Worker, caller_streams, on_streams, reset_in_forked_child
 from rl_otel._internal.runtime.config import TelemetryConfig
 from rl_otel._internal.runtime.parts import Parts
 from rl_otel._version import __version__
@@ -54,6 +54,7 @@ class Telemetry:
         self.catalog = catalog
         self._closed = False
         self._close_lock = threading.Lock()
+        reset_in_forked_child(self)  # every lock on the log() path is made again in a forked child (_after_fork)
         store = SeriesStore({"run": config.run, "rank": str(config.rank)},
                             max_series_per_metric=config.max_series_per_metric, ttl_s=config.series_ttl_s,
                             dropped_spec=meta.DROPPED_SERIES, on_drop=self._warn_capped)
@@ -290,6 +291,8 @@ class Telemetry:
 
     def close(self) -> None:
         """Flush and close the trackers (bounded by ``close_timeout_s``), stop serving. Idempotent; never raises.
+        A SIGTERM or SIGINT arriving meanwhile is delivered once the close is over, to the handler it would have
+        met without rl_otel (by default the process then dies by SIGTERM; a SIGINT raises ``KeyboardInterrupt``).
 
         Each step runs on its own (the OTel SDK's ``shutdown`` can raise): a step that fails is counted in
         ``rl_telemetry_errors_total{sink="close",reason=<step>}`` and logged once, and the later steps still run,
@@ -298,9 +301,15 @@ class Telemetry:
         with self._close_lock:
             if self._closed:
                 return
+            signals = self._parts.signals
+            if signals is not None:  # from now on a SIGTERM/SIGINT waits for the end of this close
+                signals.begin_close()
             self._closed = True
         atexit.unregister(self._close_at_exit)
         self._parts.close()
+
+    def _after_fork(self) -> None:
+        self._close_lock = threading.Lock()  # the parent's may have been held by another thread at the fork
 
     def _flush_on_signal(self) -> None:  # SIGINT: write what is buffered, the application's handler decides
         self.flush()

@@ -19,6 +19,7 @@ import pytest
 
 import rl_otel
 from rl_otel._internal.probes import live
+from tests._child import Child
 from tests._readers import tensorboard_scalars
 from tests._sinks import Recorder, run_script, tel_errors
 from tests.gpu_fakes import FakeNvml, wait_for_nvml
@@ -184,6 +185,68 @@ def test_signal_inside_a_step_writes_every_step_logged(tmp_path, signame):
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "interrupted with 31 steps written" in proc.stdout
         assert all(v == list(range(40)) for v in steps.values())
+
+
+CLOSING_RUN = """
+import os, sys, time
+import rl_otel
+from rl_otel.sinks import register_sink
+
+tel = None
+
+class Slow:
+    # A tracker still uploading when the run is stopped: it writes each step to a file. At step 5 it tells the
+    # test that the Telemetry is closing, then waits until the test has sent its signal.
+    def __init__(self, **kw):
+        self.out = open("written.txt", "a")
+    def log(self, metrics, step):
+        if step == 5:
+            deadline = time.monotonic() + 120
+            while not tel._closed and time.monotonic() < deadline:  # the close has begun
+                time.sleep(0.005)
+            say(event="closing")
+            while not os.path.exists("signalled") and time.monotonic() < deadline:
+                time.sleep(0.005)
+        time.sleep(0.002)
+        self.out.write(f"{step}\\n")
+        self.out.flush()
+    def close(self):
+        self.out.close()
+
+register_sink("slow", lambda **kw: Slow(**kw))
+tel = rl_otel.init(prometheus=False, trackers=["slow"], sink_queue_size=100, close_timeout_s=60)
+for step in range(60):
+    tel.log({"actor/pg_loss": float(step)}, step=step)
+if sys.argv[1] == "close":
+    tel.close()
+    say(event="closed")
+    wait()
+# else: the exit-time (atexit) close
+"""
+
+
+@pytest.mark.parametrize(("signame", "where"), [("SIGTERM", "close"), ("SIGTERM", "atexit"), ("SIGINT", "close")])
+def test_a_signal_during_close_lets_the_close_finish_then_acts(tmp_path, signame, where):
+    """SIGTERM (a Slurm time limit, a pod deleted) or SIGINT while close() or the exit-time close waits for a slow
+    tracker: the close finishes (all 60 steps written), then the signal does what it would have done without
+    rl_otel - death by SIGTERM, a KeyboardInterrupt (before: the handler was the first thing close() removed, and
+    the process died at once with 5 of 60 steps written)."""
+    child = Child(CLOSING_RUN, [where], tmp_path, env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        assert child.expect() == {"event": "closing"}
+        child.proc.send_signal(getattr(signal, signame))
+        (tmp_path / "signalled").touch()
+        rc = child.proc.wait(120)
+    finally:
+        child.kill()
+    written = (tmp_path / "written.txt").read_text().split()
+    stderr = child.stderr_path.read_text()
+    assert written == [str(step) for step in range(60)], (len(written), stderr[-3000:])
+    if signame == "SIGTERM":
+        assert rc == -signal.SIGTERM, stderr[-3000:]
+    else:  # the KeyboardInterrupt reached the program once close() had finished (Python then ends by SIGINT)
+        assert rc == -signal.SIGINT and "KeyboardInterrupt" in stderr, stderr[-3000:]
+        assert '"closed"' not in "".join(child.output)
 
 
 def test_nvml_failing_mid_run_leaves_training_and_the_scrape_intact(monkeypatch):

@@ -98,7 +98,7 @@ def test_file_sd_target_is_written_atomically_and_removed_on_close(tmp_path):
     sd = tmp_path / "targets"
     tel = rl_otel.init(run="exp/1 a", rank=4, prometheus={"host": "127.0.0.1", "port": 0, "file_sd": str(sd)})
     [path] = sd.iterdir()  # no temporary file left behind
-    assert path.name == "rl_otel-exp_1_a-rank4.json"
+    assert re.fullmatch(r"rl_otel-exp_1_a-trainer-rank4-[0-9a-f]{10}\.json", path.name), path.name
     assert json.loads(path.read_text()) == [{"targets": [f"127.0.0.1:{port_of(tel)}"],
                                              "labels": {"run": "exp/1 a", "rank": "4"}}]
     tel.close()

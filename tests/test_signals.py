@@ -56,3 +56,16 @@ def test_sigterm_that_does_not_end_the_process_only_flushes_and_stays_installed(
         finally:
             signal.signal(signal.SIGTERM, original)
     assert calls == ["flush", "flush", "flush", "application", "flush", "application"]
+
+
+def test_a_signal_during_close_is_delivered_to_the_previous_handler_after_uninstall(previous_sigint):
+    """Between begin_close() and uninstall() (the whole close) a signal is held: the close is not cut short, and
+    the handler that was there before gets it once the close is over - once, however often it arrived."""
+    calls = previous_sigint
+    guard = SignalFlush(on_term=lambda: calls.append("close"), on_int=lambda: calls.append("flush"), timeout_s=5)
+    guard.begin_close()
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)
+    calls.append("closing")  # the close goes on
+    guard.uninstall()
+    assert calls == ["closing", "previous"] and guard.installed == ()

@@ -117,6 +117,31 @@ def test_step_defaults_to_previous_plus_one(tel):
     assert value(tel, "rl_last_step_timestamp_seconds") > 1.7e9
 
 
+def test_an_absurd_step_costs_only_its_own_call():
+    """A step that is no int in [0, 2**63-1] is refused for its call (counted as bad_step) and replaced by the
+    previous valid step + 1, for the trackers and Prometheus alike; the automatic steps after it go on (before:
+    step=10**400 overflowed and every later step=None log() was dropped too; 2**63 vanished from TensorBoard)."""
+    from tests._sinks import Recorder, tel_errors
+
+    Recorder.instances.clear()
+    t = rl_otel.init(run="test", prometheus={"host": "127.0.0.1", "port": 0}, trackers=["recorder"],
+                     handle_sigterm=False)
+    try:
+        t.log({"actor/lr": 0.0}, step=5)
+        for bad in (10**400, -1, 2**63, float("inf"), True):
+            t.log({"actor/lr": 1.0}, step=bad)
+            t.log({"actor/lr": 2.0})  # automatic: continues normally
+        t.log({"actor/lr": 3.0}, step=2**63 - 1)  # the highest valid step
+        errors = tel_errors(t)[("input", "bad_step")]
+        served = value(t, "rl_step")
+        [recorder] = Recorder.instances
+        assert t.flush(30)
+    finally:
+        t.close()
+    assert errors == 5 and served == float(2**63 - 1) and t.step == 2**63 - 1
+    assert [step for step, _ in recorder.steps] == [*range(5, 16), 2**63 - 1]
+
+
 def test_run_and_rank_from_arguments_or_environment(monkeypatch):
     monkeypatch.setenv("RANK", "5")
     with rl_otel.init(run="r1", prometheus={"host": "127.0.0.1", "port": 0}) as t:

@@ -1,7 +1,10 @@
 """Publish the endpoint in a Prometheus ``file_sd_configs`` targets file, so ranks on ephemeral ports are found.
 
-Each process writes its own file (``<dir>/rl_otel-<run>-rank<rank>.json``), so N ranks never write one file
-together; Prometheus reads them all with ``files: [<dir>/*.json]``. A file is replaced atomically (written to a
+Each process writes its own file, ``<dir>/rl_otel-<run>-<role>-rank<rank>-<id>.json``: run and role readable (other
+than ASCII letters, digits, ``_.-`` replaced by ``_``), ``<id>`` a short hash of the exact run, role, rank, host name
+and the target itself (host:port), so two processes never write one file - not Trinity's explorer and trainer (one
+run, both rank 0), not two runs whose names read alike (``实验`` and ``测试``), not two ranks of one host. Prometheus
+reads them all with ``files: [<dir>/*.json]``. A file is replaced atomically (written to a
 temporary file in the same directory, then ``os.replace``): Prometheus watches the directory and must never
 read half a file. ``close()`` removes it, so a finished run's targets disappear instead of turning ``up == 0``.
 The target group's labels ``run`` and ``rank`` make ``up`` (which the endpoint cannot label itself) per rank;
@@ -10,6 +13,7 @@ scrape with ``honor_labels: true`` so the series' own run/rank (the same values)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -23,14 +27,19 @@ _log = logging.getLogger("rl_otel")
 _SUFFIXES = (".json", ".yml", ".yaml")
 
 
-def targets_path(where: str, run: str, rank: int) -> Path:
+def targets_path(where: str, run: str, rank: int, *, role: str, host: str, target: str) -> Path:
     """The file this process writes: ``where`` itself when it names a ``.json``/``.yml`` file, else a file of
-    this run and rank in the directory ``where``."""
+    its own in the directory ``where`` (see the module's doc)."""
     path = Path(where).expanduser()
     if path.suffix in _SUFFIXES and not path.is_dir():
         return path
-    safe_run = re.sub(r"[^A-Za-z0-9_.-]", "_", run)
-    return path / f"rl_otel-{safe_run}-rank{rank}.json"
+    identity = "\0".join((run, role, str(rank), host, target)).encode("utf-8", "backslashreplace")
+    digest = hashlib.sha256(identity).hexdigest()[:10]
+    return path / f"rl_otel-{_readable(run)}-{_readable(role)}-rank{rank}-{digest}.json"
+
+
+def _readable(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:64]
 
 
 class TargetsFile:

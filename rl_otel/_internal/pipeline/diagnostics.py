@@ -13,6 +13,7 @@ import logging
 import threading
 
 from rl_otel._internal.pipeline.store import SeriesStore
+from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel.catalog import meta
 
 _log = logging.getLogger("rl_otel")
@@ -30,6 +31,10 @@ class Diagnostics:
         self._seen: dict[str, set[str]] = {}
         self._full: set[str] = set()
         self._lock = threading.Lock()
+        reset_in_forked_child(self)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # the parent's may have been held by another thread at the fork
 
     def count(self, sink: str, reason: str, amount: float = 1.0) -> None:
         """Add to ``rl_telemetry_errors_total{sink=..., reason=...}``."""

@@ -6,8 +6,9 @@ the runtime sets (``Bridge.submit``), the endpoint and the OTLP push read the st
 
 Fault isolation is per key: a key whose text, value or bucketing raises (whatever it raises) costs that key only,
 counted in ``rl_telemetry_errors_total{sink="input", reason=...}`` (``bad_key``, ``bad_value``) and said once; the
-other keys of the step are stored and mirrored. A step that cannot be read as an int (``bad_step``) continues from
-the previous step + 1.
+other keys of the step are stored and mirrored. A step that is not an int in ``[0, 2**63-1]`` (``bad_step``: not a
+number, negative, too large for TensorBoard's int64) is replaced by the previous valid step + 1, for every sink
+alike; the steps after it are not affected.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from rl_otel._internal.pipeline.diagnostics import Diagnostics
 from rl_otel._internal.pipeline.router import Refusal, Route, Router
 from rl_otel._internal.pipeline.store import SeriesStore
 from rl_otel._internal.pipeline.values import BadKey, BadValue, as_histogram, coerce, to_tracker_array
+from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel.catalog import Kind, live, meta
 
 _log = logging.getLogger("rl_otel")
 _UNWRITTEN_LIMIT = 64  # phases recorded before the training thread writes them itself (nobody reads the store)
 _PLAN_LIMIT = 64  # key sets remembered (a training loop logs a handful: train steps, eval steps, phases)
+MAX_STEP = 2**63 - 1  # the highest step every sink can hold (TensorBoard's and WandB's steps are int64)
 Mirror = Callable[[dict[str, Any], int, bool], None]  # (metrics as logged, step, wait): the trackers' bridge
 Pairs = Iterable[tuple[str, object]]
 
@@ -40,6 +43,10 @@ class PhaseBuffer:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._metrics: dict[str, float] = {}
+        reset_in_forked_child(self)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # the parent's may have been held by another thread at the fork
 
     def add(self, metrics: Mapping[str, float]) -> None:
         with self._lock:
@@ -99,6 +106,13 @@ class Pipeline:
         self._phase_series: dict[tuple[str, ...], list[tuple]] = {}  # (cluster, phase, parts...) -> items
         self._unwritten: deque[tuple[str, str, dict[str, float], dict[str, float]]] = deque()  # record_phase
         self._phase_lock = threading.Lock()
+        reset_in_forked_child(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: fresh locks (a logging thread of the parent may have held one at the fork)."""
+        self._step_lock = threading.Lock()
+        self._stored_lock = threading.Lock()
+        self._phase_lock = threading.Lock()
 
     @property
     def step(self) -> int | None:
@@ -109,24 +123,35 @@ class Pipeline:
         return 0 if self._step is None else self._step + 1
 
     def advance(self, step: object) -> int:
-        """The step a ``log()``/``submit()`` writes at: ``step`` as an int, or the previous one + 1 for ``None``
-        and for a step that cannot be read as an int (counted, said once)."""
-        if step is not None and (step.__class__ is not int):
-            if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
-                try:
-                    step = int(step)  # type: ignore[call-overload]  # 0-d tensors, floats like 3.0
-                except Exception as exc:
-                    self.diagnostics.bad("", f"step must be an int, got {_safe_repr(step)} ({type(exc).__name__}); "
-                                             "using the previous step + 1", "bad_step")
-                    step = None
-            else:
-                step = int(step)
+        """The step a ``log()``/``submit()`` writes at: ``step`` as an int in ``[0, MAX_STEP]``; for ``None``, and in
+        place of a step that is no such int (counted as ``bad_step``, said once), the highest valid step + 1. A
+        bad step costs only its own call: the steps after it continue from the valid ones."""
+        if step is not None and not (type(step) is int and 0 <= step <= MAX_STEP):
+            step = self._valid_step(step)
         with self._step_lock:
             if step is None:
-                step = 0 if self._step is None else self._step + 1
-            if self._step is None or step > self._step:  # type: ignore[operator]
-                self._step = step  # type: ignore[assignment]
-            return step  # type: ignore[return-value]
+                step = 0 if self._step is None else min(self._step + 1, MAX_STEP)
+            if self._step is None or step > self._step:
+                self._step = step
+            return step
+
+    def _valid_step(self, step: object) -> int | None:
+        """``step`` as an int in ``[0, MAX_STEP]`` (a 0-d tensor, a numpy int, a float like 3.0), else ``None``,
+        counted and said once: every sink then gets the previous valid step + 1 (TensorBoard's steps are int64, an
+        overflowing step would otherwise poison every automatic step after it)."""
+        why = "not an int"
+        if not isinstance(step, bool):
+            try:
+                number = int(step)  # type: ignore[call-overload]
+            except Exception as exc:
+                why = f"not an int ({type(exc).__name__})"
+            else:
+                if 0 <= number <= MAX_STEP:
+                    return number
+                why = "negative" if number < 0 else "above 2**63-1"
+        self.diagnostics.bad("", f"step must be an int in [0, 2**63-1], got {_safe_repr(step)} ({why}); using the "
+                                 "previous step + 1", "bad_step")
+        return None
 
     def ingest(self, pairs: Pairs, step: int, timestamp: float, phases: dict[str, float] | None,
                wait: bool = False) -> None:

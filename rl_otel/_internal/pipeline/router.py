@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel.catalog import Catalog, MetricSpec, Resolution
 from rl_otel.catalog.naming import encodable
 
@@ -48,6 +49,10 @@ class Router:
         self._fallback_owner: dict[str, str] = {}  # fallback metric name -> the key that claimed it
         self._lock = threading.Lock()
         self._cached_chars = 0
+        reset_in_forked_child(self)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # the parent's may have been held by another thread at the fork
 
     def route(self, key: str) -> Route | Refusal:
         found = self._cache.get(key)

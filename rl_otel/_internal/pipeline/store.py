@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, TypeVar, cast
 
 from rl_otel._internal.pipeline.histogram import BulkHistogram
+from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel.catalog import Kind, MetricSpec
 
 if TYPE_CHECKING:  # the SDK's metrics package: loaded by collect() only, which the OTLP push calls
@@ -100,6 +101,11 @@ class SeriesStore:
         self._capped: list[str] = []  # metrics that refused a new series under the lock, for on_drop after it
         self._structure = 0  # bumped whenever a series is removed: a held point (see points()) is then stale
         self._layout = 0  # bumped whenever a series comes or goes: what laid_out() gave is then stale
+        reset_in_forked_child(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: a fresh lock (a scrape or a logging thread of the parent may have held it)."""
+        self._lock = threading.Lock()
 
     def set_settle(self, settle: Callable[[], object]) -> None:
         """Call ``settle()`` before every read (:meth:`settle`): the Telemetry's metrics worker waits there for

@@ -5,10 +5,11 @@ A failure while building closes what was built so far (no port, file or thread l
 ``init()``. At close each step runs on its own: one that raises (the OTel SDK's ``shutdown`` can) is counted in
 ``rl_telemetry_errors_total{sink="close", reason=<step>}`` and logged once, and the steps after it still run.
 
-Close order (the reverse of registration): signal handlers first (a SIGTERM during close must not close twice);
-the metrics worker drains before the trackers close (queued steps reach them); the trackers close before the
-endpoint stops (a last scrape still sees the final step); the OTLP meter provider's shutdown pushes once more;
-rl_otel's own tracer provider ends last (phases may still end while the others close).
+Close order (the reverse of registration), with the signal handlers around it all: a SIGTERM or SIGINT during the
+close is held until every part is closed, then delivered (see ``signals.py``); the metrics worker drains before
+the trackers close (queued steps reach them); the trackers close before the endpoint stops (a last scrape still
+sees the final step); the OTLP meter provider's shutdown pushes once more; rl_otel's own tracer provider ends last
+(phases may still end while the others close).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistr
 from rl_otel._internal.exporters.textformat import target_info_labels
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
 from rl_otel._internal.pipeline.ingest import Pipeline
-from rl_otel._internal.pipeline.worker import Worker
+from rl_otel._internal.pipeline.worker import Worker, reset_in_forked_child
 from rl_otel._internal.probes.live import LiveGauges
 from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
 from rl_otel._internal.runtime.config import PrometheusConfig, TelemetryConfig
@@ -65,6 +66,11 @@ class Parts:
         self._providers: list[tuple[str, Any]] = []  # OTel providers rl_otel shuts down (see _shutdown_providers)
         self._user_meter_lock = threading.Lock()
         self._stack = contextlib.ExitStack()
+        reset_in_forked_child(self)
+
+    def _after_fork(self) -> None:
+        self._lazy_lock = threading.Lock()  # the parent's may have been held by another thread at the fork
+        self._user_meter_lock = threading.Lock()
 
     def build(self, *, on_term: Callable[[], None], on_int: Callable[[], None]) -> None:
         """Create every resource the config asks for, in order; on a failure, close those made and re-raise."""
@@ -110,9 +116,9 @@ class Parts:
         self._closing(stack, "metrics_worker", self.worker)  # drains before the trackers close
         # a signal handler when a SIGTERM would leave something behind: steps buffered for the trackers, or a
         # file_sd target that would keep a "target down" alert firing after the rank is gone
+        # (built last, so no failure follows it here; close() itself puts the previous handlers back, at its end)
         if config.handle_sigterm and (self.bridge.active or self.targets is not None):
             self.signals = SignalFlush(on_term=on_term, on_int=on_int, timeout_s=config.close_timeout_s)
-            self._closing(stack, "signals", self.signals, "uninstall")
 
     @property
     def resource(self) -> Resource:
@@ -201,8 +207,10 @@ class Parts:
         if prom.file_sd is not None:
             host = prom.advertise_host or (config.host_name if prom.host in ("", "0.0.0.0", "::") else prom.host)
             host = f"[{host}]" if ":" in host else host
-            self.targets = TargetsFile(targets_path(prom.file_sd, config.run, config.rank),
-                                       f"{host}:{endpoint.port}", {"run": config.run, "rank": str(config.rank)})
+            target = f"{host}:{endpoint.port}"
+            path = targets_path(prom.file_sd, config.run, config.rank, role=config.role, host=config.host_name,
+                                target=target)
+            self.targets = TargetsFile(path, target, {"run": config.run, "rank": str(config.rank)})
             self._closing(stack, "targets_file", self.targets)
 
     def _start_bridge(self) -> Bridge | NullBridge:
@@ -277,5 +285,17 @@ class Parts:
                                                   "the other parts are closed")
 
     def close(self) -> None:
-        """Close every part in the reverse of their creation; never raises."""
-        self._stack.close()
+        """Close every part in the reverse of their creation; never raises, except to deliver a SIGINT that
+        arrived during the close (``KeyboardInterrupt``, after everything is closed). A SIGTERM that arrived
+        during the close is delivered at its end, when the process dies by it as it would have without rl_otel."""
+        signals = self.signals
+        if signals is not None:
+            signals.begin_close()
+        try:
+            self._stack.close()
+        finally:
+            if signals is not None:
+                try:
+                    signals.uninstall()  # delivers the signals held during the close: the process may end here
+                except Exception as exc:
+                    self._close_failed("signals", exc)

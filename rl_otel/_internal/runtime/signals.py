@@ -12,6 +12,12 @@ A signal that arrives while the main thread is inside ``log()`` is handled when 
 logged is complete, and the flush cannot wait on a lock the interrupted ``log()`` holds. The action runs on a
 helper thread joined with a deadline, so a lock held elsewhere by the interrupted thread cannot hang the process.
 Handlers can only be installed from the main thread (Python's rule); elsewhere this does nothing.
+
+A signal that arrives while the Telemetry closes (``close()``, the exit-time close, or the close a first SIGTERM
+started) does not cut the close short: the handlers stay installed until the very end of the close, which finishes
+within its deadlines (``close_timeout_s`` for the trackers), and only then is the signal delivered to the handler
+that was there before - by default the process still dies by SIGTERM, or gets its ``KeyboardInterrupt``. This is
+a Slurm time limit or a pod deletion arriving while a tracker still uploads the final steps.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ class SignalFlush:
         self._pending: list[tuple[int, FrameType | None]] = []
         self._depth = 0
         self._main = threading.main_thread().ident
+        self._closer: int | None = None  # the thread closing the Telemetry, from begin_close() on
+        self._closed = threading.Event()  # set by uninstall(): the close is over
         if threading.get_ident() != self._main:
             return
         for signum in self._actions:
@@ -68,13 +76,21 @@ class SignalFlush:
         while not self._depth and self._pending:
             self._dispatch(*self._pending.pop(0))
 
+    def begin_close(self) -> None:
+        """The Telemetry starts closing (on any thread): a signal from now on is delivered after :meth:`uninstall`,
+        which ends the close."""
+        if self._closer is None:
+            self._closer = threading.get_ident()
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self._depth:
+        if self._depth or self._closer == self._main:  # in a step, or in a close on this (the main) thread
             self._pending.append((signum, frame))
         else:
             self._dispatch(signum, frame)
 
     def _dispatch(self, signum: int, frame: FrameType | None) -> None:
+        if self._closer is not None:  # another thread is closing the Telemetry: let it finish (bounded) first
+            self._closed.wait(self._timeout_s + 1.0)
         previous = self._previous.get(signum, signal.SIG_DFL)
         # Only a signal that ends the process now (SIGTERM with the default action) closes the Telemetry. With the
         # application's own handler (a graceful stop: checkpoint, log the last steps, exit) or SIG_IGN the run
@@ -95,7 +111,9 @@ class SignalFlush:
             os.kill(os.getpid(), signum)
 
     def uninstall(self) -> None:
-        """Put the previous handlers back where ours is still the current one (main thread only)."""
+        """Put the previous handlers back where ours is still the current one (main thread only), the end of a
+        close: a signal that arrived during the close is then delivered to them (the process may end here)."""
+        self._closed.set()
         if threading.get_ident() != self._main:
             return
         previous, self._previous = self._previous, {}
@@ -105,3 +123,8 @@ class SignalFlush:
                     signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
             except (ValueError, OSError):
                 pass
+        if self._closer is None:
+            return
+        pending, self._pending = self._pending, []
+        for signum in dict.fromkeys(signum for signum, _ in pending):  # each signal once, in arrival order
+            signal.raise_signal(signum)  # as it would have been without rl_otel: the previous handler's action

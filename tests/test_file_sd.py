@@ -1,0 +1,44 @@
+"""file_sd: every process publishes its endpoint in a targets file of its own, so none drops out of discovery."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+
+import rl_otel
+
+
+def _targets(directory) -> dict[str, list[str]]:
+    """File name -> the targets it names."""
+    return {p.name: [t for group in json.loads(p.read_text()) for t in group["targets"]]
+            for p in directory.iterdir()}
+
+
+def test_processes_sharing_run_and_rank_or_a_run_name_that_reads_alike_each_get_their_own_target_file(tmp_path):
+    """Trinity's explorer and trainer share run and rank 0; runs named "实验" and "测试" read alike once made
+    ASCII; two processes of one role and rank (a misconfigured rank). Each gets a target file of its own, with a
+    readable name, and close() removes only its own (before: they wrote one file, rl_otel-<run>-rank0.json, and
+    only the last writer was ever scraped)."""
+    prometheus = {"host": "127.0.0.1", "port": 0, "file_sd": str(tmp_path)}
+    processes = [rl_otel.init(run="trinity", role="explorer", prometheus=prometheus),
+                 rl_otel.init(run="trinity", role="trainer", prometheus=prometheus),
+                 rl_otel.init(run="实验", prometheus=prometheus),
+                 rl_otel.init(run="测试", prometheus=prometheus),
+                 rl_otel.init(run="测试", prometheus=prometheus)]
+    try:
+        files = _targets(tmp_path)
+        served = sorted(f"127.0.0.1:{urllib.parse.urlsplit(tel.metrics_url).port}" for tel in processes)
+        assert sorted(t for targets in files.values() for t in targets) == served  # each target once, none lost
+        assert len(files) == len(processes)
+        names = sorted(files)
+        assert sum(n.startswith("rl_otel-trinity-explorer-rank0-") for n in names) == 1
+        assert sum(n.startswith("rl_otel-trinity-trainer-rank0-") for n in names) == 1
+        assert all(n.endswith(".json") and n.isascii() for n in names)
+        explorer = processes.pop(0)
+        explorer.close()  # removes its own file only
+        left = _targets(tmp_path)
+        assert len(left) == len(processes) and not any(n.startswith("rl_otel-trinity-explorer-") for n in left)
+    finally:
+        for tel in processes:
+            tel.close()
+    assert list(tmp_path.iterdir()) == []
