@@ -20,10 +20,13 @@ DEADLINE_S = 15.0  # a child needs milliseconds to log a step and exit; one stil
 
 
 def _child(tel) -> None:
-    """In the forked child: log a step (a known key, a new key, a bad value: the store, step, router and
-    diagnostics locks, and the trackers' bridge), read it back, exit at once."""
+    """In the forked child: run a phase and read its span context (the phase tracer's and the memory probe's
+    locks), log a step (a known key, a new key, a bad value: the store, step, router and diagnostics locks, and
+    the trackers' bridge), read it back, exit at once."""
     code = 4
     try:
+        with tel.phase("actor_train", "train_step") as phase:
+            phase.carrier()
         tel.log({"actor/pg_loss": 1.0, f"child/k{os.getpid()}": 2.0, "actor/entropy": "not a number"})
         code = 0 if tel.value("actor/pg_loss") == 1.0 else 3
     finally:
@@ -53,6 +56,8 @@ def test_forked_children_logging_under_a_scraper_and_a_logging_thread_never_hang
 
     def logger() -> None:
         while not stop.is_set():
+            with tel.phase("actor_infer", "generate") as phase:
+                phase.carrier()  # makes the span context: the lock every phase's context is drawn under
             tel.log({"actor/pg_loss": 0.5, f"user/k{counts['steps']}": 1.0, "actor/entropy": "bad"})
             counts["steps"] += 1
 

@@ -14,6 +14,8 @@ import threading
 import weakref
 from typing import Any
 
+from rl_otel._internal.pipeline.worker import reset_in_forked_child
+
 _log = logging.getLogger("rl_otel")
 GIB = float(2**30)
 GPU_STAGES = ("start/offload", "start/onload", "end/onload", "end/offload")
@@ -45,6 +47,10 @@ class GpuProbe:
         self._announced = False
         self._lock = threading.Lock()
         self._known: tuple[Any, int, Any | None] | None = None  # (torch module, pid, torch_cuda()'s answer)
+        reset_in_forked_child(self)  # a phase in a forked child takes this lock
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # the parent's may have been held by another thread at the fork
 
     def reset_peaks(self) -> None:
         """Reset the allocator's peak statistics (done at phase start, as ROLL does)."""

@@ -10,6 +10,7 @@ nothing has asked for the provider (a ``tracing=`` exporter, an OTLP span push, 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, cast
@@ -100,6 +101,15 @@ class PhaseTracer:
 
 
 _MAKING = threading.RLock()  # a child's context reads its parent's (another DeferredSpan) while making its own
+
+
+def _new_making_lock() -> None:
+    global _MAKING
+    _MAKING = threading.RLock()  # the parent's may have been held by another thread at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_making_lock)
 
 
 class DeferredSpan(NonRecordingSpan):
