@@ -260,3 +260,17 @@ def test_scrapes_while_new_series_keep_coming_are_whole_steps():
 def width(step: int) -> int:
     """Keys of a step in the test above: one more every third step, up to 400."""
     return min(step // 3 + 1, 400)
+
+
+@pytest.mark.parametrize("odd", ["\u2028", "\x85", "\x1c", "\r"])
+def test_name_filters_keep_series_whose_label_values_hold_line_separators_of_unicode(odd):
+    """Before: ``?name[]=`` cut the text with ``str.splitlines()``, which also ends a line at U+2028, U+0085,
+    \\x1c..., so a series with one in a label value was left out. The exposition's lines end at \\n only."""
+    with rl_otel.init(run=f"a{odd}b", rank=0, prometheus={"host": "127.0.0.1", "port": 0},
+                      handle_sigterm=False) as tel:
+        tel.log({"actor/lr": 1.0}, step=3)
+        whole = scrape(str(tel.metrics_url))
+        cut = scrape(str(tel.metrics_url) + "?name[]=rl_actor_learning_rate&name[]=rl_step")
+    expected = [line for line in whole.split("\n") if line.startswith(("rl_actor_learning_rate", "rl_step"))]
+    assert len(expected) == 2 and f"a{odd}b" in expected[0]
+    assert [line for line in cut.split("\n") if line and not line.startswith("#")] == expected

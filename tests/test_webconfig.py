@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import ssl
 import time
 import urllib.request
@@ -17,6 +19,7 @@ from rl_otel import ConfigurationError
 from rl_otel._internal.exporters.webconfig import BasicAuth, load_web_config
 from tests.certs import Pki, make_pki
 from tests.promtools import PrometheusServer, promtool_check, samples
+from tests.test_endpoint_hardening import wait_until
 
 PASSWORD = "s3cret-scrape"
 
@@ -252,3 +255,50 @@ def test_a_stalled_tls_client_does_not_block_scrapes(tmp_path, pki):
         finally:
             for s in stalled:
                 s.close()
+
+
+def replace(path: Path, text: str) -> None:
+    new = path.with_suffix(".new")
+    new.write_text(text)
+    os.replace(new, path)
+
+
+def reloads_refused(tel: rl_otel.Telemetry) -> float:
+    return tel.value("rl_telemetry_errors_total", sink="prometheus", reason="web_config_reload") or 0.0
+
+
+@pytest.mark.parametrize("text", ["", "# being written\n", "null\n", "basic_auth_users: {}\n", "basic_auth_users:\n",
+                                  "http_server_config:\n  headers: {X-Frame-Options: deny}\n"],
+                         ids=["empty", "comment", "null", "no_users", "users_null", "half_written"])
+def test_a_reload_cannot_switch_basic_auth_off(tmp_path, hashed, text, caplog):
+    """Before: each of these files read as a valid one without basic auth, and the endpoint served anyone."""
+    path = web_config(tmp_path, {"basic_auth_users": {"prometheus": hashed}})
+    with serve(path) as tel:
+        assert requests.get(tel.metrics_url, timeout=10).status_code == 401
+        replace(path, text)
+        wait_until(lambda: reloads_refused(tel) == 1, what="the weaker file refused")
+        assert requests.get(tel.metrics_url, timeout=10).status_code == 401
+        assert requests.get(tel.metrics_url, auth=("prometheus", PASSWORD), timeout=10).status_code == 200
+    assert any("weaken security" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+@pytest.mark.parametrize("tls", [{"client_auth_type": None, "client_ca_file": None, "client_allowed_sans": None},
+                                 {"client_auth_type": "VerifyClientCertIfGiven"},
+                                 {"client_allowed_sans": None}, {"min_version": "TLS12"}],
+                         ids=["no_client_auth_type", "client_cert_optional", "no_sans", "lower_min_version"])
+def test_a_reload_cannot_loosen_mtls(pki, tls):
+    """Before: a tls_server_config section that lost client_auth_type (a partial write) turned mTLS off."""
+    directory = pki.server_cert.parent
+    strict = mtls_doc(pki, client_allowed_sans=["prometheus.test"], min_version="TLS13")
+    path = web_config(directory, strict)
+    with serve(path) as tel:
+        url = tel.metrics_url
+        client = {"verify": str(pki.ca), "timeout": 10}
+        with pytest.raises((requests.exceptions.SSLError, requests.exceptions.ConnectionError)):
+            requests.get(url, **client)
+        section = {k: v for k, v in {**strict["tls_server_config"], **tls}.items() if v is not None}
+        replace(path, yaml.safe_dump({"tls_server_config": section}))
+        wait_until(lambda: reloads_refused(tel) == 1, what="the weaker file refused")
+        with pytest.raises((requests.exceptions.SSLError, requests.exceptions.ConnectionError)):
+            requests.get(url, **client)
+        assert requests.get(url, cert=(str(pki.client_cert), str(pki.client_key)), **client).status_code == 200

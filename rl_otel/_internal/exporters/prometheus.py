@@ -28,6 +28,7 @@ registry that is not a :class:`ScrapeRegistry`.
 from __future__ import annotations
 
 import gzip
+import io
 import logging
 import threading
 import time
@@ -263,7 +264,9 @@ def _encodable_families(rendering: Rendering, on_error: Callable[[str], None]) -
 def content_type(accept: str | None) -> str:
     """The content type prometheus_client's ``choose_encoder`` answers ``Accept`` with (0.26: OpenMetrics
     1.0.0 and up, text 1.0.0 and up with an escaping scheme, else text 0.0.4); its format is OpenMetrics when the
-    type is ``application/openmetrics-text``, else the text format (rl_otel writes names that need no escaping)."""
+    type is ``application/openmetrics-text``, else the text format (rl_otel writes names that need no escaping).
+    A version that does not compare (``version=x``) is taken as older than 1.0.0, where prometheus_client raises
+    (its app answers 500): a malformed ``Accept`` gets the text format."""
     escaping = "underscores"
     for accepted in (accept or "").split(","):
         toks = accepted.split(";")
@@ -272,11 +275,11 @@ def content_type(accept: str | None) -> str:
             version, escaping = _accept_param(toks, "version"), _escaping(toks)
             if not version:
                 return CONTENT_TYPE_OPENMETRICS
-            if _version(version) >= (1, 0, 0):
+            if _at_least_1(version):
                 return f"application/openmetrics-text; version={version}; charset=utf-8; escaping={escaping}"
         elif mime == "text/plain":
             version, escaping = _accept_param(toks, "version"), _escaping(toks)
-            if version and _version(version) >= (1, 0, 0):
+            if version and _at_least_1(version):
                 return f"{CONTENT_TYPE_PLAIN_1_0_0}; escaping={escaping}"
     return CONTENT_TYPE_PLAIN_0_0_4
 
@@ -297,6 +300,13 @@ def _escaping(toks: list[str]) -> str:
             if key == "escaping":
                 return value if value in _ESCAPINGS else "underscores"
     return "underscores"
+
+
+def _at_least_1(version: str) -> bool:
+    try:
+        return _version(version) >= (1, 0, 0)
+    except TypeError:  # a word compared with a number
+        return False
 
 
 def _version(text: str) -> tuple[int | str, ...]:
@@ -354,7 +364,9 @@ def restricted(body: str, names: set[str]) -> str:
     out: list[str] = []
     header: list[str] = []
     in_header = False
-    for line in body.splitlines(keepends=True):
+    # lines end at "\n" only: str.splitlines() also ends one at U+2028, U+0085 or \x1c in a label value, and the
+    # sample cut there would not be recognised and be left out
+    for line in io.StringIO(body, newline="\n"):
         if line.startswith("#"):
             if line == EOF:
                 out.append(line)

@@ -6,9 +6,13 @@ training process, where every CPU second and every moment it holds the GIL is ta
 - two threads, whatever the number of clients: one event loop (``selectors``) accepts, runs TLS handshakes,
   reads request heads and writes responses, all non-blocking; one worker runs the application (basic auth and
   the rendering) for one request at a time, in arrival order (a connection has at most one request in flight);
-- at most :attr:`Limits.max_connections` connections; when full, the oldest connection that is not being
-  answered (idle keep-alive, handshaking, or still sending its head) is closed for the newcomer, so held-open
-  sockets cannot lock scrapers out; the listen backlog (``Limits.backlog``) holds a burst of parallel scrapers;
+- at most :attr:`Limits.max_connections` connections; when full, one is closed for the newcomer, so held-open
+  sockets cannot lock scrapers out: first one already refused, then the oldest that does not read its answers (it
+  pipelined its request before taking the previous answer, or its answer sits in a full socket buffer), then the
+  oldest not being answered (idle keep-alive, handshaking, or still sending its head); a fresh request (the
+  first of a connection, or one sent after the previous answer was taken: Prometheus' way) is never closed for
+  a newcomer and is answered before every pipelined one. The listen backlog (``Limits.backlog``) holds a burst
+  of parallel scrapers;
 - a request head is at most ``max_header_bytes`` in ``max_headers`` lines, sent within ``header_timeout_s``
   (TLS handshake included); a keep-alive connection idle ``idle_timeout_s`` is closed; a response that makes no
   progress for ``write_timeout_s`` is dropped. Request bodies are refused (413). A refused request is answered
@@ -22,7 +26,9 @@ training process, where every CPU second and every moment it holds the GIL is ta
   they hold the GIL ~65 ms each), past which the answer is 429;
 - the web-config file (and the certificate files it names) is checked for changes every ``config_check_s`` and
   read again (a revoked password stops working, a renewed certificate is served); a file that no longer loads,
-  or that would switch TLS on or off, is refused and the previous configuration kept;
+  or that would switch TLS on or off or weaken it (no basic auth, fewer clients verified, a lower TLS version,
+  no SAN check: an empty or half-written file reads as a valid, weaker one) is refused, logged and counted, and
+  the previous configuration kept;
 - ``close()`` wakes the loop through a socket pair: it returns in about a millisecond (socketserver polls every
   0.5 s). In a forked child, whose copies of these threads do not run, it only closes its copies of the sockets.
 
@@ -112,8 +118,8 @@ class Governor:
 
 
 class _Conn:
-    __slots__ = ("addr", "buf", "deadline", "events", "head", "keep_alive", "linger", "out", "served", "sock",
-                 "state")
+    __slots__ = ("addr", "buf", "deadline", "events", "head", "keep_alive", "linger", "out", "pipelined", "served",
+                 "sock", "state")
 
     def __init__(self, sock: socket.socket, addr: Any, state: int, deadline: float) -> None:
         self.sock = sock
@@ -127,6 +133,17 @@ class _Conn:
         self.served = 0
         self.head = False  # bytes of a request head are buffered (the header timeout runs, not the idle one)
         self.linger = False  # refused: after the answer, held unread until its deadline instead of closed
+        self.pipelined = False  # its request was sent before the previous answer was taken (it does not read)
+
+
+def _eviction_rank(conn: _Conn) -> int:
+    """0: refused and held; 1: does not read its answers; 2: not being answered; 3: never closed for a newcomer
+    (a fresh request queued, being answered or being written)."""
+    if conn.state == LINGER:
+        return 0
+    if conn.state != BUSY and (conn.pipelined or (conn.state == WRITE and conn.events == selectors.EVENT_WRITE)):
+        return 1
+    return 2 if conn.state in (HANDSHAKE, READ) else 3
 
 
 def _http_date(now: float) -> str:
@@ -152,11 +169,13 @@ class Server:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._ready: collections.deque[tuple[_Conn, dict]] = collections.deque()
+        self._ready: collections.deque[tuple[_Conn, dict]] = collections.deque()  # fresh requests
+        self._pipelined: collections.deque[tuple[_Conn, dict]] = collections.deque()  # answered when none is fresh
         self._done: collections.deque[tuple[_Conn, list[bytes]]] = collections.deque()
         self._jobs: queue.SimpleQueue[tuple[_Conn, dict] | None] = queue.SimpleQueue()
         self._busy = False
         self._auth_cpu = 0.0  # the worker's: CPU of the last request's credentials check
+        self._failure_logged = -float("inf")  # the worker's: when a failed request's traceback was last logged
         self._woken = False  # a wake-up byte is in the socket pair, not read yet
         self._accepting = False
         self._accept_at = 0.0  # when accepting may resume after EMFILE
@@ -314,14 +333,14 @@ class Server:
             self._accepting = False
 
     def _evictable(self) -> _Conn | None:
-        """The oldest refused connection still held, else the oldest one not being answered (idle, handshaking,
-        sending its head), or None."""
-        found = None
-        for conn in self._conns:
-            if conn.state == LINGER:
-                return conn
-            if found is None and conn.state in (HANDSHAKE, READ):
-                found = conn
+        """The connection to close for a newcomer (see the module), or None: the oldest of the lowest rank."""
+        found, found_rank = None, 3
+        for conn in self._conns:  # oldest activity first
+            rank = _eviction_rank(conn)
+            if rank < found_rank:
+                found, found_rank = conn, rank
+                if rank == 0:
+                    break
         return found
 
     def _accept(self) -> None:
@@ -460,11 +479,12 @@ class Server:
             self._refuse(conn, parsed)
             return
         conn.head = bool(conn.buf)
+        conn.pipelined = conn.pipelined or conn.head  # the next request came with it: not Prometheus' way
         conn.state = QUEUED
         conn.deadline = None
         self._want(conn, 0)  # one request at a time: nothing more is read until it is answered
         self._conns.move_to_end(conn)
-        self._ready.append((conn, parsed))
+        (self._pipelined if conn.pipelined else self._ready).append((conn, parsed))
 
     def _parse(self, head: bytes, conn: _Conn) -> dict | int:
         """The WSGI environ of a request head, or the status to refuse it with."""
@@ -570,13 +590,16 @@ class Server:
         conn.deadline = time.monotonic() + (self.limits.header_timeout_s if conn.head
                                             else self.limits.idle_timeout_s)
         self._conns.move_to_end(conn)
+        conn.pipelined = True  # what is read now was sent before this answer was taken
         self._read(conn)  # a pipelined request, or bytes TLS has already decrypted, may be waiting
+        if conn.state == READ:
+            conn.pipelined = bool(conn.buf)  # the rest of a head begun before: still pipelined
 
     # ---- the application
 
     def _dispatch(self) -> None:
-        while not self._busy and self._ready:
-            conn, environ = self._ready.popleft()
+        while not self._busy and (self._ready or self._pipelined):
+            conn, environ = (self._ready or self._pipelined).popleft()
             if conn.state != QUEUED:  # dropped meanwhile
                 continue
             conn.state = BUSY
@@ -601,7 +624,11 @@ class Server:
             try:
                 parts = self._call(environ, conn.keep_alive)
             except Exception:
-                _log.exception("rl_otel: the scrape endpoint failed to answer a request")
+                now = time.monotonic()
+                if now - self._failure_logged >= 60.0:  # a client repeating the request must not flood stderr
+                    self._failure_logged = now
+                    _log.exception("rl_otel: the scrape endpoint failed to answer a request (a traceback a "
+                                   "minute at most; each failure is counted)")
                 self._on_event("internal")
                 conn.keep_alive = False
                 parts = self._head("500 Internal Server Error", [], 0, False)
@@ -673,13 +700,17 @@ class Server:
         if stamp == self._web_stamp:
             return
         self._web_stamp = stamp  # a file that fails to load is tried again when it changes again
-        from rl_otel._internal.exporters.webconfig import load_web_config
+        from rl_otel._internal.exporters.webconfig import load_web_config, weakenings
 
         try:
             new = load_web_config(web.path)
             if new.scheme != web.scheme:
                 raise ConfigurationError(f"it would switch the endpoint from {web.scheme} to {new.scheme}; "
                                          "restart the process for that")
+            weaker = weakenings(web, new)
+            if weaker:
+                raise ConfigurationError(f"it would weaken security ({'; '.join(weaker)}); restart the process "
+                                         "for that")
         except ConfigurationError as exc:
             _log.warning("rl_otel: web config %r changed but is not used (the previous one still is): %s",
                          web.path, exc)

@@ -1,6 +1,7 @@
 """The Prometheus exporter-toolkit web-config file (TLS, mTLS, basic auth), read at init and again when it or a
 file it names changes (the endpoint checks once a second, as exporter-toolkit re-reads it: a revoked password
-stops working, a renewed certificate is served).
+stops working, a renewed certificate is served); a reload that would weaken security is refused
+(:func:`weakenings`).
 
 The same YAML file node_exporter takes with ``--web.config.file`` serves rl_otel's endpoint::
 
@@ -213,6 +214,26 @@ class WebConfig:
         sans = {value.encode() for _kind, value in (peer_cert or {}).get("subjectAltName", ())
                 if isinstance(value, str)}
         return any(hmac.compare_digest(a, b.encode()) for a in sans for b in self.allowed_sans)
+
+
+def weakenings(old: WebConfig, new: WebConfig) -> list[str]:
+    """What reading ``new`` in place of ``old`` would switch off or loosen (empty: nothing). A file being written
+    (empty, truncated) or a mistaken edit reads as a valid, weaker one; the endpoint refuses such a reload and keeps
+    ``old``: loosening security takes a restart, as switching TLS on or off does."""
+    out = []
+    if old.auth is not None and new.auth is None:
+        out.append("it has no basic_auth_users")
+    if old.tls is not None and new.tls is not None:
+        if _VERIFY_STRENGTH[new.tls.verify_mode] < _VERIFY_STRENGTH[old.tls.verify_mode]:
+            out.append("its client_auth_type verifies fewer clients")
+        if new.tls.minimum_version < old.tls.minimum_version:
+            out.append(f"its min_version is {new.tls.minimum_version.name}, below {old.tls.minimum_version.name}")
+        if old.allowed_sans and not new.allowed_sans:
+            out.append("it has no client_allowed_sans")
+    return out
+
+
+_VERIFY_STRENGTH = {ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 2}
 
 
 def _mapping(where: str, value: object) -> Mapping[str, Any]:
