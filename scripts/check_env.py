@@ -32,12 +32,14 @@ MODULES = [
     "trinity.utils.metrics",
     "trinity.common.config",
     "trinity.common.config_validator",
+    "skyrl.train.utils.tracking",
 ]
-FRAMEWORKS = ["verl", "trinity-rft", "tensordict", "ray"]
+FRAMEWORKS = ["verl", "trinity-rft", "tensordict", "ray", "skyrl"]
 # conflicts accepted on purpose, each with its reason; any other conflict fails
 ACCEPTED = {
     ("verl", "transformers"): "TRL 1.16 (tests/test_integration_transformers.py) needs transformers 5.23; the verl "
                               "modules above import with it, and the tests run them",
+    ("skyrl", "transformers"): "the same: SkyRL's Tracking (the one module rl_otel uses) imports with 5.23",
 }
 
 

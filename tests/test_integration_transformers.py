@@ -3,11 +3,14 @@ built here (no network), transformers' Trainer, and two ranks as torchrun starts
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -287,3 +290,74 @@ def test_two_ranks_each_serve_base_plus_local_rank_and_rank0_alone_mirrors(tmp_p
     assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outs]
     assert len(list(tb.glob("events.out.tfevents.*"))) == 1
     assert tensorboard_scalars(str(tb))["loss"] == [(1, 1.0), (2, 2.0)]  # rank 0's, written at exit
+
+
+# One rank of a launch whose TrainingArguments leave run_name None (transformers 5's default). Building them joins
+# the launch's gloo group, as in a Trainer; rank 1 then waits for the test's word before it starts training. Each
+# reports its run label and the second its training started in, then serves until its stdin closes.
+UNNAMED_RANK = """
+import json, sys, time
+from transformers import TrainerControl, TrainerState, TrainingArguments
+from rl_otel.integrations.transformers import RLOtelCallback
+
+args = TrainingArguments(output_dir=sys.argv[1], report_to=[], use_cpu=True)
+callback = RLOtelCallback(prometheus={"host": "127.0.0.1", "port": 0})
+if args.process_index == 1:
+    sys.stdin.readline()
+started = int(time.time())
+callback.on_train_begin(args, TrainerState(), TrainerControl())
+callback.on_log(args, TrainerState(), TrainerControl(), logs={"loss": 1.0})
+tel = callback.telemetry
+print(json.dumps({"run_name": args.run_name, "run": tel.config.run, "url": tel.metrics_url, "started": started}),
+      flush=True)
+sys.stdin.readline()
+"""
+
+
+def read_line(proc: subprocess.Popen, timeout: float = 120) -> str:
+    """The child's next stdout line, or '' when it prints none within ``timeout`` (it hung or died)."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    return proc.stdout.readline() if ready else ""
+
+
+def test_ranks_without_a_run_name_share_one_run_label_though_started_seconds_apart(tmp_path):
+    """Rank 1 starts training in a later second than rank 0 (a per-rank timestamp would differ): both derive one
+    label from what the launch shares (the output directory's name, the launcher's rendezvous)."""
+    launch = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port_pair()),
+              "TORCHELASTIC_RUN_ID": "none", "CUDA_VISIBLE_DEVICES": ""}
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, **launch, "PYTHONPATH": str(ROOT), "RANK": str(rank), "LOCAL_RANK": str(rank)}
+        env.pop("RL_OTEL_RUN", None)
+        procs.append(subprocess.Popen([sys.executable, "-c", UNNAMED_RANK, str(tmp_path / "grpo-out")], env=env,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        first = read_line(procs[0])
+        assert first, "rank 0 did not start"
+        ready = [json.loads(first)]
+        deadline = time.monotonic() + 30
+        while int(time.time()) <= ready[0]["started"]:  # rank 1 starts training in a later second
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        procs[1].stdin.write("go\n")
+        procs[1].stdin.flush()
+        second = read_line(procs[1])
+        assert second, "rank 1 did not start"
+        ready.append(json.loads(second))
+        assert ready[1]["started"] > ready[0]["started"]
+        assert ready[0]["run_name"] is None and ready[0]["run"] == ready[1]["run"]
+        assert ready[0]["run"].startswith("grpo-out")
+        for rank, r in enumerate(ready):
+            assert samples(scrape(r["url"]), "rl_loss") == {
+                frozenset({("run", ready[0]["run"]), ("rank", str(rank))}): 1.0}
+    finally:
+        for p in procs:
+            with contextlib.suppress(OSError):
+                p.stdin.write("\n\n")
+                p.stdin.flush()
+        try:
+            outs = [p.communicate(timeout=60) for p in procs]
+        finally:
+            for p in procs:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outs]

@@ -8,6 +8,7 @@ shutdown (close, and the second close from ``__del__``) stops them.
 
 from __future__ import annotations
 
+import os
 from importlib.util import find_spec
 
 import pytest
@@ -17,7 +18,7 @@ from rl_otel import ConfigurationError
 from tests._child import Child, port_closed
 from tests.promtools import key_samples, samples, scrape
 
-needs_trinity = pytest.mark.skipif(find_spec("trinity") is None,
+needs_trinity = pytest.mark.skipif(find_spec("trinity") is None and not os.environ.get("RL_OTEL_TEST_ALL"),
                                    reason="trinity-rft is installed by scripts/test.sh (requirements-frameworks.txt)")
 
 LOCAL = {"prometheus": {"host": "127.0.0.1", "port": 0}}

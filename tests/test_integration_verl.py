@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
+import subprocess
+import sys
 from importlib.metadata import entry_points
 from importlib.util import find_spec
 
@@ -19,7 +22,7 @@ from rl_otel import ConfigurationError
 from tests._child import Child, port_closed
 from tests.promtools import key_samples, samples, scrape
 
-needs_verl = pytest.mark.skipif(find_spec("verl") is None,
+needs_verl = pytest.mark.skipif(find_spec("verl") is None and not os.environ.get("RL_OTEL_TEST_ALL"),
                                 reason="verl is installed by scripts/test.sh (requirements-frameworks.txt)")
 
 LOCAL = {"prometheus": {"host": "127.0.0.1", "port": 0}}
@@ -215,3 +218,29 @@ def test_attach_to_a_tracking_like_object():
     assert samples(scrape(url), "rl_step") == {frozenset({("run", "verl-exp"), ("rank", "0")}): 7.0}
     tracking.finish()
     assert port_closed(url)
+
+
+# A Tracking left to verl's own Tracking.__del__ at interpreter exit (never finished, never collected before).
+VERL_EXIT = """
+import sys
+import verl  # loads rl_otel's plugin: Tracking.finish is rl_otel's wrapper
+from verl.utils.tracking import Tracking
+
+backends = sys.argv[1].split(",")
+config = {"trainer": {"rl_otel": {"prometheus": {"host": "127.0.0.1", "port": 0}}}}
+t = Tracking("p", "e", default_backend=backends, config=config)
+t.log(data={"critic/vf_loss": 0.25}, step=1)
+print("logged", flush=True)
+"""
+
+
+@needs_verl
+@pytest.mark.parametrize("backends", ["console", "console,rl_otel"])
+def test_nothing_is_printed_at_exit(tmp_path, backends):
+    """Once rl_otel is installed, a Tracking that verl's __del__ finishes at interpreter shutdown (when module
+    globals are already None) exits cleanly: no 'Exception ignored in Tracking.__del__' on stderr."""
+    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": "", "RL_OTEL_RUN": ""}
+    done = subprocess.run([sys.executable, "-c", VERL_EXIT, backends], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.endswith("logged\n"), done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr[-3000:]

@@ -24,8 +24,10 @@ def gauge(key: str, name: str, description: str, source: str, *, unit: str = "1"
                       scale=scale, tracker_unit=tracker_unit)
 
 
-def counter(key: str, name: str, description: str, source: str, *, unit: str = "1") -> MetricSpec:
-    return MetricSpec(key=key, name=name, kind=Kind.COUNTER, unit=unit, description=description, source=source)
+def counter(key: str, name: str, description: str, source: str, *, unit: str = "1", scale: float = 1.0,
+            tracker_unit: str = "") -> MetricSpec:
+    return MetricSpec(key=key, name=name, kind=Kind.COUNTER, unit=unit, description=description, source=source,
+                      scale=scale, tracker_unit=tracker_unit)
 
 
 def histogram(key: str, name: str, description: str, source: str, buckets: tuple[float, ...], *,

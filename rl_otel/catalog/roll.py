@@ -47,7 +47,7 @@ ENV_METRICS = (
      "|step_response_length_min|step_response_length_max|prompt_length|total_tokens", "Token counts"),
     ("tokens_per_second", "{token}/s", "traj_time_tokens_per_second|traj_time_tokens_per_second_min"
      "|traj_time_tokens_per_second_max", "Generation speeds"),
-    ("step_rate", "{turn}/s", "throughput/step_per_sec", "Env steps per second"),
+    ("steps_per_second", "{turn}/s", "throughput/step_per_sec", "Env steps per second"),
     ("samples", "{sample}", "num_branches_or_steps", "Training samples produced"),
     ("metric", "1", ".+", "Dimensionless metrics (success, action validity, penalties, scores, fractions)"),
 )
@@ -374,13 +374,13 @@ SPECS = (
           "Tokens per second of the pipeline step over the last <= 5 steps (RLVR system/tps/tps: prompt and "
           "response tokens of the whole step; agentic system/tps: tokens trained, model update to training).", _S,
           unit="{token}/s"),
-    gauge("system/tps_gpu", "rl_system_tokens_per_second_per_gpu",
+    gauge("system/tps_gpu", "rl_system_tokens_per_gpu_per_second",
           "RLVR: system/tps/tps divided by the number of GPUs of the resource manager.", _S, unit="{token}/s"),
     gauge("system/{operation:actor_infer|actor_infer_response|actor_train}/tps", "rl_system_phase_tokens_per_second",
           "RLVR: tokens per second of the generate (actor_infer; actor_infer_response: response tokens only) or "
           "training phase over the last <= 5 steps.", _S, unit="{token}/s"),
     gauge("system/{operation:actor_infer|actor_infer/response|actor_train}/tps_{kind:gpu|dp}",
-          "rl_system_phase_tokens_per_second_per_worker",
+          "rl_system_phase_tokens_per_worker_per_second",
           "RLVR: a phase's tokens per second divided by the cluster's world size (gpu) or data-parallel size "
           "(dp).", _S, unit="{token}/s"),
     gauge("system/time/{operation:tps|actor_infer|actor_infer_response|actor_train}_mean",

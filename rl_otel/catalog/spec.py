@@ -109,7 +109,8 @@ class MetricSpec:
             check_name(self.name)
         if self.kind is Kind.COUNTER and self.name.endswith("_total"):
             raise ValueError(f"{self.name!r}: give counters their name without '_total'; it is added on export")
-        suffix = _UCUM_TO_SUFFIX.get(self.unit)
+        # the exporter appends the unit's word to a name not ending in it: the documented name must already
+        suffix = _UCUM_TO_SUFFIX.get(self.unit) or ("_per_second" if self.unit.endswith("/s") else None)
         if suffix and not self.name.endswith(suffix):
             raise ValueError(f"{self.name!r} has unit {self.unit!r} and must end in {suffix!r}")
         if self.kind is Kind.HISTOGRAM and (not self.buckets or list(self.buckets) != sorted(set(self.buckets))):

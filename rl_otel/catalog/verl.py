@@ -410,8 +410,9 @@ _OWN = (
     gauge("train/mfu", "rl_train_mfu_ratio", "SFT: model FLOPs utilization (fraction).", _S),
     gauge("train/global_tokens", "rl_train_global_batch_tokens", "SFT: tokens in the step's global batch.", _S,
           unit="{token}"),
-    counter("train/total_tokens(B)", "rl_train_gigatokens",
-            "SFT: tokens trained since the process started, in billions (running total).", _S, unit="G{token}"),
+    counter("train/total_tokens(B)", "rl_train_tokens",
+            "SFT: tokens trained since the process started (running total; logged in billions).", _S,
+            unit="{token}", scale=1e9, tracker_unit="G{token}"),
     gauge("val/loss", "rl_val_loss", "SFT: validation loss, mean over validation batches and DP ranks.", _S),
 )
 

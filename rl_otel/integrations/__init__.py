@@ -13,14 +13,24 @@ dotted name by itself).
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-from rl_otel._internal.runtime.options import INTEGRATION_OPTIONS
+from rl_otel._internal.runtime.options import INTEGRATION_OPTIONS, OPTIONS, load_config_file, merge
 from rl_otel.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from rl_otel.telemetry import Telemetry
+
+# On a taken port an integration serves on one of the next PORT_SEARCH ports (unless the options set port_search):
+# telemetry is never the reason a training run dies
+PORT_SEARCH = 100
+_DEFAULT_PORT = 9464
+_log = logging.getLogger("rl_otel")
 
 
 def plain_options(value: Any) -> Any:
@@ -32,13 +42,74 @@ def plain_options(value: Any) -> Any:
     return value
 
 
-def telemetry_from_options(where: str, run: str | None, options: Mapping[str, Any]) -> Telemetry:
-    """``rl_otel.init(run=run, **options)``, with an unknown option refused by name (``where`` says whose)."""
-    import rl_otel
+def check_options(where: str, options: Mapping[str, Any], run: str | None = None) -> dict[str, Any]:
+    """``options`` checked as :func:`rl_otel.init` checks them, starting nothing (an integration calls it when it
+    is built, so a mistake is refused before the framework loads a model), with ``prometheus`` ``port_search``
+    set to :data:`PORT_SEARCH` where the options (or their ``config`` file) do not set it. Returns the options to
+    pass to :func:`telemetry_from_options`. Raises ConfigurationError naming a bad option or value."""
+    return _checked(where, options, run)[0]
+
+
+def _checked(where: str, options: Mapping[str, Any], run: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(:func:`check_options`' result, the options of the ``config`` file)."""
+    from rl_otel._internal.runtime.config import build_config
 
     unknown = sorted(set(options) - set(INTEGRATION_OPTIONS))
     if unknown:
         raise ConfigurationError(f"unknown rl_otel option(s) {unknown} for {where}; known: {list(INTEGRATION_OPTIONS)}")
     options = dict(options)
-    run = options.pop("run", None) or run
-    return rl_otel.init(run, **options) if run is not None else rl_otel.init(**options)
+    file = load_config_file(options["config"]) if options.get("config") is not None else {}
+    prom = options.get("prometheus", file.get("prometheus", True))
+    if prom is True:
+        prom = {}
+    if isinstance(prom, Mapping) and "port_search" not in prom:
+        port, local_rank = prom.get("port", _DEFAULT_PORT), os.environ.get("LOCAL_RANK", "")
+        if isinstance(port, int) and not isinstance(port, bool) and 0 < port <= 65535:
+            last = 65535 - port - (int(local_rank) if local_rank.isdigit() else 0)
+            options["prometheus"] = {**prom, "port_search": max(0, min(PORT_SEARCH, last))}
+    given = {o.name: options[o.name] for o in OPTIONS if o.name in options}
+    if run is not None and given.get("run") is None:
+        given["run"] = run
+    build_config(**merge(given, file))
+    return options, file
+
+
+def launch_run_name(stem: str | None = None) -> str | None:
+    """A run label every rank of one multi-process launch derives alike, for a framework that names no run:
+    ``<stem>-<8 hex digits>`` from the launcher's rendezvous (``TORCHELASTIC_RUN_ID``, else ``MASTER_ADDR`` and
+    ``MASTER_PORT``), never a rank's own clock. ``None`` outside such a launch, or when ``$RL_OTEL_RUN`` names
+    the run: :func:`rl_otel.init`'s default applies."""
+    env = os.environ
+    if env.get("RL_OTEL_RUN") or env.get("WORLD_SIZE", "1").strip() in ("", "0", "1"):
+        return None
+    run_id = env.get("TORCHELASTIC_RUN_ID", "")
+    launch = run_id if run_id and run_id != "none" else f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
+    if launch == ":":
+        return None
+    digest = hashlib.sha256(f"{stem}|{launch}".encode()).hexdigest()[:8]
+    return f"{stem or 'run'}-{digest}"
+
+
+def telemetry_from_options(where: str, run: str | None, options: Mapping[str, Any], *,
+                           stem: str | None = None) -> Telemetry:
+    """``rl_otel.init(run=run, **options)`` for an integration: options checked by :func:`check_options` (an
+    unknown one refused by name, ``port_search`` on by default, a warning naming the port served on when the
+    configured one was taken). Without a run name (``run`` option, ``run``, the config file, ``$RL_OTEL_RUN``),
+    the ranks of one launch share :func:`launch_run_name` (``stem``: e.g. the framework's output directory
+    name)."""
+    import rl_otel
+
+    options, file = _checked(where, options, run)
+    run = options.pop("run", None) or run or (None if file.get("run") else launch_run_name(stem))
+    tel = rl_otel.init(run, **options) if run is not None else rl_otel.init(**options)
+    _say_port(where, tel)
+    return tel
+
+
+def _say_port(where: str, tel: Telemetry) -> None:
+    asked = tel.config.prometheus.port if tel.config.prometheus is not None else 0
+    url = tel.metrics_url
+    served = urlsplit(url).port if url else None
+    if asked and served is not None and served != asked:
+        _log.warning("rl_otel: %s: prometheus port %d is taken; serving on port %d instead (%s)", where, asked,
+                     served, url)

@@ -12,18 +12,25 @@ Prometheus, beside (or instead of) accelerate's own trackers::
 What each rank does: accelerate runs ``init_trackers`` and ``log`` on the main process only (they are
 ``@on_main_process``), and ``end_training`` finishes only the trackers ``init_trackers`` started. So under
 ``accelerate launch``/``torchrun`` the main process (rank 0) starts the Telemetry, serves on the port and mirrors
-to the trackers; on every other rank the tracker is never started - no endpoint, nothing logged, and
-``accelerator.get_tracker("rl_otel")`` hands back accelerate's blank tracker. To serve a rank's own values from
-every rank, call the tracker directly there (``tracker.log(values, step)``, or ``tracker.tracker`` for the
-:class:`rl_otel.Telemetry`): it starts on first use on any rank, serves on the port + ``LOCAL_RANK`` and
-mirrors to no tracker except on rank 0 (``tracker_ranks=``). ``main_process_only = False`` says that these
-direct calls are not gated (accelerate's decorator reads it only on methods it wraps, which ours are not); it
-does not make accelerate call the tracker on other ranks. A tracker that ``end_training`` does not finish is
-closed at process exit.
+to the trackers; on every other rank accelerate never starts nor calls the tracker, and
+``accelerator.get_tracker("rl_otel")`` there hands back accelerate's blank ``GeneralTracker``, whose ``log`` does
+nothing. To serve every rank's values, keep the tracker object you passed to ``log_with`` and call it on every
+rank (``tracker.log(values, step)``, or ``tracker.tracker`` for the :class:`rl_otel.Telemetry`)::
+
+    tracker = RLOtelTracker("my-run", prometheus={"port": 9464})
+    accelerator = Accelerator(log_with=[tracker])
+    accelerator.init_trackers("my-project")
+    tracker.log({"train/loss": loss}, step=step)      # every rank: served on 9464 + LOCAL_RANK
+
+Call it instead of ``accelerator.log`` (on rank 0 both reach the same tracker). It starts on first use on any
+rank and mirrors to no tracker except on rank 0 (``tracker_ranks=``). A tracker that
+``end_training`` does not finish is closed at process exit. The options are checked when the tracker is built; a
+taken port is served on the next free one (a warning names it).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from rl_otel.sinks.base import missing_dependency
@@ -33,10 +40,12 @@ try:
 except ImportError as e:
     raise missing_dependency("accelerate", "accelerate") from e
 
-from rl_otel.integrations import telemetry_from_options
+from rl_otel.integrations import check_options, telemetry_from_options
 
 if TYPE_CHECKING:
     from rl_otel.telemetry import Telemetry
+
+_log = logging.getLogger("rl_otel")
 
 
 class RLOtelTracker(GeneralTracker):
@@ -53,7 +62,8 @@ class RLOtelTracker(GeneralTracker):
 
     def __init__(self, run_name: str | None = None, **options: Any) -> None:
         super().__init__()
-        self.run_name, self._options = run_name, options
+        self.run_name, self._options = run_name, check_options("RLOtelTracker", options, run_name)
+        self._failed = False
         self._telemetry: Telemetry | None = None
         self.config: dict[str, Any] = {}
 
@@ -71,9 +81,17 @@ class RLOtelTracker(GeneralTracker):
         self.config = dict(values)
 
     def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
-        """One step's metrics; on a rank accelerate did not start the tracker on, the first call starts it
-        (raising as :func:`rl_otel.init` does for a bad option or a taken port). Never raises after that."""
-        self.tracker.log(values, step)
+        """One step's metrics; on a rank accelerate did not start the tracker on, the first call starts it.
+        Never raises: a Telemetry that cannot start is a warning, and nothing is logged."""
+        if self._telemetry is None and not self._failed:
+            try:
+                self.start()
+            except Exception as exc:
+                self._failed = True
+                _log.warning("rl_otel: RLOtelTracker could not start (%s: %s); nothing is logged",
+                             type(exc).__name__, exc)
+        if self._telemetry is not None:
+            self._telemetry.log(values, step)
 
     def finish(self) -> None:
         """Flush the mirrored trackers and stop serving. Idempotent."""

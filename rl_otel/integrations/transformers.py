@@ -12,14 +12,17 @@ trainer logs - every step, the final summary, ``evaluate()`` - is served to Prom
 Pass it in ``callbacks=[...]``: ``trainer.add_callback()`` puts it after transformers' ``PrinterCallback``, which
 pops ``total_flos`` from the shared logs dict first. Each ``on_log`` is logged at ``state.global_step``; TRL's
 keys (``rewards/{func}/mean``, ``kl``, ``clip_ratio/...``, ``eval_*``) resolve through the catalog, transformers'
-own (``loss``, ``learning_rate``, ``train_runtime``) too. The run is ``TrainingArguments.run_name`` unless
-``run`` is given.
+own (``loss``, ``learning_rate``, ``train_runtime``) too. The run is ``run`` if given, else
+``TrainingArguments.run_name``, else ``$RL_OTEL_RUN``; with none of them (transformers 5 leaves ``run_name``
+``None``) the ranks of a launch share ``<output_dir name>-<hash of the launcher's rendezvous>``, and a single
+process gets :func:`rl_otel.init`'s timestamp.
 
 - **Several processes** (``torchrun``, ``accelerate launch``): every rank serves its own endpoint on the port +
   ``LOCAL_RANK`` (9464, 9465, ... on a host), with its series labelled ``rank``; rank 0 alone mirrors to the
-  trackers (``tracker_ranks=`` changes it), the others have no tracker sink. Give the run a name
-  (``run_name=`` in the trainer's config, ``run=`` or ``$RL_OTEL_RUN``): the default, a start timestamp, may
-  differ between ranks that start in different seconds.
+  trackers (``tracker_ranks=`` changes it), the others have no tracker sink.
+- **Mistakes and taken ports**: the options are checked when the callback is built (a misspelled option raises
+  there, before the model is loaded). A taken port is served on the next free one, named in a warning; no hook
+  raises.
 - **Lifetime**: the endpoint starts at ``on_train_begin`` (or the first ``on_log``, for an ``evaluate()`` before
   training) and outlives ``train()``: the summary and a later ``evaluate()`` are served. ``on_train_end`` flushes
   the trackers. The Telemetry closes at :meth:`RLOtelCallback.close`, when the callback is garbage-collected (the
@@ -34,6 +37,7 @@ own (``loss``, ``learning_rate``, ``train_runtime``) too. The run is ``TrainingA
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -45,7 +49,7 @@ try:
 except ImportError as e:
     raise missing_dependency("transformers", "transformers") from e
 
-from rl_otel.integrations import telemetry_from_options
+from rl_otel.integrations import check_options, telemetry_from_options
 
 if TYPE_CHECKING:
     from rl_otel.telemetry import Telemetry
@@ -62,14 +66,16 @@ class RLOtelCallback(TrainerCallback):
     """Logs every ``on_log`` at ``state.global_step`` into a :class:`rl_otel.Telemetry` (see the module doc).
 
     Pass ``telemetry=`` to log into a Telemetry you own: the callback never closes nor replaces it. Otherwise
-    ``options`` are :func:`rl_otel.init` options for one the callback creates and owns. Only ``on_train_begin``
-    raises (a bad option, a taken port: as :func:`rl_otel.init` does); the other hooks never do.
+    ``options`` are :func:`rl_otel.init` options for one the callback creates and owns, checked here: a mistake
+    raises ConfigurationError when the callback is built, before a model is loaded. No hook raises: a taken port
+    is served on the next free one (a warning names it), a Telemetry that cannot start is a warning and training
+    goes on.
     """
 
     def __init__(self, telemetry: Telemetry | None = None, **options: Any) -> None:
         self.telemetry = telemetry
         self._owned = telemetry is None
-        self._options = options
+        self._options = check_options("RLOtelCallback", options) if self._owned else options
         self._stopped = False  # closed (or failed to start from on_log): only on_train_begin starts it again
         self._finalizer: weakref.finalize | None = None
         self._lock = threading.Lock()
@@ -77,7 +83,10 @@ class RLOtelCallback(TrainerCallback):
     def _start(self, args: Any) -> None:
         with self._lock:
             if self.telemetry is None:
-                tel = telemetry_from_options("RLOtelCallback", getattr(args, "run_name", None), self._options)
+                output_dir = getattr(args, "output_dir", None)
+                stem = os.path.basename(os.path.normpath(output_dir)) if isinstance(output_dir, str) else None
+                tel = telemetry_from_options("RLOtelCallback", getattr(args, "run_name", None), self._options,
+                                             stem=stem)
                 self.telemetry, self._stopped = tel, False
                 # closes it when this callback is collected (its trainer deleted), or at exit: whichever is first
                 self._finalizer = weakref.finalize(self, tel.close)
@@ -93,19 +102,22 @@ class RLOtelCallback(TrainerCallback):
         tel = self.telemetry
         if tel is not None and tel.step is not None and state.global_step < tel.step:
             self.close()  # training again from below the steps served: they would be history, kept off the endpoint
-        self._start(args)
+        self._try_start(args, "this training")
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
         if self.telemetry is None and self._owned and not self._stopped:
-            try:  # an evaluate() before train()
-                self._start(args)
-            except Exception as exc:  # the trainer goes on; on_train_begin tries again (and raises)
-                self._stopped = True
-                _log.warning("rl_otel: RLOtelCallback could not start (%s: %s); nothing is logged until train()",
-                             type(exc).__name__, exc)
+            self._try_start(args, "the next train()")  # an evaluate() before train()
         tel = self.telemetry
         if logs and tel is not None:
             tel.log(logs, step=state.global_step)
+
+    def _try_start(self, args: Any, until: str) -> None:
+        try:
+            self._start(args)
+        except Exception as exc:  # the trainer goes on without rl_otel; on_train_begin tries again
+            self._stopped = True
+            _log.warning("rl_otel: RLOtelCallback could not start (%s: %s); nothing is logged until %s",
+                         type(exc).__name__, exc, until)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         tel = self.telemetry

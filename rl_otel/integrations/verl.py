@@ -77,6 +77,7 @@ class RLOtelBackend:
         self.project_name = project_name
         self.experiment_name = experiment_name
         merged = {**options_from_config(config), **options}
+        self._finished = False
         self.telemetry = telemetry_from_options("verl's trainer.rl_otel", experiment_name, merged)
 
     def log(self, data: dict, step: int | None) -> None:
@@ -84,8 +85,11 @@ class RLOtelBackend:
         self.telemetry.log(data, step)
 
     def finish(self, *_: Any, **__: Any) -> None:
-        """Flush the mirrored trackers and stop serving. Idempotent."""
-        self.telemetry.close()
+        """Flush the mirrored trackers and stop serving. Idempotent: a second call (``Tracking.__del__`` at
+        interpreter shutdown, after the exit hook closed the Telemetry) does nothing."""
+        if not self._finished:
+            self._finished = True
+            self.telemetry.close()
 
     close = finish
 
@@ -188,12 +192,19 @@ def install(tracking_cls: Any = None) -> Any:
             self.logger[NAME] = backend
             _finish_when_collected(self, backend)
 
+    # Tracking.__del__ runs this at interpreter shutdown too, when this module's globals may already be None:
+    # it reads only what it closes over
+    backend_cls = RLOtelBackend
+
     @functools.wraps(original_finish)
     def finish(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return original_finish(self, *args, **kwargs)
         finally:
-            _finish_backends(self)
+            logger = getattr(self, "logger", None)
+            for backend in list(logger.values()) if isinstance(logger, dict) else ():
+                if isinstance(backend, backend_cls):
+                    backend.finish()
 
     tracking_cls.__init__ = __init__
     tracking_cls.finish = finish
@@ -201,13 +212,6 @@ def install(tracking_cls: Any = None) -> Any:
         tracking_cls.supported_backend.append(NAME)
     setattr(tracking_cls, _INSTALLED, True)
     return tracking_cls
-
-
-def _finish_backends(tracking: Any) -> None:
-    logger = getattr(tracking, "logger", None)
-    for backend in list(logger.values()) if isinstance(logger, dict) else ():
-        if isinstance(backend, RLOtelBackend):
-            backend.finish()
 
 
 def _finish_when_collected(tracking: Any, backend: RLOtelBackend) -> None:
