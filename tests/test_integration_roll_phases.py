@@ -187,7 +187,7 @@ def stand_in_roll(root: Path, context_managers: str = CONTEXT_MANAGERS) -> Path:
              "roll/distributed/__init__.py": "", "roll/distributed/executor/__init__.py": "",
              "roll/utils/context_managers.py": context_managers, "roll/utils/import_utils.py": IMPORT_UTILS,
              "roll/pipeline/base_worker.py": BASE_WORKER, "roll/distributed/executor/cluster.py": CLUSTER,
-             "worker_main.py": WORKER_MAIN}
+             "roll/utils/tracking.py": "tracker_registry = {}\n", "worker_main.py": WORKER_MAIN}
     for name, text in files.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -302,6 +302,25 @@ def test_install_here_is_idempotent_and_keeps_the_signature(roll_root):
         assert state_offload_manger is wrapped
         roll_phases.uninstall()
         assert cm.state_offload_manger is original and bw.state_offload_manger is original
+        print("ok")
+    ''')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(roll_root), str(REPO)])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_registering_the_tracker_turns_roll_phases_into_spans(roll_root):
+    """The ROLL integration on (``register()``, ROLL's own registry) is all it takes: no second call."""
+    code = textwrap.dedent('''
+        import roll.utils.context_managers as cm
+        from roll.distributed.executor.cluster import Cluster
+        from roll.utils.tracking import tracker_registry
+        from rl_otel.integrations.roll import RLOtelTracker, register
+        original, init = cm.state_offload_manger, Cluster.__init__
+        register()
+        assert tracker_registry["rl_otel"] is RLOtelTracker
+        assert cm.state_offload_manger.__rl_otel_original__ is original
+        assert Cluster.__init__ is not init
         print("ok")
     ''')
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(roll_root), str(REPO)])}

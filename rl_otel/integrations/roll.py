@@ -5,7 +5,7 @@ then calls ``log(values, step)`` every step and ``finish()`` at the end. Registe
 starts::
 
     from rl_otel.integrations.roll import register
-    register()                       # adds "rl_otel" to roll.utils.tracking.tracker_registry
+    register()                       # adds "rl_otel" to roll.utils.tracking.tracker_registry; ROLL's phases as spans
 
 and in the YAML (``tracker_kwargs`` are :func:`rl_otel.init` options; ``trackers`` mirrors as ROLL would)::
 
@@ -67,10 +67,18 @@ class RLOtelTracker:
         self.telemetry.close()
 
 
-def register(registry: MutableMapping[str, Any] | None = None, name: str = NAME) -> None:
-    """Add :class:`RLOtelTracker` to ROLL's tracker registry (default ``roll.utils.tracking.tracker_registry``)."""
+def register(registry: MutableMapping[str, Any] | None = None, name: str = NAME, *, phases: bool = True) -> None:
+    """Add :class:`RLOtelTracker` to ROLL's tracker registry (default ``roll.utils.tracking.tracker_registry``).
+
+    ``phases`` (default on, with ROLL's own registry): ROLL's ``state_offload_manger`` blocks in every worker the
+    pipeline's clusters start also make rl_otel's phase spans (:mod:`rl_otel.integrations.roll_phases`); a ROLL
+    whose code differs from what that relies on is warned about once and left as it is."""
     if registry is None:
         from roll.utils.tracking import tracker_registry
 
         registry = cast("MutableMapping[str, Any]", tracker_registry)  # ROLL's dict of tracker classes
+        if phases:
+            from rl_otel.integrations import roll_phases
+
+            roll_phases.install()  # never raises: a changed ROLL is warned about and left unpatched
     registry[name] = RLOtelTracker

@@ -12,9 +12,7 @@ current while it runs, so spans made inside (ROLL's, the user's) nest under it. 
 code::
 
     from rl_otel.integrations.roll import register
-    from rl_otel.integrations import roll_phases
-    register()                 # the tracker, as before
-    roll_phases.install()      # before the pipeline is built: phases in every worker ROLL's Cluster starts
+    register()                 # the tracker, and roll_phases.install(): phases in every worker ROLL's Cluster starts
 
 and turn on a TracerProvider in the workers: ROLL's own (``system_envs: {ROLL_OTEL_ENABLED: "1"}``, the spans then
 nest under ROLL's ``worker.<method>`` > ``exec`` spans, in the driver's trace) or your OTel setup's global one.
