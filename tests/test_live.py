@@ -118,3 +118,60 @@ def test_import_is_light_and_init_never_imports_torch():
 @pytest.mark.parametrize("spec", specs.SPECS, ids=lambda s: s.name)
 def test_live_entries_are_in_the_default_catalog(spec):
     assert rl_otel.default_catalog().by_name(spec.name) is spec
+
+
+def _started(text: str) -> dict[tuple[str, str], float]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("rl_phase_started_timestamp_seconds{"):
+            labels = dict(kv.split("=", 1) for kv in line[line.index("{") + 1:line.index("}")].split(","))
+            out[(labels["cluster"].strip('"'), labels["phase"].strip('"'))] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_running_phases_are_served_while_they_run():
+    """rl_phase_started_timestamp_seconds{cluster, phase}: present while a phase runs (the earliest start of two
+    concurrent ones), gone when it ends - also when its body or its onload raises."""
+    import urllib.request
+
+    tel = rl_otel.init(run="live-phases", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False)
+
+    def now() -> dict[tuple[str, str], float]:
+        return _started(urllib.request.urlopen(tel.metrics_url, timeout=10).read().decode())
+
+    try:
+        assert now() == {}
+        before = time.time()
+        with tel.phase("actor_infer", "generate"):
+            inside = now()
+            assert list(inside) == [("actor_infer", "generate")]
+            assert before <= inside[("actor_infer", "generate")] <= time.time()
+            entered, left = threading.Event(), threading.Event()
+
+            def second() -> None:
+                with tel.phase("actor_infer", "generate"):
+                    entered.set()
+                    left.wait(10)
+
+            worker = threading.Thread(target=second)
+            worker.start()
+            assert entered.wait(10)
+            assert now() == inside  # the earliest start of the two running
+            left.set()
+            worker.join(10)
+            with tel.phase("actor_train", "train_step"):
+                assert set(now()) == {("actor_infer", "generate"), ("actor_train", "train_step")}
+        assert now() == {}
+        with pytest.raises(RuntimeError), tel.phase("actor_train", "train_step"):
+            assert set(now()) == {("actor_train", "train_step")}
+            raise RuntimeError("boom")
+        assert now() == {}
+
+        def bad_onload() -> None:
+            raise ValueError("onload")
+
+        with pytest.raises(ValueError), tel.phase("actor_train", "train_step", onload=bad_onload):
+            pass
+        assert now() == {}
+    finally:
+        tel.close()

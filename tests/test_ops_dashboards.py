@@ -115,12 +115,15 @@ def test_thresholds_are_red_on_the_alerts_side():
         ("rl-otel-fleet", "Non-finite losses"): [(0, "green"), (1, "red"), (3, "red")],
         ("rl-otel-fleet", "Scrape targets up"): [(0, "red"), (1, "green")],
         ("rl-otel-fleet", "Telemetry errors absorbed"): [(0, "green"), (2, "red")],
-        ("rl-otel-training", "Entropy (per token)"): [(0.01, "red"), (1.2, "green")],
-        ("rl-otel-fleet", "Entropy per run"): [(0.01, "red"), (1.2, "green")],
+        ("rl-otel-training", "Entropy (per token)"): [(0.005, "red"), (1.2, "green")],
+        ("rl-otel-fleet", "Entropy per run"): [(0.005, "red"), (1.2, "green")],
         ("rl-otel-training", "Value function explained variance"): [(-0.5, "red"), (0.6, "green")],
         ("rl-otel-rollout-eval", "Eval regression vs best"): [(-0.2, "red"), (0, "green")],
         ("rl-otel-training", "Clip fraction"): [(0.1, "green"), (0.5, "red")],
-        ("rl-otel-training", "KL old -> new policy"): [(0.01, "green"), (0.2, "red")],
+        # the line is the ceiling; below it RLKLRunaway compares the run with its own baseline (fleet dashboard)
+        ("rl-otel-training", "KL old -> new policy"): [(0.2, "green"), (1.5, "red")],
+        ("rl-otel-training", "Off-policy staleness (policy versions, worst sample)"): [(2, "green"), (12, "red")],
+        ("rl-otel-training", "MFU"): [(0.4, "green"), (1.2, "red")],
         ("rl-otel-training", "Importance ratio max"): [(1.6, "green"), (12, "red")],
         ("rl-otel-fleet", "Seconds since the last step"): [(10, "green"), (3600, "red")],
     }

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["CONCEPTS", "Concept", "Source", "concept"]
+__all__ = ["CONCEPTS", "SANE_RANGES", "Concept", "Source", "concept"]
 
 _SELECTOR = re.compile(r'([a-z_][a-z0-9_]*)(?:\{(.*)\})?')
 _MATCHER = re.compile(r'(\w+)\s*(=~|!=|!~|=)\s*"((?:[^"\\]|\\.)*)"')
@@ -29,6 +29,9 @@ class Source:
     selector: str
     set_labels: tuple[tuple[str, str], ...] = ()
     rename_labels: tuple[tuple[str, str], ...] = ()  # (to, from): copy label ``from`` into ``to``
+    # a PromQL filter or transform of the (relabelled) selector, ``{}`` standing for it: ``"{} > 0"`` drops the
+    # zeros a framework logs when it did not compute the quantity (ROLL's critic/entropy/mean without log-probs)
+    transform: str = ""
 
     @property
     def metric(self) -> str:
@@ -54,7 +57,7 @@ class Source:
             sel = f'label_replace({sel}, "{to}", "$1", "{frm}", "(.*)")'
         for name, value in self.set_labels:
             sel = f'label_replace({sel}, "{name}", "{value}", "", "")'
-        return sel
+        return self.transform.replace("{}", sel) if self.transform else sel
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,8 @@ class Concept:
         return tuple(dict.fromkeys(s.metric for s in self.sources))
 
 
-def _s(selector: str, **set_labels: str) -> Source:
-    return Source(selector, tuple(set_labels.items()))
+def _s(selector: str, transform: str = "", **set_labels: str) -> Source:
+    return Source(selector, tuple(set_labels.items()), transform=transform)
 
 
 CONCEPTS: tuple[Concept, ...] = (
@@ -104,7 +107,8 @@ CONCEPTS: tuple[Concept, ...] = (
              _s("rl_actor_importance_sampling_approx_kl"), _s("rl_actor_usual_ppo_kl"))),
     Concept("ref_kl", "run:rl_ref_kl:avg", "avg", "1",
             "KL between the policy and the reference model, per token: TRL kl, veRL actor/kl_loss and "
-            "actor/reward_kl_penalty, ROLL actor/kl_loss (TRL's objective/kl, a sum over the sequence, is left out).",
+            "actor/reward_kl_penalty, ROLL actor/kl_loss (TRL's objective/kl, a sum over the sequence, is the "
+            "concept sequence_ref_kl).",
             (_s("rl_kl"), _s("rl_actor_kl_loss"), _s("rl_actor_reward_kl_penalty"),
              _s("rl_advantage_kl"))),
     Concept("policy_loss", "run:rl_policy_loss:avg", "avg", "1",
@@ -122,8 +126,10 @@ CONCEPTS: tuple[Concept, ...] = (
             (_s('rl_actor_importance_ratio{stat="max"}'),)),
     Concept("entropy", "run:rl_entropy:avg", "avg", "1",
             "Mean per-token entropy of the policy (nats): ROLL critic/entropy/mean, veRL actor/entropy, TRL "
-            "entropy, TRL PPO ppo/policy/entropy (objective/entropy, a sum over the sequence, is left out).",
-            (_s('rl_critic_entropy{stat="mean"}'), _s("rl_actor_entropy"), _s("rl_entropy"),
+            "entropy, TRL PPO ppo/policy/entropy (objective/entropy, a sum over the sequence, is the concept "
+            "sequence_entropy). ROLL logs critic/entropy/mean = 0 when it does not recompute log-probs (its default "
+            "with init_kl_coef=0 and one backward step): an exact 0 is no entropy and is left out.",
+            (_s('rl_critic_entropy{stat="mean"}', "{} > 0"), _s("rl_actor_entropy"), _s("rl_entropy"),
              _s("rl_ppo_policy_entropy"))),
     Concept("explained_variance", "run:rl_explained_variance:min", "min", "1",
             "Explained variance of the returns by the value function: veRL critic/vf_explained_var, TRL PPO "
@@ -166,7 +172,53 @@ CONCEPTS: tuple[Concept, ...] = (
             "Gradient norm of the policy before clipping: veRL/ROLL actor/grad_norm, TRL grad_norm.",
             (_s("rl_actor_grad_norm"), _s("rl_grad_norm"),
              _s('rl_cluster_grad_norm{cluster=~"actor_train|actor|student|student_train|sft_train"}'))),
+    Concept("sequence_ref_kl", "run:rl_sequence_ref_kl:avg", "avg", "1",
+            "KL between the policy and the reference model summed over a sequence (not per token): TRL "
+            "OnlineDPO/PPO objective/kl. Never mixed with the per-token ref_kl; alerts compare it with itself.",
+            (_s("rl_objective_kl"),)),
+    Concept("sequence_entropy", "run:rl_sequence_entropy:avg", "avg", "1",
+            "Entropy of the policy summed over a sequence (not per token): TRL OnlineDPO/PPO objective/entropy. "
+            "Never mixed with the per-token entropy; alerts compare it with itself.",
+            (_s("rl_objective_entropy"),)),
+    Concept("train_infer_kl", "run:rl_train_infer_kl:max", "max", "1",
+            "Training-inference mismatch: per-token KL between the inference engine's log-probs (vLLM, SGLang) "
+            "and the trainer's for the same tokens and weights: veRL/Trinity-RFT rollout_corr/k3_kl (decoupled "
+            "mode) or actor/rollout_corr/k3_kl (bypass mode), else their k1 rollout_corr/kl. Frameworks being "
+            "added: NeMo-RL train/gen_kl_error, prime-rl mismatch_kl, OpenRLHF vllm_kl.",
+            (_s("rl_rollout_corr_k3_kl"), _s("rl_actor_rollout_corr_k3_kl"), _s("rl_rollout_corr_kl"),
+             _s("rl_actor_rollout_corr_kl"))),
+    Concept("train_infer_ratio_deviation", "run:rl_train_infer_ratio_deviation:max", "max", "1",
+            "Training-inference mismatch as |mean ratio - 1| of trainer over engine token probabilities: ROLL "
+            "actor/train_infer_ratio_token_mean (train-infer correction on). Frameworks being added: NeMo-RL "
+            "train/token_mult_prob_error (|x - 1|).",
+            (_s('rl_actor_train_infer_ratio{kind="token"}', "abs({} - 1)"),)),
+    Concept("train_infer_logprob_diff", "run:rl_train_infer_logprob_diff:max", "max", "1",
+            "Training-inference mismatch as the mean absolute log-prob difference per token: veRL/Trinity-RFT "
+            "rollout_corr/log_ppl_abs_diff. Frameworks being added: slime train/train_rollout_logprob_abs_diff, "
+            "SkyRL policy/rollout_train_logprobs_abs_diff_mean.",
+            (_s("rl_rollout_corr_log_ppl_abs_diff"), _s("rl_actor_rollout_corr_log_ppl_abs_diff"))),
+    Concept("staleness", "run:rl_staleness:max", "max", "{version}",
+            "Off-policy staleness of asynchronous RL, in policy versions between generating a sample and training "
+            "on it (the batch's worst): veRL training/off_policy/trajectory_staleness/max, TRL sample/"
+            "staleness_max, Trinity-RFT sample/model_version_drift/max. Frameworks being added: AReaL "
+            "version_stats/*staleness*, SkyRL async/staleness_*, prime-rl off_policy/*.",
+            (_s('rl_off_policy_trajectory_staleness{stat="max"}'), _s('rl_async_sample_staleness{stat="max"}'),
+             _s('rl_sample_model_version_drift{stat="max"}'))),
+    Concept("mfu", "run:rl_mfu_ratio:max", "max", "1",
+            "Model FLOPs utilization, a fraction of the hardware's peak: veRL/Trinity-RFT perf/mfu/{cluster}, veRL "
+            "SFT train/mfu, TRL async perf/mfu_wall_clock and perf/mfu_fwd_bwd.",
+            (_s("rl_perf_mfu_ratio"), _s("rl_train_mfu_ratio"), _s("rl_async_mfu_ratio"),
+             _s("rl_async_forward_backward_mfu_ratio"))),
 )
+
+# Values no healthy run can report (a unit or aggregation bug upstream, or in the catalog's scale): the sanity
+# alert counts, per concept, the source series outside [low, high]. A framework's source added to a concept is
+# checked with it.
+SANE_RANGES: dict[str, tuple[float, float]] = {
+    "clip_ratio": (0.0, 1.0), "mfu": (0.0, 1.0), "gpu_memory_peak_ratio": (0.0, 1.0),
+    "response_length": (0.0, float("inf")), "step_duration": (0.0, float("inf")),
+    "throughput": (0.0, float("inf")), "entropy": (0.0, float("inf")), "staleness": (0.0, float("inf")),
+}
 
 # Series whose NaN or ±Inf means the update is garbage (the NaN-loss alert counts them): every framework's
 # policy and critic losses and gradient norms.

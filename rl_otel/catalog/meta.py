@@ -16,10 +16,16 @@ DROPPED_SERIES = counter("rl_otel/dropped_series/{metric}", "rl_telemetry_droppe
                          "Values dropped because a metric reached its series cap or its name collided.", _S,
                          unit="{series}")
 
+# Present while a tel.phase() block runs, removed when it ends: which phase is in progress and since when (a stuck
+# phase is named by the alert that reads it). Served at scrape time from the phases' own state.
+PHASE_STARTED = gauge("rl_otel/phase_started/{cluster}/{phase}", "rl_phase_started_timestamp_seconds",
+                      "Unix time a running phase of a cluster started (the earliest, if several of this process run "
+                      "it); absent when no such phase runs.", _S, unit="s")
+
 BUILD_INFO = gauge("rl_otel/build_info/{version}", "rl_otel_build_info",
                    "Always 1; the version label says which rl_otel serves the endpoint.", _S)
 
-SPECS = (STEP, LAST_STEP_TIMESTAMP, ERRORS, DROPPED_SERIES, BUILD_INFO)
+SPECS = (STEP, LAST_STEP_TIMESTAMP, ERRORS, DROPPED_SERIES, PHASE_STARTED, BUILD_INFO)
 
 # Prometheus' target_info: the OTel resource's attributes as labels (no run/rank: rl_run and rl_rank are among them).
 # Not a catalog entry: no key logs it; the Telemetry writes it into its store at init.

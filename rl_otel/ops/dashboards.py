@@ -20,6 +20,7 @@ from rl_otel.catalog import Catalog, default_catalog
 from rl_otel.catalog.concepts import concept
 from rl_otel.catalog.spec import MetricSpec
 from rl_otel.ops.promql import metric_names
+from rl_otel.ops.rules import OUT_OF_RANGE
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -99,6 +100,16 @@ def training(t: Thresholds) -> Dashboard:
                                                   "{{run}} {{stat}}"),)),
         _concept("policy_kl", "KL old -> new policy", threshold=t.approx_kl_max),
         _concept("ref_kl", "KL to the reference policy"),
+        _concept("sequence_ref_kl", "KL to the reference, per sequence (TRL objective/kl)"),
+        _concept("sequence_entropy", "Entropy, per sequence (TRL objective/entropy)"),
+        _concept("train_infer_kl", "Training-inference mismatch (KL engine vs trainer)",
+                 threshold=t.mismatch_kl_max),
+        _concept("train_infer_logprob_diff", "Training-inference mismatch (mean |log-prob difference|)",
+                 threshold=t.mismatch_logprob_diff_max),
+        _concept("train_infer_ratio_deviation", "Training-inference mismatch (|prob ratio - 1|, ROLL)",
+                 threshold=t.mismatch_ratio_deviation_max),
+        _concept("staleness", "Off-policy staleness (policy versions, worst sample)", threshold=t.staleness_max),
+        _concept("mfu", "MFU", threshold=1.0),
         _concept("entropy", "Entropy (per token)", threshold=t.entropy_min, below=True),
         _concept("clip_ratio", "Clip fraction", threshold=t.clip_ratio_max),
         _concept("importance_ratio_max", "Importance ratio max", threshold=t.ratio_max),
@@ -154,6 +165,17 @@ def phases(t: Thresholds) -> Dashboard:
         Panel("Last total duration per rank (stragglers)", (
             _q(f'max by (rank, cluster, phase) (rl_phase_last_duration_seconds{{{sel}, part="total"}})',
                "rank {{rank}} {{cluster}}/{{phase}}"),)),
+        Panel("Phases running now (seconds)", (
+            _q(f"time() - min by (cluster, phase) (rl_phase_started_timestamp_seconds{{{sel}}})",
+               "{{cluster}}/{{phase}}"),), unit="s",
+            description="How long each phase now in progress has been running (rl_phase_started_timestamp_seconds, "
+                        "present while a tel.phase() block runs); RLPhaseStuck fires at phase_stuck_ratio times its "
+                        "p90."),
+        Panel("Rank skew per phase (slowest rank / median rank)", (
+            _q(f"run_phase:rl_phase_duration_seconds:rank_skew{{{sel}}}", "{{run}} {{cluster}}/{{phase}}"),),
+            unit="short", threshold=t.rank_skew_max,
+            description=f"Mean duration over {t.rank_skew_window} of the slowest rank over the median rank's "
+                        "(recording rule); RLRankSkew fires above the line for rank_skew_for."),
         Panel("Phase runs per second", (
             _q(f'sum by (cluster, phase) (rate(rl_phase_duration_seconds_count{{{sel}, part="total"}}[{RATE}]))',
                "{{cluster}}/{{phase}}"),), unit="short"),
@@ -250,8 +272,41 @@ def fleet(t: Thresholds) -> Dashboard:
             _q(f"run:rl_step:max{{{sel}}} - on (job, run) min by (job, run) (rl_step{{{sel}}})", "{{run}}"),),
             unit="short", description="Largest minus smallest step of a run's ranks: a straggler or a dead rank."),
         Panel("Step per rank", (_q(f"max by (run, rank) (rl_step{{{sel}}})", "{{run}} rank {{rank}}"),)),
-        Panel("Max approx. KL per run", (_q(f"run:rl_policy_kl:max{{{sel}}}", "{{run}}"),),
+        Panel("Max approx. KL per run (vs its baseline)", (
+            _q(f"run:rl_policy_kl:max{{{sel}}}", "{{run}}"),
+            _q(f"run:rl_policy_kl:max_baseline{{{sel}}}", "{{run}} baseline")),
               threshold=t.approx_kl_max, concept="policy_kl"),
+        Panel("KL to the reference per run (vs its baseline)", (
+            _q(f"run:rl_ref_kl:avg{{{sel}}}", "{{run}}"),
+            _q(f"run:rl_ref_kl:avg_baseline{{{sel}}}", "{{run}} baseline")),
+              threshold=t.ref_kl_max, concept="ref_kl"),
+        Panel("Training-inference mismatch per run (vs its baseline)", (
+            _q(f"run:rl_train_infer_kl:max{{{sel}}}", "{{run}}"),
+            _q(f"run:rl_train_infer_kl:max_baseline{{{sel}}}", "{{run}} baseline")),
+              threshold=t.mismatch_kl_max, concept="train_infer_kl"),
+        Panel("Staleness per run", (_q(f"run:rl_staleness:max{{{sel}}}", "{{run}}"),), threshold=t.staleness_max,
+              concept="staleness"),
+        *(Panel(f"{title} per run (vs its baseline)", (
+            _q(f"{concept(c).record}{{{sel}}}", "{{run}}"),
+            _q(f"{concept(c).record}_baseline{{{sel}}}", "{{run}} baseline")), concept=c)
+          for c, title in (("sequence_ref_kl", "KL to the reference per sequence"),
+                           ("train_infer_logprob_diff", "Mean |log-prob difference| engine vs trainer"),
+                           ("train_infer_ratio_deviation", "|prob ratio - 1| engine vs trainer"))),
+        *(Panel(title, (_q(f"{concept(c).record}{{{sel}}}", "{{run}}"),), concept=c)
+          for c, title in (("sequence_entropy", "Entropy per sequence per run"), ("mfu", "MFU per run"))),
+        Panel("Phases running: seconds and usual p90", (
+            _q(f"time() - run_phase:rl_phase_started_timestamp_seconds:min{{{sel}}}",
+               "{{run}} {{cluster}}/{{phase}} running"),
+            _q(f"run_phase:rl_phase_duration_seconds:p90{{{sel}}}", "{{run}} {{cluster}}/{{phase}} p90")), unit="s",
+              description="How long each running phase has run, beside its p90 over phase_history_window "
+                          "(RLPhaseStuck)."),
+        Panel("Rank spread per phase (slowest minus median rank)", (
+            _q(f"run_phase:rl_phase_duration_seconds:rank_spread_seconds{{{sel}}}",
+               "{{run}} {{cluster}}/{{phase}}"),), unit="s", threshold=t.rank_skew_min_seconds),
+        Panel("Metrics out of their possible range", (
+            _q(f"{OUT_OF_RANGE}{{{sel}}}", "{{run}} {{metric}}"),), unit="short",
+              description="Series of a run whose values cannot be true (fractions outside [0, 1], MFU above 1, "
+                          "negative lengths or durations); RLMetricImpossible."),
         Panel("Max clip fraction per run", (_q(f"run:rl_clip_ratio:max{{{sel}}}", "{{run}}"),),
               threshold=t.clip_ratio_max, concept="clip_ratio"),
         Panel("Max importance ratio per run", (_q(f"run:rl_importance_ratio:max{{{sel}}}", "{{run}}"),),
@@ -267,7 +322,6 @@ def fleet(t: Thresholds) -> Dashboard:
                f"{{{{run}}}} avg {t.throughput_window}")), concept="throughput"),
         *(Panel(title, (_q(f"{concept(c).record}{{{sel}}}", legend),), concept=c)
           for c, title, legend in (
-              ("ref_kl", "KL to the reference per run", "{{run}}"),
               ("policy_loss", "Policy loss per run", "{{run}}"),
               ("response_length", "Response length per run", "{{run}}"),
               ("step_duration", "Step duration per run", "{{run}}"),

@@ -22,6 +22,7 @@ JOB = "rl_otel"
 class Firing:
     labels: dict[str, str]
     value: float
+    queried: str = ""  # what a ``{{ with ... | query }}...{{ end }}`` block of the annotations renders to
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,21 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
     node_fire = silent_at + window + _minutes(t.target_down_for) + 5
     node_end = node_fire + 5  # run r's last node stops too: the run ended, while node a is still within lookback
     assert node_end + window + 1 < silent_at + _minutes(NODE_SILENT_LOOKBACK)
+    kl_base = t.approx_kl_floor / 2                    # below the floor: a tiny KL that must not page when it moves
+    kl_jump = max(kl_base * t.approx_kl_ratio * 2.5, t.approx_kl_floor * 2)
+    kl_steady = min(t.approx_kl_floor * 5, t.approx_kl_max / 2)
+    ref_base, seq_base = t.ref_kl_floor / 2, t.sequence_floor
+    ref_jump = max(ref_base * t.ref_kl_ratio * 2, t.ref_kl_floor * 2)
+    drift_w, drift_for = _minutes(t.ref_kl_drift_window), _minutes(t.ref_kl_drift_for)
+    mm_base = t.mismatch_floor
+    assert mm_base * 5 * t.mismatch_ratio * 2 < t.mismatch_logprob_diff_max * 10  # the case is about the trend
+    stuck_at = 20 * 60
+    assert 120 * t.phase_stuck_ratio <= t.phase_stuck_min_seconds + 60
+    stuck_fire = stuck_at // 60 + int(max(120 * t.phase_stuck_ratio, t.phase_stuck_min_seconds) // 60) \
+        + _minutes(t.phase_stuck_for) + 3
+    skew = 3.0
+    smooth = _minutes(t.eval_smooth)
+    skew_fire = 10 + _minutes(t.rank_skew_window) + _minutes(t.rank_skew_for) + 5
     return {
         "RLTrainerStalled": [Case(
             {_s("rl_last_step_timestamp_seconds", "bad", r): f"0+60x10 {stall_at}x{stall_fire + 5}" for r in (0, 1)}
@@ -98,10 +114,14 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
             # three series of the bad run are non-finite: rank 0's pg_loss and critic loss, rank 1's critic loss
             {5: [], 20: [Firing(_run(run="bad"), 3)]})],
         "RLKLRunaway": [Case(
-            _const_fire("rl_actor_approx_kl", t.approx_kl_max / 5, t.approx_kl_max * 4, 30)
-            | {_s("rl_ppo_policy_approx_kl", "trl", 0): f"{t.approx_kl_max / 5:g}x5 {t.approx_kl_max * 6:g}x30"},
-            {10: [], 30: [Firing(_run(run="bad"), t.approx_kl_max * 4),
-                          Firing(_run(run="trl"), t.approx_kl_max * 6)]})],
+            # bad: 4x... its own baseline; good: constant above the old absolute 0.05 (the demo's 0.07-0.13);
+            # early: above the ceiling from its first step, before any baseline exists
+            {_s("rl_actor_approx_kl", "bad", 0): f"{kl_base:g}x90 {kl_jump:g}x40",
+             _s("rl_actor_approx_kl", "bad", 1): f"{kl_base:g}x130",
+             _s("rl_actor_approx_kl", "good", 0): f"{kl_steady:g}x130",
+             _s("rl_ppo_policy_approx_kl", "early", 0): f"{t.approx_kl_max * 2:g}x130"},
+            {8: [], 95: [Firing(_run(run="early"), t.approx_kl_max * 2)],
+             106: [Firing(_run(run="bad"), kl_jump), Firing(_run(run="early"), t.approx_kl_max * 2)]})],
         "RLImportanceRatioExploding": [Case(
             _const_fire("rl_actor_importance_ratio", 1.5, t.ratio_max * 5, 30, {"stat": "max"})
             | {_s("rl_actor_importance_ratio", "good", 0, stat="mean"): f"{t.ratio_max * 5:g}x35"},
@@ -110,11 +130,16 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
             _const_fire("rl_actor_clip_ratio", t.clip_ratio_max / 3, min(1.0, t.clip_ratio_max * 2), 40),
             {15: [], 40: [Firing(_run(run="bad"), min(1.0, t.clip_ratio_max * 2))]})],
         "RLEntropyCollapse": [Case(
-            # both ranks of the bad run collapse (the rule averages ranks); stat="max" must be ignored
-            {_s("rl_critic_entropy", "bad", r, stat="mean"): f"1x5 {t.entropy_min / 5:g}x40" for r in (0, 1)}
-            | {_s("rl_critic_entropy", "bad", 0, stat="max"): "2x45"}
-            | {_s("rl_critic_entropy", "good", r, stat="mean"): "1x45" for r in (0, 1)},
-            {15: [], 40: [Firing(_run(run="bad"), t.entropy_min / 5)]})],
+            # both ranks of the bad run collapse (the rule averages ranks); stat="max" must be ignored; ROLL's
+            # default logs critic/entropy/mean = 0 (no log-probs recomputed): never an alert; a healthy run's
+            # entropy decays to 0.3 of its start; TRL OnlineDPO's per-sequence objective/entropy collapses
+            {_s("rl_critic_entropy", "bad", r, stat="mean"): f"1x30 {t.entropy_ratio_min / 2:g}x40" for r in (0, 1)}
+            | {_s("rl_critic_entropy", "bad", 0, stat="max"): "2x70"}
+            | {_s("rl_critic_entropy", "good", r, stat="mean"): "1-0.01x70" for r in (0, 1)}
+            | {_s("rl_critic_entropy", "roll_default", r, stat="mean"): "0x70" for r in (0, 1)}
+            | {_s("rl_objective_entropy", "trl_seq", 0): f"40x30 {40 * t.entropy_ratio_min / 2:g}x40"},
+            {40: [], 60: [Firing(_run(run="bad"), t.entropy_ratio_min / 2),
+                          Firing(_run(run="trl_seq"), 40 * t.entropy_ratio_min / 2)]})],
         "RLRewardCollapse": [Case(
             {_s("rl_critic_score", "bad", r, stat="mean"): f"0.8x30 {0.8 - 1.5 * t.reward_drop:g}x40"
              for r in (0, 1)}
@@ -136,13 +161,93 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
             | {_s("rl_system_tokens_per_second", "good", r): "1000x90" for r in (0, 1)},
             {70: [], 85: [Firing(_run(run="bad"), 2000 * t.throughput_ratio_min * 0.6)]})],
         "RLEvalRegression": [Case(
+            # the eval falls by 2 * eval_drop at minute 31: its eval_smooth average crosses best - eval_drop half-way
             {_s("rl_eval_metric", "bad", 0, taskset="gsm8k", metric="accuracy", stat="mean", k="4"):
-                f"0.5x10 0.7x10 {0.7 - 2 * t.eval_drop:g}x20",
-             _s("rl_eval_metric", "bad", 0, taskset="gsm8k", metric="accuracy", stat="std", k="4"): "0.3x40",
+                f"0.7x30 {0.7 - 2 * t.eval_drop:g}x60",
+             _s("rl_eval_metric", "bad", 0, taskset="gsm8k", metric="accuracy", stat="std", k="4"): "0.3x90",
+             # good: one noisy eval (a 2-sigma dip of one eval of a 10-minute cadence) is smoothed away
              _s("rl_eval_metric", "good", 0, taskset="gsm8k", metric="accuracy", stat="mean", k="4"):
-                "0.5x10 0.7x30"},
-            {23: [], 30: [Firing(_run(run="bad", taskset="gsm8k", metric="accuracy", k="4"),
-                                 0.7 - 2 * t.eval_drop)]})],
+                f"0.7x30 {0.7 - 1.5 * t.eval_drop:g}x9 0.7x50"},
+            {30 + smooth // 2 - 2: [], 31 + smooth + _minutes(t.eval_for) + 5:
+                [Firing(_run(run="bad", taskset="gsm8k", metric="accuracy", k="4"), 0.7 - 2 * t.eval_drop)]})],
+        "RLRefKLRunaway": [Case(
+            # TRL's kl (GRPO/RLOO, per token) jumps; a per-sequence objective/kl jumps; a steady per-sequence KL far
+            # above any per-token threshold stays quiet (sums are never compared with per-token values)
+            {_s("rl_kl", "trl", 0): f"{ref_base:g}x90 {ref_jump:g}x40",
+             _s("rl_actor_kl_loss", "good", 0): f"{ref_base * 2:g}x130",
+             _s("rl_objective_kl", "seq", 0): f"{seq_base:g}x90 {seq_base * t.ref_kl_ratio * 2:g}x40",
+             _s("rl_objective_kl", "seq_good", 0): f"{seq_base * 10:g}x130"},
+            {95: [], 106: [Firing(_run(run="trl"), ref_jump),
+                           Firing(_run(run="seq"), seq_base * t.ref_kl_ratio * 2)]})],
+        "RLRefKLDrift": [Case(
+            # the KL to the reference settles at a higher level and stays: its 6h median becomes drift_ratio * 2
+            # times the 6h before's; a run at a steady high level stays quiet
+            {_s("rl_actor_kl_loss", "bad", 0): f"{ref_base:g}x{drift_w} {ref_base * t.ref_kl_drift_ratio * 2:g}x"
+                                              f"{drift_w + 60}",
+             _s("rl_actor_kl_loss", "good", 0): f"{ref_base * t.ref_kl_drift_ratio * 2:g}x{2 * drift_w + 60}"},
+            {drift_w + drift_w // 2 + drift_for - 5: [],
+             drift_w + drift_w // 2 + drift_for + 5: [Firing(_run(run="bad"), ref_base * t.ref_kl_drift_ratio * 2)]})],
+        "RLTrainInferenceMismatch": [Case(
+            # veRL's k3 KL engine vs trainer, ROLL's token probability ratio: both leave their level
+            {_s("rl_rollout_corr_k3_kl", "verl", 0): f"{t.mismatch_kl_max / 50:g}x30 {t.mismatch_kl_max * 2:g}x30",
+             _s("rl_rollout_corr_k3_kl", "good", 0): f"{t.mismatch_kl_max / 50:g}x60",
+             _s("rl_actor_train_infer_ratio", "roll", 0, kind="token"):
+                f"1.01x30 {1 + t.mismatch_ratio_deviation_max * 3:g}x30",
+             _s("rl_actor_train_infer_ratio", "roll_good", 0, kind="token"):
+                f"{1 - t.mismatch_ratio_deviation_max / 5:g}x60"},
+            {40: [], 50: [Firing(_run(run="verl"), t.mismatch_kl_max * 2),
+                          Firing(_run(run="roll"), t.mismatch_ratio_deviation_max * 3)]})],
+        "RLTrainInferenceMismatchRising": [Case(
+            # below the level threshold, but 2 * ratio times the run's own mismatch; a steady mismatch stays quiet
+            {_s("rl_rollout_corr_kl", "verl", 0): f"{mm_base:g}x90 {mm_base * t.mismatch_ratio * 2:g}x40",
+             _s("rl_rollout_corr_log_ppl_abs_diff", "diff", 0): f"{mm_base * 5:g}x90 "
+                                                                f"{mm_base * 5 * t.mismatch_ratio * 2:g}x40",
+             _s("rl_rollout_corr_k3_kl", "good", 0): f"{mm_base * 10:g}x130"},
+            {100: [], 112: [Firing(_run(run="verl"), mm_base * t.mismatch_ratio * 2),
+                            Firing(_run(run="diff"), mm_base * 5 * t.mismatch_ratio * 2)]})],
+        "RLStalenessHigh": [Case(
+            {_s("rl_off_policy_trajectory_staleness", "verl", 0, stat="max"): f"1x10 {t.staleness_max * 2:g}x30",
+             _s("rl_async_sample_staleness", "trl", 0, stat="max"): f"{t.staleness_max / 4:g}x40",
+             _s("rl_async_sample_staleness", "trl", 0, stat="mean"): f"{t.staleness_max * 3:g}x40"},
+            {15: [], 25: [Firing(_run(run="verl"), t.staleness_max * 2)]})],
+        "RLPhaseStuck": [Case(
+            # stuck: actor_infer/generate took at most 120s (its p90) and started at minute 20, never ending;
+            # fresh: a phase without history, stuck since minute 0; good: starts every minute
+            {**{_s("rl_phase_duration_seconds_bucket", run, 0, cluster="actor_infer", phase="generate",
+                   part="total", le=le): f"0+{n}x60" for run in ("stuck", "good")
+                for le, n in (("60", 0), ("120", 9), ("300", 10), ("+Inf", 10))},
+             _s("rl_phase_started_timestamp_seconds", "stuck", 0, cluster="actor_infer", phase="generate"):
+                f"0+60x19 {stuck_at}x40",
+             _s("rl_phase_started_timestamp_seconds", "good", 0, cluster="actor_infer", phase="generate"):
+                "0+60x60",
+             _s("rl_phase_started_timestamp_seconds", "fresh", 0, cluster="actor_train", phase="train_step"):
+                "0x60"},
+            {int(t.stall_seconds // 60) - 2: [],
+             stuck_fire - 3: [Firing(_run(run="fresh", cluster="actor_train", phase="train_step"),
+                                     (stuck_fire - 3) * 60, "unknown (its first run)")],
+             stuck_fire: [Firing(_run(run="stuck", cluster="actor_infer", phase="generate"),
+                                 stuck_fire * 60 - stuck_at, humanize_duration(120)),
+                          Firing(_run(run="fresh", cluster="actor_train", phase="train_step"), stuck_fire * 60,
+                                 "unknown (its first run)")]})],
+        "RLRankSkew": [Case(
+            # rank 2 of the bad run turns 3x slower at minute 10; good: within 20%; tiny: 5x but 0.4s
+            {**{_s(f"rl_phase_duration_seconds_{part}", run, r, cluster="actor_train", phase="train_step",
+                   part="total"): values
+                for run, per_rank in (("bad", (10, 10, 10)), ("good", (10, 10, 12)), ("tiny", (0.1, 0.1, 0.5)))
+                for r, mean in enumerate(per_rank)
+                for part, values in (("count", "0+1x100"), ("sum", f"0+{mean:g}x100"))},
+             _s("rl_phase_duration_seconds_sum", "bad", 2, cluster="actor_train", phase="train_step",
+                part="total"): f"0+10x10 100+{10 * skew:g}x90"},
+            {10 + _minutes(t.rank_skew_for): [],
+             skew_fire: [Firing(_run(run="bad", cluster="actor_train", phase="train_step"), skew)]})],
+        "RLMetricImpossible": [Case(
+            {_s("rl_perf_mfu_ratio", "bad", 0, cluster="actor"): "0.4x5 1.7x20",
+             _s("rl_response_length", "bad", 0, stat="mean"): "200x5 -3x20",
+             _s("rl_perf_mfu_ratio", "good", 0, cluster="actor"): "0.4x25",
+             _s("rl_response_length", "good", 0, stat="mean"): "200x25",
+             _s("rl_actor_pg_clip_ratio", "good", 0): "0x25"},
+            {8: [], 15: [Firing(_run(run="bad", metric="rl_perf_mfu_ratio"), 1),
+                         Firing(_run(run="bad", metric="rl_response_length"), 1)]})],
         "RLTelemetryErrors": [Case(
             {_s("rl_telemetry_errors_total", "bad", 0, sink="input", reason="bad_value"): "0x5 1+1x30",
              _s("rl_telemetry_errors_total", "good", 0, sink="input", reason="bad_value"): "0x35",
@@ -165,20 +270,36 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
     }
 
 
-_TEMPLATE = re.compile(r"\{\{\s*(\$labels\.(\w+)|\$value \| printf \"(%[^\"]+)\")\s*\}\}")
+_TEMPLATE = re.compile(r"\{\{\s*(\$labels\.(\w+)|\$value \| printf \"(%[^\"]+)\"|\$value \| (humanizeDuration))"
+                       r"\s*\}\}")
+_QUERY = re.compile(r"\{\{ with .*? \| query \}\}.*?\{\{ end \}\}")
 
 
-def render(template: str, labels: dict[str, str], value: float) -> str:
-    """The two template forms the rules use: ``{{ $labels.x }}`` and ``{{ $value | printf "%.3g" }}``."""
+def humanize_duration(seconds: float) -> str:
+    """Prometheus' ``humanizeDuration`` for whole seconds of a minute or more (``660`` -> ``11m 0s``)."""
+    s = int(seconds)
+    d, h, m, sec = s // 86400, s % 86400 // 3600, s % 3600 // 60, s % 60
+    if d:
+        return f"{d}d {h}h {m}m {sec}s"
+    if h:
+        return f"{h}h {m}m {sec}s"
+    return f"{m}m {sec}s" if m else f"{sec}s"
+
+
+def render(template: str, labels: dict[str, str], value: float, queried: str = "") -> str:
+    """The template forms the rules use: ``{{ $labels.x }}``, ``{{ $value | printf "%.3g" }}``, ``{{ $value |
+    humanizeDuration }}``, and a ``{{ with ... | query }}...{{ end }}`` block, replaced by ``queried``."""
     def sub(m: re.Match[str]) -> str:
-        return labels.get(m.group(2), "") if m.group(2) else m.group(3) % value
-    return _TEMPLATE.sub(sub, template)
+        if m.group(2):
+            return labels.get(m.group(2), "")
+        return humanize_duration(value) if m.group(4) else m.group(3) % value
+    return _TEMPLATE.sub(sub, _QUERY.sub(lambda _m: queried, template))
 
 
 def _expected(alert: Alert, firing: Firing, links: RunbookLinks | None) -> dict[str, object]:
     labels = {**firing.labels, "severity": alert.severity}
-    annotations = {"summary": render(alert.summary, labels, firing.value),
-                   "description": render(alert.description, labels, firing.value),
+    annotations = {"summary": render(alert.summary, labels, firing.value, firing.queried),
+                   "description": render(alert.description, labels, firing.value, firing.queried),
                    "runbook_url": (links or RunbookLinks()).url(alert)}
     return {"exp_labels": labels, "exp_annotations": annotations}
 

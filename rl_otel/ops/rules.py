@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from rl_otel.catalog.concepts import NON_FINITE_WATCHED, concept
+from rl_otel.catalog.concepts import NON_FINITE_WATCHED, SANE_RANGES, concept
 from rl_otel.ops import runbook
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
 
@@ -41,6 +41,11 @@ class Alert:
     summary: str
     description: str
     concept: str | None = None  # the concept (rl_otel.catalog.concepts) the alert watches, whatever logged it
+    also: tuple[str, ...] = ()  # further concepts it reads (a per-sequence sum beside the per-token mean, ...)
+
+    @property
+    def concepts(self) -> tuple[str, ...]:
+        return ((self.concept,) if self.concept else ()) + self.also
 
     @property
     def anchor(self) -> str:
@@ -99,9 +104,63 @@ def _concept(name: str) -> Recording:
     return Recording(c.record, c.expr())
 
 
+# concepts whose alerts compare the run with its own median (thresholds.py: baseline_window, baseline_offset)
+BASELINED = ("policy_kl", "ref_kl", "sequence_ref_kl", "train_infer_kl", "train_infer_logprob_diff",
+             "train_infer_ratio_deviation")
+PHASE = "job, run, cluster, phase"
+PHASE_STARTED = "run_phase:rl_phase_started_timestamp_seconds:min"
+PHASE_P90 = "run_phase:rl_phase_duration_seconds:p90"
+RANK_SKEW = "run_phase:rl_phase_duration_seconds:rank_skew"
+RANK_SPREAD = "run_phase:rl_phase_duration_seconds:rank_spread_seconds"
+OUT_OF_RANGE = "run:rl_metric_out_of_range:count"
+
+
+def baseline(name: str) -> str:
+    """The recorded baseline of a concept: ``run:rl_policy_kl:max_baseline``."""
+    return concept(name).record + "_baseline"
+
+
+def _baseline(name: str, t: Thresholds) -> Recording:
+    rec = concept(name).record
+    return Recording(baseline(name), f"quantile_over_time(0.5, {rec}[{t.baseline_window}] offset {t.baseline_offset})")
+
+
+def _duration_minutes(duration: str) -> int:
+    number, unit = int(duration[:-1]), duration[-1]
+    return int(number * {"s": 1 / 60, "m": 1, "h": 60, "d": 1440}[unit])
+
+
+def _above_own(name: str, ratio: float, floor: float, ceiling: float | None, t: Thresholds) -> str:
+    """``x > ratio * baseline and x > floor``, or ``x > ceiling`` whatever the baseline (also before one exists).
+
+    The comparison with the baseline waits until the run is older than the baseline's window and offset (``x
+    offset <both>`` exists): a KL to the reference grows from 0 in a run's first minutes, and a baseline of those
+    minutes would page on every healthy start."""
+    x = concept(name).record
+    age = f"{_duration_minutes(t.baseline_window) + _duration_minutes(t.baseline_offset)}m"
+    rel = f"({x} > {ratio:g} * {baseline(name)} and {x} > {floor:g} and {x} offset {age})"
+    return rel if ceiling is None else f"{rel} or {x} > {ceiling:g}"
+
+
+def _out_of_range() -> str:
+    parts = []
+    for name, (low, high) in SANE_RANGES.items():
+        for source in concept(name).sources:
+            sel = source.promql()
+            bad = f"{sel} < {low:g}" + (f" or {sel} > {high:g}" if high != float("inf") else "")
+            parts.append(f'label_replace({bad}, "metric", "$1", "__name__", "(.+)")')
+    return f"count by ({RUN}, metric) ({' or '.join(parts)})"
+
+
+def _phase_mean_per_rank(t: Thresholds) -> str:
+    sel = 'rl_phase_duration_seconds_{}{{part="total"}}'
+    return f"(rate({sel.format('sum')}[{t.rank_skew_window}]) / rate({sel.format('count')}[{t.rank_skew_window}]))"
+
+
 def recording_rules(t: Thresholds = DEFAULT) -> tuple[Recording, ...]:
     """The recorded series dashboards and alerts share."""
     throughput = concept("throughput").record
+    mean = _phase_mean_per_rank(t)
     return (
         Recording("run:rl_step:max", _agg("max", ("rl_step",))),
         Recording("run:rl_step:count", _agg("count", ("rl_step",))),
@@ -110,12 +169,22 @@ def recording_rules(t: Thresholds = DEFAULT) -> tuple[Recording, ...]:
         Recording("run:rl_loss_non_finite:count",
                   f"count by ({RUN}) ({' or '.join(_non_finite(m) for m in NON_FINITE_WATCHED)})"
                   f" or (count by ({RUN}) (rl_step) * 0)"),
-        *(_concept(name) for name in ("reward", "policy_kl", "ref_kl", "policy_loss", "clip_ratio",
-                                      "importance_ratio_max", "entropy", "explained_variance", "response_length",
-                                      "step_duration", "learning_rate", "grad_norm", "gpu_memory_peak",
-                                      "gpu_memory_peak_ratio", "throughput")),
+        *(_concept(name) for name in ("reward", "policy_kl", "ref_kl", "sequence_ref_kl", "policy_loss",
+                                      "clip_ratio", "importance_ratio_max", "entropy", "sequence_entropy",
+                                      "explained_variance", "response_length", "step_duration", "learning_rate",
+                                      "grad_norm", "gpu_memory_peak", "gpu_memory_peak_ratio", "throughput",
+                                      "train_infer_kl", "train_infer_logprob_diff", "train_infer_ratio_deviation",
+                                      "staleness", "mfu")),
+        *(_baseline(name, t) for name in BASELINED),
         Recording(f"{throughput}_avg{t.throughput_window}", f"avg_over_time({throughput}[{t.throughput_window}])"),
         _concept("eval_score"),
+        # phases: the oldest running one, its usual duration, and how much slower the slowest rank is
+        Recording(PHASE_STARTED, f"min by ({PHASE}) (rl_phase_started_timestamp_seconds)"),
+        Recording(PHASE_P90, f"histogram_quantile(0.9, sum by ({PHASE}, le) (increase(rl_phase_duration_seconds_"
+                             f'bucket{{part="total"}}[{t.phase_history_window}]))) > 0'),
+        Recording(RANK_SKEW, f"max by ({PHASE}) ({mean}) / quantile by ({PHASE}) (0.5, {mean})"),
+        Recording(RANK_SPREAD, f"max by ({PHASE}) ({mean}) - quantile by ({PHASE}) (0.5, {mean})"),
+        Recording(OUT_OF_RANGE, _out_of_range()),
     )
 
 
@@ -140,10 +209,12 @@ def alerts(t: Thresholds = DEFAULT) -> tuple[Alert, ...]:
               f"{value} loss or gradient-norm series of run {run} are NaN or ±Inf: the update is garbage and the "
               "weights are probably corrupted from here on.",
               concept="policy_loss"),
-        Alert("RLKLRunaway", f"run:rl_policy_kl:max > {t.approx_kl_max:g}", t.approx_kl_for, "warning",
-              f"Run {run}: KL between old and new policy is {value}",
-              f"The approximate KL of one PPO update is {value}, above {t.approx_kl_max:g}: the policy moves too "
-              "far per step (learning rate, too many PPO epochs, stale rollouts).",
+        Alert("RLKLRunaway", _above_own("policy_kl", t.approx_kl_ratio, t.approx_kl_floor, t.approx_kl_max, t),
+              t.approx_kl_for, "warning", f"Run {run}: KL between old and new policy is {value}",
+              f"The approximate KL of one PPO update is {value}: above {t.approx_kl_ratio:g} times the run's own "
+              f"median of {t.baseline_window} ({t.baseline_offset} ago) and above {t.approx_kl_floor:g}, or above "
+              f"{t.approx_kl_max:g}: the policy moves too far per step (learning rate, too many PPO epochs, stale "
+              "rollouts).",
               concept="policy_kl"),
         Alert("RLImportanceRatioExploding", f"run:rl_importance_ratio:max > {t.ratio_max:g}",
               t.ratio_max_for, "warning", f"Run {run}: importance ratio max is {value}",
@@ -156,11 +227,16 @@ def alerts(t: Thresholds = DEFAULT) -> tuple[Alert, ...]:
               f"{value} of the tokens hit the PPO ratio clip (threshold {t.clip_ratio_max:g}): most of the "
               "batch gives no gradient.",
               concept="clip_ratio"),
-        Alert("RLEntropyCollapse", f"run:rl_entropy:avg < {t.entropy_min:g}", t.entropy_for, "warning",
-              f"Run {run}: policy entropy collapsed to {value}",
-              f"Mean per-token entropy is {value} nats, below {t.entropy_min:g}: the policy became deterministic "
-              "and stops exploring.",
-              concept="entropy"),
+        Alert("RLEntropyCollapse",
+              f"run:rl_entropy:avg < {t.entropy_ratio_min:g} * max_over_time(run:rl_entropy:avg[{t.entropy_window}]) "
+              f"or run:rl_entropy:avg < {t.entropy_min:g} "
+              f"or run:rl_sequence_entropy:avg < {t.entropy_ratio_min:g} * "
+              f"max_over_time(run:rl_sequence_entropy:avg[{t.entropy_window}])",
+              t.entropy_for, "warning", f"Run {run}: policy entropy collapsed to {value}",
+              f"Policy entropy is {value} (nats per token, or per sequence for TRL's objective/entropy): below "
+              f"{t.entropy_ratio_min:g} of its own highest value of the last {t.entropy_window}, or below "
+              f"{t.entropy_min:g} per token: the policy became deterministic and stops exploring.",
+              concept="entropy", also=("sequence_entropy",)),
         Alert("RLRewardCollapse",
               f"run:rl_reward:avg < max_over_time(run:rl_reward:avg[{t.reward_window}]) - "
               f"{t.reward_drop:g}", t.reward_for, "warning", f"Run {run}: mean score fell to {value}",
@@ -187,12 +263,87 @@ def alerts(t: Thresholds = DEFAULT) -> tuple[Alert, ...]:
               f"{t.throughput_window}: a slow node, thermal throttling, a longer-response regime, or contention.",
               concept="throughput"),
         Alert("RLEvalRegression",
-              f"run_taskset:rl_eval_score:avg < max_over_time(run_taskset:rl_eval_score:avg[{t.eval_window}]) "
-              f"- {t.eval_drop:g}", t.eval_for, "warning",
+              f"avg_over_time(run_taskset:rl_eval_score:avg[{t.eval_smooth}]) < max_over_time(avg_over_time("
+              f"run_taskset:rl_eval_score:avg[{t.eval_smooth}])[{t.eval_window}:5m]) - {t.eval_drop:g}",
+              t.eval_for, "warning",
               f"Run {run}: eval {{{{ $labels.taskset }}}}/{{{{ $labels.metric }}}} regressed to {value}",
-              f"mean@{{{{ $labels.k }}}} of {{{{ $labels.metric }}}} on {{{{ $labels.taskset }}}} is {value}, more "
-              f"than {t.eval_drop:g} below its best of the last {t.eval_window}.",
+              f"mean@{{{{ $labels.k }}}} of {{{{ $labels.metric }}}} on {{{{ $labels.taskset }}}}, averaged over "
+              f"{t.eval_smooth}, is {value}, more than {t.eval_drop:g} below its best such average of the last "
+              f"{t.eval_window}.",
               concept="eval_score"),
+        Alert("RLRefKLRunaway",
+              _above_own("ref_kl", t.ref_kl_ratio, t.ref_kl_floor, t.ref_kl_max, t) + " or "
+              + _above_own("sequence_ref_kl", t.ref_kl_ratio, t.sequence_floor, None, t),
+              t.ref_kl_for, "warning", f"Run {run}: KL to the reference model jumped to {value}",
+              f"KL between the policy and the reference model is {value} (per token; per sequence for TRL's "
+              f"objective/kl): above {t.ref_kl_ratio:g} times the run's own median of {t.baseline_window} "
+              f"({t.baseline_offset} ago), or above {t.ref_kl_max:g} per token: the policy leaves the reference "
+              "fast (KL coefficient 0 or too small, a reward hack, a learning-rate spike).",
+              concept="ref_kl", also=("sequence_ref_kl",)),
+        Alert("RLRefKLDrift",
+              " or ".join(
+                  f"(quantile_over_time(0.5, {r}[{w}]) > {t.ref_kl_drift_ratio:g} * quantile_over_time(0.5, {r}[{w}] "
+                  f"offset {w}) and {r} > {floor:g})"
+                  for r, w, floor in ((concept("ref_kl").record, t.ref_kl_drift_window, t.ref_kl_floor),
+                                      (concept("sequence_ref_kl").record, t.ref_kl_drift_window, t.sequence_floor))),
+              t.ref_kl_drift_for, "warning", f"Run {run}: KL to the reference keeps growing ({value})",
+              f"The median KL to the reference model over the last {t.ref_kl_drift_window} is {value}, "
+              f"{t.ref_kl_drift_ratio:g} times or more its median of the {t.ref_kl_drift_window} before: the policy "
+              "drifts away from the reference without settling (a KL penalty too weak to hold it).",
+              concept="ref_kl", also=("sequence_ref_kl",)),
+        Alert("RLTrainInferenceMismatch",
+              f"{concept('train_infer_kl').record} > {t.mismatch_kl_max:g} "
+              f"or {concept('train_infer_logprob_diff').record} > {t.mismatch_logprob_diff_max:g} "
+              f"or {concept('train_infer_ratio_deviation').record} > {t.mismatch_ratio_deviation_max:g}",
+              t.mismatch_for, "warning", f"Run {run}: inference and training log-probs disagree ({value})",
+              f"The inference engine's log-probabilities differ from the trainer's for the same tokens: {value} "
+              f"(KL above {t.mismatch_kl_max:g}, mean |log-prob difference| above {t.mismatch_logprob_diff_max:g}, "
+              f"or |probability ratio - 1| above {t.mismatch_ratio_deviation_max:g}): the rollouts are off-policy "
+              "in a way the importance weights must absorb (weights not synced, precision, kernels, tokenizer).",
+              concept="train_infer_kl", also=("train_infer_logprob_diff", "train_infer_ratio_deviation")),
+        Alert("RLTrainInferenceMismatchRising",
+              " or ".join(_above_own(c, t.mismatch_ratio, t.mismatch_floor, None, t)
+                          for c in ("train_infer_kl", "train_infer_logprob_diff", "train_infer_ratio_deviation")),
+              t.mismatch_for, "warning", f"Run {run}: training-inference mismatch rose to {value}",
+              f"The mismatch between the inference engine's and the trainer's log-probs is {value}, above "
+              f"{t.mismatch_ratio:g} times the run's own median of {t.baseline_window} ({t.baseline_offset} ago) and "
+              f"above {t.mismatch_floor:g}: something changed between engine and trainer (a failed weight sync, a "
+              "new engine version, an fp8 or kernel switch).",
+              concept="train_infer_kl", also=("train_infer_logprob_diff", "train_infer_ratio_deviation")),
+        Alert("RLStalenessHigh", f"{concept('staleness').record} > {t.staleness_max:g}", t.staleness_for,
+              "warning", f"Run {run}: samples are {value} policy versions stale",
+              f"The stalest sample of a batch was generated {value} policy versions before the one training on it, "
+              f"above {t.staleness_max:g}: the asynchronous rollout falls behind the trainer (slow or stuck "
+              "rollout workers, a too-large buffer, a staleness bound not enforced).",
+              concept="staleness"),
+        Alert("RLPhaseStuck",
+              f"(time() - {PHASE_STARTED} > {t.phase_stuck_ratio:g} * {PHASE_P90} and time() - {PHASE_STARTED} > "
+              f"{t.phase_stuck_min_seconds:g}) or (time() - {PHASE_STARTED} > {t.stall_seconds:g} unless on "
+              f"({PHASE}) {PHASE_P90})",
+              t.phase_stuck_for, "critical",
+              f"Run {run}: cluster {{{{ $labels.cluster }}}}, phase {{{{ $labels.phase }}}} has been running for "
+              "{{ $value | humanizeDuration }}",
+              f"Cluster {{{{ $labels.cluster }}}}, phase {{{{ $labels.phase }}}} of run {run} has been running for "
+              "{{ $value | humanizeDuration }}; its p90 over the last "
+              f"{t.phase_history_window} is "
+              f'{{{{ with printf "{PHASE_P90}{{job=%q, run=%q, cluster=%q, phase=%q}}" $labels.job $labels.run '
+              "$labels.cluster $labels.phase | query }}{{ . | first | value | humanizeDuration }}{{ else }}"
+              "unknown (its first run){{ end }}"
+              f" (fires above {t.phase_stuck_ratio:g} times the p90 and {t.phase_stuck_min_seconds:g}s, or "
+              f"{t.stall_seconds:g}s without a p90)."),
+        Alert("RLRankSkew", f"{RANK_SKEW} > {t.rank_skew_max:g} and {RANK_SPREAD} > {t.rank_skew_min_seconds:g}",
+              t.rank_skew_for, "warning",
+              f"Run {run}: a rank of {{{{ $labels.cluster }}}}/{{{{ $labels.phase }}}} is {value}x slower than the "
+              "median rank",
+              f"Over {t.rank_skew_window}, the slowest rank's mean duration of phase {{{{ $labels.cluster }}}}/"
+              f"{{{{ $labels.phase }}}} is {value} times the median rank's (threshold {t.rank_skew_max:g}, and "
+              f"{t.rank_skew_min_seconds:g}s slower), for {t.rank_skew_for}: a straggler (a slow GPU or node, "
+              "thermal throttling, an unbalanced data shard)."),
+        Alert("RLMetricImpossible", f"{OUT_OF_RANGE} > 0", t.sanity_for, "warning",
+              f"Run {run}: {{{{ $labels.metric }}}} reports values that cannot be true",
+              f"{value} series of {{{{ $labels.metric }}}} in run {run} are out of their possible range (a fraction "
+              "outside [0, 1], an MFU above 1, a negative length, duration, rate or entropy): a unit or aggregation "
+              "bug upstream or in the catalog's scale; the dashboards and alerts reading it are wrong too."),
         Alert("RLTelemetryErrors",
               # a counter's first sample has no increase: a series new in the window counts with its value
               f"sum by ({RUN}, sink, reason) ((rl_telemetry_errors_total unless rl_telemetry_errors_total offset "

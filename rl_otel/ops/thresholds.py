@@ -2,6 +2,13 @@
 
 Change a value here, run ``python3 -m rl_otel.ops``, commit the regenerated files; ``tests/test_ops_*.py`` fail if
 the committed files are stale. Ratios are 0-1 (Prometheus base units), durations are Prometheus duration strings.
+
+Where an absolute value does not carry across models, tasks and frameworks (KL, entropy, mismatch), an alert
+compares the run with itself: its *baseline* is the median of its own recorded series over ``baseline_window``
+ending ``baseline_offset`` ago (so the excursion being judged is not yet in it), and the alert fires on ``ratio``
+times that baseline *and* above a ``floor`` (tiny absolute changes of a tiny quantity are noise). A ``max``
+(ceiling) fires whatever the baseline, also in a run's first ``baseline_offset`` when there is none yet.
+docs/runbook.md explains how to tune each.
 """
 
 from __future__ import annotations
@@ -20,24 +27,62 @@ class Thresholds:
     target_absent_for: str = "10m"
     # Numerics
     nan_loss_for: str = "1m"
+    # The run's own baseline: median of its recorded series over the window, ending `offset` ago
+    baseline_window: str = "1h"
+    baseline_offset: str = "15m"
     # PPO health (old vs new policy)
-    approx_kl_max: float = 0.05           # k2 KL between old and new policy per update
+    approx_kl_ratio: float = 4.0          # KL old -> new above 4x its own baseline ...
+    approx_kl_floor: float = 0.02         # ... and above this (nats per token)
+    approx_kl_max: float = 1.0            # ceiling: above it whatever the baseline (a toy task's KL is ~0.1)
     approx_kl_for: str = "10m"
     ratio_max: float = 10.0               # largest importance ratio exp(logp - logp_old) in a batch
     ratio_max_for: str = "10m"
     clip_ratio_max: float = 0.3           # fraction of tokens clipped by the PPO ratio clip
     clip_ratio_for: str = "15m"
-    entropy_min: float = 0.05             # mean per-token policy entropy (nats)
+    entropy_ratio_min: float = 0.05       # entropy below 5% of its own max over entropy_window ...
+    entropy_window: str = "6h"
+    entropy_min: float = 0.01             # ... or below this (nats per token: a deterministic policy)
     entropy_for: str = "15m"
+    # KL to the reference model (per token; the per-sequence sum is compared with itself only)
+    ref_kl_ratio: float = 4.0             # runaway: above 4x its own baseline ...
+    ref_kl_floor: float = 0.05            # ... and above this (nats per token)
+    ref_kl_max: float = 2.0               # ceiling, nats per token
+    ref_kl_for: str = "10m"
+    ref_kl_drift_ratio: float = 3.0       # drift: its median over the last drift_window is 3x the window's before
+    ref_kl_drift_window: str = "6h"
+    ref_kl_drift_for: str = "1h"
+    sequence_floor: float = 1.0           # floors of the per-sequence sums (KL, entropy), nats per sequence
+    # Training-inference mismatch (the engine's log-probs vs the trainer's, same weights)
+    mismatch_kl_max: float = 0.05         # level: per-token KL engine vs trainer (bf16 engines: ~1e-3)
+    mismatch_logprob_diff_max: float = 0.2  # level: mean |logp_engine - logp_trainer| per token
+    mismatch_ratio_deviation_max: float = 0.1  # level: |mean prob ratio - 1|
+    mismatch_ratio: float = 4.0           # trend: above 4x its own baseline ...
+    mismatch_floor: float = 0.005         # ... and above this
+    mismatch_for: str = "15m"
+    # Off-policy staleness of asynchronous RL (policy versions between generation and training)
+    staleness_max: float = 8.0
+    staleness_for: str = "10m"
     # Outcomes
     reward_drop: float = 0.3              # mean score below its peak of the last reward_window
     reward_window: str = "1h"
     reward_for: str = "15m"
     explained_variance_min: float = 0.0   # value function explains less than a constant would
     explained_variance_for: str = "30m"
-    eval_drop: float = 0.05               # eval mean@k below its best of the last eval_window
+    eval_drop: float = 0.05               # eval mean@k (averaged over eval_smooth) below its best of eval_window
     eval_window: str = "6h"
+    eval_smooth: str = "30m"              # one eval is noisy (binomial std ~0.01-0.02): compare ~3 evals' mean
     eval_for: str = "5m"                  # the eval gauge holds its value until the next eval
+    # Phases: a phase running much longer than it usually takes; ranks much slower than the others
+    phase_stuck_ratio: float = 5.0        # running for 5x its own p90 over phase_history_window ...
+    phase_stuck_min_seconds: float = 600  # ... and for at least 10 min (no p90 yet: stall_seconds)
+    phase_history_window: str = "6h"
+    phase_stuck_for: str = "2m"
+    rank_skew_max: float = 1.5            # slowest rank's mean phase duration over the median rank's ...
+    rank_skew_min_seconds: float = 10     # ... and slower by at least this many seconds
+    rank_skew_window: str = "15m"
+    rank_skew_for: str = "30m"            # persistent, not one slow step
+    # Metrics that cannot be true (fractions outside [0, 1], MFU above 1, negative lengths or durations)
+    sanity_for: str = "5m"
     # Resources and speed
     gpu_peak_ratio_max: float = 0.95      # peak allocated/reserved over device total during a phase
     gpu_peak_for: str = "10m"

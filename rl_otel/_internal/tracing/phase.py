@@ -30,6 +30,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
+from rl_otel._internal.probes.live import RunningPhases, running_phases
 from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
 from rl_otel._internal.tracing.carriers import extract, inject
 
@@ -50,6 +51,12 @@ class PhaseRuntime:
     next_step: Callable[[], int]
     record: Callable[[str, str, dict[str, float], dict[str, float]], None]
     fail: Callable[[str], None]  # count a telemetry failure (never raises)
+    running: RunningPhases | None = None  # the phases now running (a live gauge serves them); default: the
+    # registry of this Telemetry's CPU probe, which its live gauges read
+
+    def __post_init__(self) -> None:
+        if self.running is None:
+            self.running = running_phases(self.cpu)
 
     def open(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
              offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None) -> Phase:
@@ -71,6 +78,7 @@ class Phase:
         "_root_ctx",
         "_rt",
         "_span",
+        "_started",
         "_step",
         "_t0",
         "_t_exec",
@@ -93,6 +101,7 @@ class Phase:
         self._recording = False  # SDK spans (a processor is there to receive them) or span contexts only
         self._span: Span | None = None
         self._token: object = None
+        self._started: float | None = None  # in the runtime's running phases, from __enter__ to the end of __exit__
 
     @property
     def infix(self) -> str:
@@ -116,6 +125,10 @@ class Phase:
         self._t0 = perf_counter()
         rt, infix, m = self._rt, self.infix, self.metrics
         gpu = rt.gpu
+        try:
+            self._started = rt.running.enter(self.cluster, self.phase)  # type: ignore[union-attr]  # __post_init__
+        except Exception:
+            self._fail("running")
         # the telemetry side in a few try blocks, not a guarded call each: this runs at every phase
         try:
             self._start_root()
@@ -153,6 +166,7 @@ class Phase:
             self._guard(otel_context.detach, self._token)
         recording = self._recording
         if exc is not None:
+            self._leave()
             self._error(self._span, exc)
             self._end(self._span)
             self._error(self._root, exc)
@@ -177,12 +191,22 @@ class Phase:
                      "onload": self._t_onloaded - self._t0, "offload": t_end - t_executed}
         for part in PARTS:
             m[f"time/{infix}/{part}"] = durations[part]
+        self._leave()
         try:
             rt.record(self.cluster, self.phase, m, durations)
         except Exception:
             self._fail("record")
         if recording:
             self._end(self._root)
+
+    def _leave(self) -> None:
+        """Out of the running phases (once: the block ended, or the user's onload/offload raised)."""
+        started, self._started = self._started, None
+        if started is not None:
+            try:
+                self._rt.running.leave(self.cluster, self.phase, started)  # type: ignore[union-attr]
+            except Exception:
+                self._fail("running")
 
     def _snapshots(self, gpu_stage: str, cpu_stage: str) -> None:
         """The GPU and CPU snapshots taken after ``onload`` (start) and after ``offload`` (end)."""
@@ -225,6 +249,7 @@ class Phase:
         try:
             fn()
         except BaseException as exc:  # the user's exception: close our spans, then let it go
+            self._leave()
             if self._token is not None:
                 self._guard(otel_context.detach, self._token)
                 self._token = None

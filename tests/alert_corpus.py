@@ -1,0 +1,469 @@
+"""The alert corpus: healthy runs no warning or critical alert may fire on, and broken runs each alert must fire on.
+
+Healthy runs:
+
+- ``demo-<seed>``: the demo's real PPO trajectory (``rl_otel.demo.run``, recorded by ``tests/alert_corpus_record.py``
+  at three seeds, 1,200 steps each; the quantities the alerts read, 3 significant digits, in
+  ``tests/data/alert_corpus/demo.json.gz``), one step a minute (20 hours: every window, the 12 h of the drift alert
+  included, fills).
+- ``<framework>-healthy``: every key of each framework's real key set (``tests/data/frameworks/*.tsv``) that a rule
+  reads, replayed with a healthy trajectory: the demo's recorded trajectory of the key's concept (seed 0), or, for
+  the quantities the demo has no counterpart of (training-inference mismatch, staleness, MFU, GPU memory), a
+  trajectory drawn from the statistics noted in :data:`SYNTHETIC`. ROLL's run logs ``critic/entropy/mean = 0``, as
+  its default config does.
+
+Broken runs: for each alert and each framework that logs a concept the alert reads, ``<framework>-<alert>`` is the
+healthy run with the hazard induced at minute :data:`INDUCE` (:data:`HAZARDS`); the alert must fire, first no
+earlier than the hazard and no later than its documented delay (the alert's ``for`` plus :data:`SLACK`, or what
+:data:`DELAYS` says). The phase alerts (stuck phase, rank skew) read rl_otel's own series, whatever the framework:
+their corpus is the ``phases`` group.
+
+``python -m tests.alert_corpus`` writes the promtool test file and the alert x framework table.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from rl_otel.catalog import default_catalog
+from rl_otel.catalog.concepts import CONCEPTS, NON_FINITE_WATCHED
+from rl_otel.ops import rules
+from rl_otel.ops.promql import metric_names
+from rl_otel.ops.thresholds import DEFAULT, Thresholds
+from tests.frameworks import FRAMEWORKS, _matches, load
+
+DATA = Path(__file__).resolve().parent / "data" / "alert_corpus"
+DEMO = DATA / "demo.json.gz"
+RAW = Path("/tmp/alert_corpus_raw")
+JOB = "rl_otel"
+SEEDS = (0, 1, 2)
+MINUTES = 360          # a framework replay: 6 h
+INDUCE = 150           # minute a broken run turns bad: after every baseline window (75 min) filled
+DRIFT_MINUTES, DRIFT_INDUCE = 800, 420  # the drift alert compares two 6 h windows: its own, longer group
+SLOW = ("RLRefKLDrift",)
+SLACK = 5              # minutes beyond `for`: rule evaluation, recording-rule chains, a 15 m rate window
+DELAYS = {             # minutes from the hazard to firing where it is more than `for` + SLACK
+    "RLRefKLDrift": lambda t: _minutes(t.ref_kl_drift_window) // 2 + _minutes(t.ref_kl_drift_for) + SLACK,
+    "RLThroughputDrop": lambda t: _minutes(t.throughput_for) + 20,  # the 1 h average must sink under 2x
+    "RLEvalRegression": lambda t: _minutes(t.eval_smooth) // 2 + _minutes(t.eval_for) + SLACK,  # the mean sinks
+}
+# Real incidents in the recorded demo runs, and the alert that must fire on them (and nothing else): seed 2's
+# recording shared the 2 CPU cores with other test runs, and its tokens/s fell from ~7,700 to ~2,800 for ~20 steps
+# (steps 580-600): contention, which RLThroughputDrop exists to report.
+DEMO_INCIDENTS = {"demo-2": ("RLThroughputDrop",)}
+# The concept whose demo trajectory a concept without one borrows, or a synthetic healthy trajectory.
+DEMO_KEYS = {
+    "policy_kl": "actor/approxkl", "entropy": "critic/entropy/mean", "sequence_entropy": "objective/entropy",
+    "sequence_ref_kl": "objective/kl", "ref_kl": "actor/kl_loss", "clip_ratio": "actor/clipfrac",
+    "importance_ratio_max": "actor/ratio_max", "reward": "critic/score/mean",
+    "explained_variance": "ppo/val/var_explained", "throughput": "system/tps",
+    "response_length": "tokens/response_length/mean", "step_duration": "time/step", "policy_loss": "actor/pg_loss",
+    "grad_norm": "actor/grad_norm", "learning_rate": "actor/lr",
+}
+# Synthetic healthy trajectories (seeded): (median, relative noise) - the published healthy levels: bf16 vLLM vs
+# FSDP k3 KL ~1e-3 (veRL's rollout-correction docs), |dlogp| ~0.02-0.05, one-step-off async staleness 1-2, MFU 0.3-0.5.
+SYNTHETIC: dict[str, tuple[float, float]] = {
+    "train_infer_kl": (1e-3, 0.5), "train_infer_logprob_diff": (0.03, 0.3), "train_infer_ratio_deviation": (0.01, 0.5),
+    "staleness": (1.0, 0.0), "mfu": (0.4, 0.15), "gpu_memory_peak_ratio": (0.7, 0.05), "gpu_memory_peak": (6e10, 0.05),
+    "eval_score": (0.6, 0.02),
+}
+
+
+def _minutes(duration: str) -> int:
+    number, unit = int(duration[:-1]), duration[-1]
+    return int(number * {"s": 1 / 60, "m": 1, "h": 60}[unit])
+
+
+# -- the recorded demo trajectories ------------------------------------------------------------------------------
+
+def compact(seeds: tuple[int, ...] = SEEDS) -> Path:
+    """``/tmp/alert_corpus_raw/demo-<seed>.json`` (tests/alert_corpus_record.py) -> the committed fixture."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for seed in seeds:
+        raw = json.loads((RAW / f"demo-{seed}.json").read_text())
+        steps = sorted(raw, key=int)
+        out[str(seed)] = {key: [float(f"{raw[s].get(key, math.nan):.3g}") for s in steps]
+                          for key in sorted(set(DEMO_KEYS.values()))}
+    DATA.mkdir(parents=True, exist_ok=True)
+    DEMO.write_bytes(gzip.compress(json.dumps(out, separators=(",", ":")).encode(), mtime=0))
+    return DEMO
+
+
+def demo() -> dict[str, dict[str, list[float]]]:
+    return json.loads(gzip.decompress(DEMO.read_bytes()))
+
+
+# -- series ------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    """One run's input series ``{series selector: values}``, one value a minute."""
+
+    name: str
+    series: dict[str, list[float]] = field(default_factory=dict)
+
+
+def _sel(metric: str, run: str, labels: dict[str, str], rank: int = 0) -> str:
+    inner = {"job": JOB, "instance": f"{run}-{rank}:9464", "run": run, "rank": str(rank), **labels}
+    return metric + "{" + ", ".join(f'{k}="{v}"' for k, v in inner.items()) + "}"
+
+
+def _fmt(values: list[float]) -> str:
+    out = []
+    for v in values:
+        out.append("NaN" if math.isnan(v) else "Inf" if v == math.inf else f"{v:.4g}")
+    return " ".join(out)
+
+
+def _read_metrics(t: Thresholds) -> set[str]:
+    names = set(NON_FINITE_WATCHED)
+    for r in rules.recording_rules(t):
+        names |= metric_names(r.expr)
+    for c in CONCEPTS:
+        names |= set(c.metrics)
+    return names
+
+
+def _concept_of(metric: str, labels: dict[str, str]) -> str | None:
+
+    for c in CONCEPTS:
+        for s in c.sources:
+            if s.metric == metric and _matches(s, _FakeRes(metric, labels)):  # type: ignore[arg-type]
+                return c.name
+    return None
+
+
+@dataclass
+class _FakeRes:
+    """What tests.frameworks._matches reads of a Resolution."""
+
+    name: str
+    label_dict: dict[str, str]
+
+    @property
+    def spec(self) -> _FakeRes:
+        return self
+
+    @property
+    def prometheus_name(self) -> str:
+        return self.name
+
+    @property
+    def labels(self) -> tuple[tuple[str, str], ...]:
+        return tuple(self.label_dict.items())
+
+
+def framework_series(framework: str, t: Thresholds) -> list[tuple[str, dict[str, str], str | None, str]]:
+    """``(metric, labels, concept or None, kind)`` of every key of the framework a rule reads (one per series)."""
+    catalog = default_catalog()
+    read = _read_metrics(t)
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[str, dict[str, str], str | None, str]] = {}
+    for key in load(framework):
+        res = catalog.resolve(key.key)
+        if not res.known or res.spec.prometheus_name not in read:
+            continue
+        metric, labels = res.spec.prometheus_name, dict(res.labels)
+        out.setdefault((metric, tuple(sorted(labels.items()))),
+                       (metric, labels, _concept_of(metric, labels), key.kind))
+    return list(out.values())
+
+
+def healthy_value(concept_name: str | None, metric: str, demo0: dict[str, list[float]], rng: random.Random,
+                  minutes: int, roll_default: bool) -> list[float]:
+    if concept_name == "entropy" and roll_default and metric == "rl_critic_entropy":
+        return [0.0] * minutes  # ROLL's default config: entropy not computed, logged as 0
+    if concept_name in DEMO_KEYS:
+        v = demo0[DEMO_KEYS[concept_name]]
+        return [v[i % len(v)] for i in range(minutes)]
+    if concept_name in SYNTHETIC:
+        median, noise = SYNTHETIC[concept_name]
+        if concept_name == "staleness":
+            return [float(rng.choice((0, 1, 1, 2))) for _ in range(minutes)]
+        if concept_name == "eval_score":  # an eval every 10 minutes on ~2,400 problems: binomial std ~0.01
+            evals = [median + rng.gauss(0, 0.01) for _ in range(minutes // 10 + 1)]
+            return [evals[i // 10] for i in range(minutes)]
+        return [median * math.exp(rng.gauss(0, noise)) if median > 0 else median for _ in range(minutes)]
+    return [0.5] * minutes
+
+
+# -- hazards -----------------------------------------------------------------------------------------------------
+
+Hazard = Callable[[float, Thresholds], float]
+# alert -> {concept: how a healthy value turns bad}
+HAZARDS: dict[str, dict[str, Hazard]] = {
+    "RLLossNotFinite": {"policy_loss": lambda v, t: math.nan},
+    "RLKLRunaway": {"policy_kl": lambda v, t: v * 10 + t.approx_kl_floor * 3},  # a noisy KL, 10x and shifted
+    "RLImportanceRatioExploding": {"importance_ratio_max": lambda v, t: t.ratio_max * 5},
+    "RLClipFractionHigh": {"clip_ratio": lambda v, t: min(1.0, t.clip_ratio_max * 2)},
+    "RLEntropyCollapse": {"entropy": lambda v, t: 0.004, "sequence_entropy": lambda v, t: v * t.entropy_ratio_min / 10},
+    "RLRewardCollapse": {"reward": lambda v, t: v - 2 * t.reward_drop},
+    "RLValueExplainedVarianceCollapse": {"explained_variance": lambda v, t: t.explained_variance_min - 0.5},
+    "RLGPUMemoryHeadroomLow": {"gpu_memory_peak_ratio": lambda v, t: (1 + t.gpu_peak_ratio_max) / 2},
+    "RLThroughputDrop": {"throughput": lambda v, t: v * t.throughput_ratio_min / 5},
+    "RLEvalRegression": {"eval_score": lambda v, t: v - 4 * t.eval_drop},
+    "RLRefKLRunaway": {"ref_kl": lambda v, t: max(v * 10, t.ref_kl_floor * 5),
+                       "sequence_ref_kl": lambda v, t: max(v * 10, t.sequence_floor * 5)},
+    "RLRefKLDrift": {"ref_kl": lambda v, t: max(v * t.ref_kl_drift_ratio * 2, t.ref_kl_floor * 2),
+                     "sequence_ref_kl": lambda v, t: max(v * t.ref_kl_drift_ratio * 2, t.sequence_floor * 2)},
+    "RLTrainInferenceMismatch": {"train_infer_kl": lambda v, t: t.mismatch_kl_max * 3,
+                                 "train_infer_logprob_diff": lambda v, t: t.mismatch_logprob_diff_max * 3,
+                                 "train_infer_ratio_deviation": lambda v, t: 1 + t.mismatch_ratio_deviation_max * 3},
+    "RLTrainInferenceMismatchRising": {
+        "train_infer_kl": lambda v, t: max(v * t.mismatch_ratio * 3, t.mismatch_floor * 3),
+        "train_infer_logprob_diff": lambda v, t: max(v * t.mismatch_ratio * 3, t.mismatch_floor * 3),
+        "train_infer_ratio_deviation": lambda v, t: 1 + max(0.01 * t.mismatch_ratio * 3, t.mismatch_floor * 3)},
+    "RLStalenessHigh": {"staleness": lambda v, t: t.staleness_max * 2},
+    "RLMetricImpossible": {"mfu": lambda v, t: 1.7, "clip_ratio": lambda v, t: 1.4,
+                           "response_length": lambda v, t: -v, "step_duration": lambda v, t: -v},
+}
+# ROLL's train-infer ratio source is the ratio itself (the concept is |ratio - 1|): healthy values around 1.
+RATIO_SOURCES = {"rl_actor_train_infer_ratio"}
+
+
+@dataclass
+class Check:
+    alert: str
+    run: str
+    framework: str
+    kind: str  # "healthy" | "broken"
+    deadline: int = 0  # minute
+    induce: int = 0  # minute the hazard starts
+
+
+@dataclass
+class Group:
+    name: str
+    runs: list[Run]
+    checks: list[Check]
+    minutes: int
+
+
+def _up(run: str) -> tuple[str, list[float]]:
+    return f'up{{job="{JOB}", instance="{run}-0:9464", run="{run}"}}', []
+
+
+def framework_group(framework: str, t: Thresholds, demo0: dict[str, list[float]], slow: bool = False) -> Group:
+    """The framework's healthy run and a broken run per alert; ``slow``: the alerts of :data:`SLOW` only, over
+    :data:`DRIFT_MINUTES`, with the series of their concepts only."""
+    minutes, induce = (DRIFT_MINUTES, DRIFT_INDUCE) if slow else (MINUTES, INDUCE)
+    series = framework_series(framework, t)
+    if slow:
+        reads = {c for name in SLOW for c in HAZARDS[name]}
+        series = [x for x in series if x[2] in reads]
+    logged = {c for _, _, c, _ in series if c}
+    rng = random.Random(framework)
+    base: dict[tuple[str, tuple[tuple[str, str], ...]], list[float]] = {}
+    for metric, labels, cname, kind in series:
+        values = healthy_value(cname, metric, demo0, rng, minutes, roll_default=framework == "roll")
+        if metric in RATIO_SOURCES:
+            values = [1 + v for v in healthy_value("train_infer_ratio_deviation", metric, demo0, rng, minutes, False)]
+        if kind == "counter":
+            values = [float(10 * (i + 1)) for i in range(minutes)]
+        base[(metric, tuple(sorted(labels.items())))] = values
+    runs, checks = [], []
+
+    def run_of(name: str, alert: str | None) -> Run:
+        run = Run(name)
+        hazards = HAZARDS.get(alert or "", {})
+        for (metric, labels_t), values in base.items():
+            labels = dict(labels_t)
+            cname = _concept_of(metric, labels)
+            vals = list(values)
+            if alert is not None and cname not in hazards:
+                continue  # a broken run holds the series of its hazard only (promtool's time goes with series)
+            if cname in hazards:
+                fn = hazards[cname]
+                vals = vals[:induce] + [fn(v, t) for v in vals[induce:]]
+            run.series[_sel(metric, name, labels)] = vals
+        run.series[f'rl_step{{job="{JOB}", instance="{name}-0:9464", run="{name}", rank="0"}}'] = \
+            [float(i) for i in range(minutes)]
+        run.series[_up(name)[0]] = [1.0] * minutes
+        return run
+
+    healthy = f"{framework}-healthy"
+    runs.append(run_of(healthy, None))
+    for alert in rules.alerts(t):
+        if (alert.name in SLOW) != slow:
+            continue
+        reads = set(alert.concepts) | set(HAZARDS.get(alert.name, {}))
+        if not reads & logged or alert.name not in HAZARDS or not set(HAZARDS[alert.name]) & logged:
+            continue
+        checks.append(Check(alert.name, healthy, framework, "healthy"))
+        name = f"{framework}-{alert.name}"
+        runs.append(run_of(name, alert.name))
+        delay = DELAYS.get(alert.name, lambda t, a=alert: _minutes(a.for_) + SLACK)(t)
+        checks.append(Check(alert.name, name, framework, "broken", induce + delay, induce))
+    if slow:
+        for r in runs:
+            r.name = r.name.replace(f"{framework}-", f"{framework}-slow-", 1)
+            r.series = {k.replace(f'"{framework}-', f'"{framework}-slow-'): v for k, v in r.series.items()}
+        for c in checks:
+            c.run = c.run.replace(f"{framework}-", f"{framework}-slow-", 1)
+    return Group(f"{framework}-slow" if slow else framework, runs, checks, minutes)
+
+
+def demo_group(t: Thresholds, data: dict[str, dict[str, list[float]]]) -> Group:
+    """The demo's real runs: every concept the demo logs, as the demo logs it (ROLL and TRL names)."""
+    runs = []
+    for seed, keys in data.items():
+        name = f"demo-{seed}"
+        run = Run(name)
+        catalog = default_catalog()
+        minutes = len(next(iter(keys.values())))
+        for key, values in keys.items():
+            res = catalog.resolve(key)
+            run.series[_sel(res.spec.prometheus_name, name, dict(res.labels))] = values
+            # the TRL names the demo logs beside ROLL's, for the concepts TRL's names feed
+        run.series[_up(name)[0]] = [1.0] * minutes
+        runs.append(run)
+    minutes = max(len(next(iter(k.values()))) for k in data.values())
+    checks = [Check("*", r.name, "demo", "healthy") for r in runs]
+    return Group("demo", runs, checks, minutes)
+
+
+def phases_group(t: Thresholds) -> Group:
+    """rl_otel's own phase series (tel.phase() in any framework): healthy ranks with noise, a stuck phase, a
+    straggler rank. Buckets are rl_otel's DURATION_BUCKETS; a generate phase of ~100 s every ~3 minutes."""
+    from rl_otel.catalog.define import DURATION_BUCKETS
+
+    rng = random.Random(7)
+    minutes = 300
+    induce = 150
+    runs = []
+
+    def phase_run(name: str, stuck: bool, skew: bool) -> Run:
+        run = Run(name)
+        for rank in range(4):
+            counts = dict.fromkeys((*DURATION_BUCKETS, math.inf), 0.0)
+            total_sum, total_count = 0.0, 0.0
+            sums, cnts, bks = [], [], {le: [] for le in counts}
+            started = []
+            for minute in range(minutes):
+                live = not (stuck and minute >= induce)
+                if live:
+                    d = 100 * math.exp(rng.gauss(0, 0.1)) * (3 if skew and rank == 3 and minute >= induce else 1)
+                    total_sum += d / 3
+                    total_count += 1 / 3
+                    for le in counts:
+                        if d <= le:
+                            counts[le] += 1 / 3
+                for le in counts:
+                    bks[le].append(round(counts[le], 3))
+                sums.append(round(total_sum, 3))
+                cnts.append(round(total_count, 3))
+                started.append(float(induce * 60 if stuck and minute >= induce else minute * 60 - 30))
+            labels = {"cluster": "actor_infer", "phase": "generate", "part": "total"}
+            for le, vals in bks.items():
+                run.series[_sel("rl_phase_duration_seconds_bucket", name, {**labels, "le": "+Inf" if le == math.inf
+                                                                             else f"{le:g}"}, rank)] = vals
+            run.series[_sel("rl_phase_duration_seconds_sum", name, labels, rank)] = sums
+            run.series[_sel("rl_phase_duration_seconds_count", name, labels, rank)] = cnts
+            run.series[_sel("rl_phase_started_timestamp_seconds", name,
+                            {"cluster": "actor_infer", "phase": "generate"}, rank)] = started
+        run.series[_up(name)[0]] = [1.0] * minutes
+        return run
+
+    runs = [phase_run("phases-healthy", False, False), phase_run("phases-RLPhaseStuck", True, False),
+            phase_run("phases-RLRankSkew", False, True)]
+    stuck_delay = int(max(t.phase_stuck_min_seconds, 300 * t.phase_stuck_ratio) // 60) + _minutes(t.phase_stuck_for) \
+        + SLACK
+    checks = [Check("*", "phases-healthy", "rl_otel phase()", "healthy"),
+              Check("RLPhaseStuck", "phases-RLPhaseStuck", "rl_otel phase()", "broken", induce + stuck_delay, induce),
+              Check("RLRankSkew", "phases-RLRankSkew", "rl_otel phase()", "broken",
+                    induce + _minutes(t.rank_skew_window) + _minutes(t.rank_skew_for) + SLACK, induce)]
+    return Group("phases", runs, checks, minutes)
+
+
+def groups(t: Thresholds = DEFAULT) -> list[Group]:
+    data = demo()
+    demo0 = data["0"]
+    return [demo_group(t, data), *(framework_group(f, t, demo0) for f in FRAMEWORKS),
+            *(framework_group(f, t, demo0, slow=True) for f in FRAMEWORKS), phases_group(t)]
+
+
+# -- the promtool test file --------------------------------------------------------------------------------------
+
+_LOUD = 'alertstate="firing", severity=~"warning|critical"'
+
+
+def test_document(gs: list[Group], rule_files: list[str]) -> dict[str, object]:
+    tests = []
+    for g in gs:
+        exprs = []
+        healthy_runs = sorted({c.run for c in g.checks if c.kind == "healthy"})
+        for run in healthy_runs:
+            # no warning or critical alert fired at any time of the healthy run (but its recorded incidents')
+            exprs.append({"expr": f'group by (alertname) (max_over_time(ALERTS{{run="{run}", {_LOUD}}}'
+                                  f"[{g.minutes}m]))", "eval_time": f"{g.minutes - 1}m",
+                          "exp_samples": [{"labels": f'{{alertname="{a}"}}', "value": 1}
+                                          for a in DEMO_INCIDENTS.get(run, ())]})
+        for c in (c for c in g.checks if c.kind == "broken"):
+            first = (f'min_over_time(timestamp(ALERTS{{alertname="{c.alert}", run="{c.run}", '
+                     f'alertstate="firing"}})[{g.minutes - 1}m:1m])')
+            exprs.append({"expr": f"group by (alertname) ({first} >= {c.induce * 60} <= {c.deadline * 60})",
+                          "eval_time": f"{g.minutes - 1}m",
+                          "exp_samples": [{"labels": f'{{alertname="{c.alert}"}}', "value": 1}]})
+        tests.append({"name": f"alert corpus: {g.name}", "interval": "1m",
+                      "input_series": [{"series": s, "values": _fmt(v)} for r in g.runs for s, v in r.series.items()],
+                      "promql_expr_test": exprs})
+    return {"rule_files": rule_files, "evaluation_interval": "1m", "tests": tests}
+
+
+def framework_of(group: str) -> str:
+    return "rl_otel phase()" if group == "phases" else group.removesuffix("-slow")
+
+
+def table(gs: list[Group], failed: set[tuple[str, str]] | None = None) -> str:
+    """The alert x framework table: where each alert evaluates (the frameworks logging a concept it reads), whether
+    its broken run fired in time (and how late it may), whether the healthy runs stayed quiet. ``failed``: the
+    (alert or "*", run) checks promtool reported failing."""
+    failed = failed or set()
+    frameworks = list(dict.fromkeys(framework_of(g.name) for g in gs if g.name != "demo"))
+    by = {(c.alert, framework_of(g.name)): c for g in gs for c in g.checks if c.kind == "broken"}
+    noisy = {(framework_of(g.name), a) for g in gs for c in g.checks for a, run in failed
+             if c.kind == "healthy" and run == c.run}
+    lines = ["| alert | " + " | ".join(frameworks) + " |", "|---|" + "---|" * len(frameworks)]
+    for name in [a.name for a in rules.alerts()]:
+        cells = []
+        for f in frameworks:
+            c = by.get((name, f))
+            if c is None:
+                cells.append("-")
+                continue
+            fired = "MISSED" if (name, c.run) in failed else f"fired (<= +{c.deadline - c.induce}m)"
+            quiet = "NOISY" if (f, name) in noisy else "quiet"
+            cells.append(f"{fired}, {quiet}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_files(folder: Path, t: Thresholds = DEFAULT, rule_files: list[str] | None = None) -> dict[Path, Group]:
+    """One promtool test file per group (they run in parallel)."""
+    rule_files = rule_files or [str(Path(__file__).resolve().parent.parent / "prometheus" / "rules" / f)
+                                for f in ("rl_otel_recording.yml", "rl_otel_alerts.yml")]
+    out = {}
+    for g in groups(t):
+        path = folder / f"corpus_{g.name}.yml"
+        path.write_text(yaml.safe_dump(test_document([g], rule_files), sort_keys=False, width=10_000))
+        out[path] = g
+    return out
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["compact"]:
+        print(compact())
+    else:
+        folder = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/alert_corpus")
+        folder.mkdir(parents=True, exist_ok=True)
+        files = write_files(folder)
+        print(folder, sum(len(r.series) for g in files.values() for r in g.runs), "series")
+        print(table(list(files.values())))
