@@ -1,6 +1,7 @@
 """The ``rl-otel`` command.
 
-``rl-otel catalog [--format table|json|markdown]``, ``rl-otel catalog resolve KEY...``,
+``rl-otel catalog [--format table|json|markdown] [--framework NAME]``, ``rl-otel catalog [--framework NAME] resolve
+KEY...``,
 ``rl-otel trackers [--config exp.yaml] [--track-with NAME] [--tracker-kwargs JSON] [--tracker NAME=JSON]``
 (prints the tracker configuration init() would use, secrets redacted), ``rl-otel demo [--steps N] [--port P]
 ...`` (a real small PPO run on CPU, see :mod:`rl_otel.demo`), ``rl-otel watch PATH...`` and
@@ -70,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     cat = sub.add_parser("catalog", help="print the metric catalog, or resolve keys against it")
     cat.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    cat.add_argument("--framework", default=None, metavar="NAME",
+                     help="the catalog a run of this framework resolves its keys in (default: every framework's "
+                          "entries; for resolve, the catalog of a run that names no framework)")
     cat_sub = cat.add_subparsers(dest="catalog_command")
     resolve = cat_sub.add_parser("resolve", help="print one JSON object per key: what the key becomes")
     resolve.add_argument("keys", nargs="+", metavar="KEY")
@@ -135,10 +139,16 @@ def _trackers(args: argparse.Namespace) -> int:
 
 
 def _catalog(args: argparse.Namespace) -> int:
-    from rl_otel.catalog import default_catalog
+    from rl_otel.catalog import default_catalog, every_entry
 
-    catalog = default_catalog()
+    try:
+        catalog = every_entry() if args.framework is None else default_catalog(args.framework)
+    except ValueError as exc:
+        print(f"rl-otel catalog: {exc}", file=sys.stderr)
+        return 2
     if args.catalog_command == "resolve":
+        if args.framework is None:
+            catalog = default_catalog()  # a run that names no framework resolves in the shared catalog
         for key in args.keys:
             print(json.dumps(catalog.resolve(key).to_dict(), sort_keys=True))
         return 0

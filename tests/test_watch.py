@@ -150,10 +150,12 @@ def test_framework_names_and_inference():
     assert frameworks.normalize("prime-rl") == "prime_rl"
     with pytest.raises(ValueError, match="unknown framework"):
         frameworks.normalize("nope")
-    cat = default_catalog()
-    assert frameworks.infer(["actor/pg_loss", "critic/score/mean", "timing_s/gen", "actor/entropy"], cat) == "verl"
-    assert frameworks.infer(["objective/kl", "objective/entropy", "ppo/loss/policy"], cat) == "trl"
-    assert frameworks.infer(["my/own"], cat) == "unknown"
+    assert frameworks.infer(["actor/pg_loss", "critic/score/mean", "timing_s/gen", "actor/entropy"]) == "verl"
+    assert frameworks.infer(["objective/kl", "objective/entropy", "ppo/loss/policy"]) == "trl"
+    assert frameworks.infer(["my/own"]) == "unknown"
+    # a key string two frameworks log resolves in the run's framework's catalog
+    assert frameworks.catalog_for("unknown") is default_catalog()
+    assert frameworks.catalog_for("slime") is default_catalog("slime")
 
 
 def test_corrupt_records_are_counted_on_the_endpoint_and_the_good_ones_served(tmp_path):

@@ -18,7 +18,8 @@ from rl_otel.catalog.spec import ALLOWED_LABELS, Kind, MetricSpec, built_in
 with built_in():  # rl_otel's own entries: checked by tests/test_catalog.py, not at every import
     from rl_otel.catalog import live, meta, roll, trinity, trl, verl
 
-__all__ = ["ALLOWED_LABELS", "Catalog", "Kind", "MetricSpec", "Resolution", "default_catalog", "strip_reducer_tag"]
+__all__ = ["ALLOWED_LABELS", "FRAMEWORKS", "Catalog", "Kind", "MetricSpec", "Resolution", "default_catalog",
+           "every_entry", "framework_name", "strip_reducer_tag"]
 
 # ROLL tags a metric with the reducer its workers use (``actor/pg_loss@sum``; roll/utils/functionals.py:reduce_metrics
 # knows mean, max, min, p50, p99, std, sum); Trinity's ``mean@4`` is no tag.
@@ -147,12 +148,66 @@ class Catalog:
         return render(self)
 
 
-_DEFAULT: Catalog | None = None
+# The frameworks whose entries are in every catalog: their keys were made to agree with each other (one key, one
+# meaning across ROLL, veRL, TRL and Trinity-RFT).
+SHARED_FRAMEWORKS = ("roll", "verl", "trl", "trinity")
+# The frameworks whose keys resolve only in their own catalog (``default_catalog("slime")``): their key strings
+# overlap others' with other meanings (``train/loss``, ``reward``, ``kl``), so a key resolves within the framework
+# that logged it. Each module holds ``SPECS``, and ``CONCEPT_SOURCES`` (concept name -> its selectors), which
+# rl_otel.catalog.concepts adds to the shared rules and panels.
+SCOPED_FRAMEWORKS = ("openrlhf", "slime", "areal", "nemo_rl", "skyrl", "prime_rl")
+FRAMEWORKS = (*SHARED_FRAMEWORKS, *SCOPED_FRAMEWORKS)
+_ALIASES = {"transformers": "trl", "trinity-rft": "trinity", "trinity_rft": "trinity", "nemo-rl": "nemo_rl",
+            "prime-rl": "prime_rl", "skyrl-train": "skyrl", "skyrl_train": "skyrl"}
+_CATALOGS: dict[str | None, Catalog] = {}  # by framework (None: the shared one; "*": every_entry())
 
 
-def default_catalog() -> Catalog:
-    """The catalog of ROLL, TRL, Trinity-RFT (with veRL's trainer families) and rl_otel's own series."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = Catalog((*roll.SPECS, *verl.SPECS, *trl.SPECS, *trinity.SPECS, *meta.SPECS, *live.SPECS))
-    return _DEFAULT
+def framework_name(name: str) -> str:
+    """A framework's canonical name (``prime-rl`` -> ``prime_rl``); ``ValueError`` naming the known ones."""
+    canonical = _ALIASES.get(name.lower(), name.lower())
+    if canonical not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {name!r}: one of {', '.join(FRAMEWORKS)}")
+    return canonical
+
+
+def framework_module(name: str):
+    """The catalog module of a scoped framework (``rl_otel.catalog.slime``), imported on first use."""
+    import importlib
+
+    with built_in():
+        return importlib.import_module(f"rl_otel.catalog.{name}")
+
+
+def every_entry() -> Catalog:
+    """Every framework's entries and rl_otel's own in one catalog, for documents and checks (docs/metrics.md,
+    ``rl-otel catalog``): each Prometheus name is unique across all frameworks. Runs resolve keys in
+    :func:`default_catalog` instead."""
+    found = _CATALOGS.get("*")
+    if found is None:
+        found = _CATALOGS["*"] = Catalog((*default_catalog().specs,
+                                          *(s for f in SCOPED_FRAMEWORKS for s in framework_module(f).SPECS)))
+    return found
+
+
+def default_catalog(framework: str | None = None) -> Catalog:
+    """The catalog a run's keys resolve in.
+
+    Without ``framework`` (or for ROLL, veRL, TRL, Trinity-RFT): the entries of those four frameworks and
+    rl_otel's own series. For a scoped framework (:data:`SCOPED_FRAMEWORKS`): its own entries first, then those,
+    so its keys mean what they mean there. Raises ``ValueError`` for an unknown framework name.
+    """
+    name = None if framework is None else framework_name(framework)
+    if name in SHARED_FRAMEWORKS:
+        name = None
+    found = _CATALOGS.get(name)
+    if found is None:
+        base = (*roll.SPECS, *verl.SPECS, *trl.SPECS, *trinity.SPECS, *meta.SPECS, *live.SPECS)
+        if name is None:
+            found = Catalog(base)
+        else:
+            own = Catalog(framework_module(name).SPECS)
+            # a shared entry of a key the framework's own entries cover would win the lookup (a literal key before
+            # any template): the framework's meaning of the key is the one that holds in its runs
+            found = Catalog((*own.specs, *(s for s in base if s.templated or own.lookup(s.key) is None)))
+        _CATALOGS[name] = found
+    return found

@@ -13,6 +13,7 @@ the entry's) and optionally labels it sets (``set_labels``) so sources with diff
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -211,6 +212,37 @@ CONCEPTS: tuple[Concept, ...] = (
              _s("rl_async_forward_backward_mfu_ratio"))),
 )
 
+
+
+def _scoped_sources() -> dict[str, tuple[Source, ...]]:
+    """The sources the scoped frameworks' catalogs add to the concepts (their modules' ``CONCEPT_SOURCES``, with
+    the ``CONCEPT_TRANSFORMS``, ``CONCEPT_SET_LABELS`` and ``CONCEPT_RENAME_LABELS`` a selector needs), in the
+    order of :data:`rl_otel.catalog.SCOPED_FRAMEWORKS`: after the shared frameworks' sources."""
+    from rl_otel.catalog import SCOPED_FRAMEWORKS, framework_module
+
+    added: dict[str, tuple[Source, ...]] = {}
+    for name in SCOPED_FRAMEWORKS:
+        module = framework_module(name)
+        transforms = getattr(module, "CONCEPT_TRANSFORMS", {})
+        set_labels = getattr(module, "CONCEPT_SET_LABELS", {})
+        renames = getattr(module, "CONCEPT_RENAME_LABELS", {})
+        for concept_name, selectors in module.CONCEPT_SOURCES.items():
+            sources = tuple(Source(sel, tuple(set_labels.get(sel, {}).items()), tuple(renames.get(sel, {}).items()),
+                                   transforms.get(sel, "")) for sel in selectors)
+            added[concept_name] = added.get(concept_name, ()) + sources
+    return added
+
+
+def _with_scoped(shared: tuple[Concept, ...], added: dict[str, tuple[Source, ...]]) -> tuple[Concept, ...]:
+    unknown = sorted(set(added) - {c.name for c in shared})
+    if unknown:
+        raise ValueError(f"framework catalogs name concepts that do not exist: {unknown}")
+    return tuple(dataclasses.replace(c, sources=c.sources + added.get(c.name, ())) for c in shared)
+
+
+_SCOPED = _scoped_sources()
+CONCEPTS = _with_scoped(CONCEPTS, _SCOPED)
+
 # Values no healthy run can report (a unit or aggregation bug upstream, or in the catalog's scale): the sanity
 # alert counts, per concept, the source series outside [low, high]. A framework's source added to a concept is
 # checked with it.
@@ -226,6 +258,8 @@ NON_FINITE_WATCHED: tuple[str, ...] = (
     "rl_actor_pg_loss", "rl_actor_total_loss", "rl_actor_kl_loss", "rl_critic_loss", "rl_critic_vf_loss",
     "rl_ppo_loss", "rl_actor_grad_norm", "rl_critic_grad_norm", "rl_loss", "rl_grad_norm", "rl_actor_final_loss",
     "rl_cluster_grad_norm",
+    # the scoped frameworks' policy losses and gradient norms
+    *dict.fromkeys(src.metric for name in ("policy_loss", "grad_norm") for src in _SCOPED.get(name, ())),
 )
 
 

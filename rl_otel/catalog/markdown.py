@@ -9,7 +9,8 @@ if TYPE_CHECKING:
 
 # Section titles by an entry's ``source`` tag; a tag of several frameworks is joined with commas (``roll,verl``).
 _TITLES = {"roll": "ROLL", "verl": "veRL", "trl": "TRL", "transformers": "transformers Trainer",
-           "trinity": "Trinity-RFT", "rl_otel": "rl_otel's own series"}
+           "trinity": "Trinity-RFT", "openrlhf": "OpenRLHF", "slime": "slime", "areal": "AReaL", "nemo_rl": "NeMo-RL",
+           "skyrl": "SkyRL", "prime_rl": "prime-rl", "rl_otel": "rl_otel's own series"}
 _ORDER = tuple(_TITLES)
 
 

@@ -91,15 +91,23 @@ def launch_run_name(stem: str | None = None) -> str | None:
 
 
 def telemetry_from_options(where: str, run: str | None, options: Mapping[str, Any], *,
-                           stem: str | None = None) -> Telemetry:
+                           stem: str | None = None, framework: str | None = None) -> Telemetry:
     """``rl_otel.init(run=run, **options)`` for an integration: options checked by :func:`check_options` (an
     unknown one refused by name, ``port_search`` on by default, a warning naming the port served on when the
     configured one was taken). Without a run name (``run`` option, ``run``, the config file, ``$RL_OTEL_RUN``),
     the ranks of one launch share :func:`launch_run_name` (``stem``: e.g. the framework's output directory
-    name)."""
+    name). ``framework`` (``"slime"``, ...): the run's keys resolve in that framework's catalog
+    (:func:`rl_otel.catalog.default_catalog`) unless the options give a ``catalog``, and ``target_info`` says it
+    (the resource attribute ``rl.framework``)."""
     import rl_otel
+    from rl_otel.catalog import default_catalog
 
     options, file = _checked(where, options, run)
+    if framework is not None:
+        options.setdefault("catalog", default_catalog(framework))
+        resource = options.get("resource")
+        if resource is None or isinstance(resource, Mapping):
+            options["resource"] = {"rl.framework": framework, **(resource or {})}
     run = options.pop("run", None) or run or (None if file.get("run") else launch_run_name(stem))
     tel = rl_otel.init(run, **options) if run is not None else rl_otel.init(**options)
     _say_port(where, tel)

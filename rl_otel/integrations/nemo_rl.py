@@ -121,13 +121,7 @@ class RLOtelLogger:
 
 
 def _framework_telemetry(where: str, run: str | None, options: Mapping[str, Any], stem: str | None) -> Telemetry:
-    kwargs: dict[str, Any] = {"stem": stem}
-    try:
-        if "framework" in inspect.signature(telemetry_from_options).parameters:
-            kwargs["framework"] = FRAMEWORK
-    except (TypeError, ValueError):
-        pass
-    return telemetry_from_options(where, run, options, **kwargs)
+    return telemetry_from_options(where, run, options, stem=stem, framework=FRAMEWORK)
 
 
 def _get(node: Any, key: str) -> Any:

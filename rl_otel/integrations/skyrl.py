@@ -51,13 +51,7 @@ _log = logging.getLogger("rl_otel")
 def framework_telemetry(where: str, run: str | None, options: Mapping[str, Any], framework: str, *,
                         stem: str | None = None) -> Telemetry:
     """:func:`rl_otel.integrations.telemetry_from_options`, naming the framework where it takes one."""
-    kwargs: dict[str, Any] = {"stem": stem}
-    try:
-        if "framework" in inspect.signature(telemetry_from_options).parameters:
-            kwargs["framework"] = framework
-    except (TypeError, ValueError):
-        pass
-    return telemetry_from_options(where, run, options, **kwargs)
+    return telemetry_from_options(where, run, options, stem=stem, framework=framework)
 
 
 def check_tracker(tracker: Any) -> list[str]:

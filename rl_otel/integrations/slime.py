@@ -185,13 +185,7 @@ def _telemetry(args: Any) -> Telemetry | None:
 
 
 def _framework_telemetry(run: str | None, options: Mapping[str, Any], stem: str | None) -> Telemetry:
-    kwargs: dict[str, Any] = {"stem": stem}
-    try:
-        if "framework" in inspect.signature(telemetry_from_options).parameters:
-            kwargs["framework"] = FRAMEWORK
-    except (TypeError, ValueError):
-        pass
-    return telemetry_from_options(WHERE, run, options, **kwargs)
+    return telemetry_from_options(WHERE, run, options, stem=stem, framework=FRAMEWORK)
 
 
 def _warn_once(what: str, message: str) -> None:

@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from rl_otel.catalog import Catalog, default_catalog
+from rl_otel.catalog import Catalog, every_entry
 from rl_otel.catalog.concepts import concept
 from rl_otel.catalog.spec import MetricSpec
 from rl_otel.ops.promql import metric_names
@@ -81,11 +81,11 @@ def _heat(metric: str, title: str, sel: str = RUN) -> Panel:
 
 
 def _concept(name: str, title: str, legend: str = "{{run}}", threshold: float | None = None,
-             below: bool = False) -> Panel:
+             below: bool = False, unit: str = "") -> Panel:
     """A panel of one concept: every framework's series of it, reduced per run (see rl_otel.catalog.concepts);
-    its unit and description are the concept's."""
+    its unit (unless given) and description are the concept's."""
     return Panel(title, (_q(concept(name).expr(RUN, by=("run",)), legend),), threshold=threshold, below=below,
-                 concept=name)
+                 concept=name, unit=unit)
 
 
 _UNITS = {"s": "s", "By": "bytes", "{token}": "short", "{token}/s": "short"}
@@ -106,8 +106,8 @@ def training(t: Thresholds) -> Dashboard:
                  threshold=t.mismatch_kl_max),
         _concept("train_infer_logprob_diff", "Training-inference mismatch (mean |log-prob difference|)",
                  threshold=t.mismatch_logprob_diff_max),
-        _concept("train_infer_ratio_deviation", "Training-inference mismatch (|prob ratio - 1|, ROLL)",
-                 threshold=t.mismatch_ratio_deviation_max),
+        _concept("train_infer_ratio_deviation", "Training-inference mismatch (|prob ratio - 1|)",
+                 threshold=t.mismatch_ratio_deviation_max, unit="none"),  # built from importance ratios: a number
         _concept("staleness", "Off-policy staleness (policy versions, worst sample)", threshold=t.staleness_max),
         _concept("mfu", "MFU", threshold=1.0),
         _concept("entropy", "Entropy (per token)", threshold=t.entropy_min, below=True),
@@ -360,7 +360,7 @@ def dashboards(t: Thresholds = DEFAULT) -> tuple[Dashboard, ...]:
 
 def spec_for(metric: str, catalog: Catalog | None = None) -> MetricSpec | None:
     """The catalog entry writing samples named ``metric`` (``_bucket``/``_sum``/``_count``/``_total`` stripped)."""
-    catalog = catalog or default_catalog()
+    catalog = catalog or every_entry()
     for suffix in ("", "_bucket", "_sum", "_count", "_total"):
         if suffix and not metric.endswith(suffix):
             continue

@@ -26,8 +26,8 @@ from rl_otel._internal.exporters.textformat import OPENMETRICS, family_of, go_fl
 from rl_otel._internal.pipeline.histogram import BulkHistogram
 from rl_otel._internal.pipeline.router import Route, Router
 from rl_otel._internal.pipeline.values import as_histogram
-from rl_otel.catalog import Catalog, Kind, MetricSpec, default_catalog, meta
-from rl_otel.watch import events, jsonl, scan
+from rl_otel.catalog import Catalog, Kind, MetricSpec, meta
+from rl_otel.watch import events, frameworks, jsonl, scan
 from rl_otel.watch.records import RecordTail
 
 SPOOL_LINES = 500_000
@@ -58,10 +58,10 @@ class _Family:
 
 def backfill(paths: Sequence[str], out: str | os.PathLike, *, max_unknown_keys: int = 1_000,
              step_keys: Sequence[str] = jsonl.STEP_KEYS, time_keys: Sequence[str] = jsonl.TIME_KEYS,
-             catalog: Catalog | None = None) -> Summary:
+             catalog: Catalog | None = None, framework: str = "auto") -> Summary:
     """Write the runs under ``paths`` (directories or files, as ``rl-otel watch`` takes them) to ``out`` as
-    OpenMetrics text with the original timestamps; returns a :class:`Summary`."""
-    catalog = catalog or default_catalog()
+    OpenMetrics text with the original timestamps; returns a :class:`Summary`. Each run's keys resolve in
+    ``catalog``, else in its framework's (``framework``, or inferred from its first values as watch does)."""
     summary = Summary()
     by_run: dict[tuple[str, int], list[scan.Found]] = {}
     for found in scan.scan(paths):
@@ -70,12 +70,15 @@ def backfill(paths: Sequence[str], out: str | os.PathLike, *, max_unknown_keys: 
     with tempfile.TemporaryDirectory(prefix="rl_otel-backfill-") as spool_dir:
         for (run, rank), files in sorted(by_run.items()):
             summary.runs += 1
-            router = Router(catalog, max_unknown_keys)
+            router: Router | None = None
             series: dict[tuple[str, tuple], dict[float, Any]] = {}
             hists: dict[tuple[str, tuple], BulkHistogram] = {}
             base = (("rank", str(rank)), ("run", run))
             for found in files:
                 for step, ts, values in _points(found, summary, step_keys, time_keys):
+                    if router is None:
+                        named = frameworks.infer(values) if framework == "auto" else framework
+                        router = Router(catalog or frameworks.catalog_for(named), max_unknown_keys)
                     if ts is None:
                         summary.untimed += 1
                         continue

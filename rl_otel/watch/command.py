@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 _FRAMEWORK_HELP = ("the framework whose keys the files hold: auto (inferred from the keys), roll, verl, trl, trinity, "
-                   "openrlhf, slime, areal, nemo_rl, skyrl, prime_rl; shown as rl.framework in target_info")
+                   "openrlhf, slime, areal, nemo_rl, skyrl, prime_rl; its catalog resolves the keys, and it is shown as "
+                   "rl.framework in target_info")
 
 
 def add_watch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +46,7 @@ def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step-key", action="append", metavar="KEY", help="JSONL field holding the step")
     parser.add_argument("--max-unknown-keys", type=int, default=1_000,
                         help="keys without a catalog entry written per run (as init's max_unknown_keys)")
+    parser.add_argument("--framework", default="auto", help=_FRAMEWORK_HELP)
 
 
 def watch_main(args: argparse.Namespace) -> int:
@@ -78,11 +80,16 @@ def watch_main(args: argparse.Namespace) -> int:
 
 def backfill_main(args: argparse.Namespace) -> int:
     """Run ``rl-otel backfill``; prints a summary and the promtool command that loads the file."""
-    from rl_otel.watch import jsonl
+    from rl_otel.watch import frameworks, jsonl
     from rl_otel.watch.backfill import backfill
 
+    try:
+        framework = frameworks.normalize(args.framework)
+    except ValueError as exc:
+        print(f"rl-otel backfill: {exc}", file=sys.stderr)
+        return 2
     summary = backfill(args.paths, args.output, max_unknown_keys=args.max_unknown_keys,
-                       step_keys=tuple(args.step_key) if args.step_key else jsonl.STEP_KEYS)
+                       step_keys=tuple(args.step_key) if args.step_key else jsonl.STEP_KEYS, framework=framework)
     print(f"rl-otel backfill: {summary.runs} runs, {summary.series} series, {summary.samples} samples -> "
           f"{args.output} ({summary.corrupt} corrupt records, {summary.untimed} records without a time left out)",
           file=sys.stderr)

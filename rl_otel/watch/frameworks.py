@@ -1,44 +1,56 @@
 """The framework whose keys a watched run logs: given (``--framework verl``) or inferred from its keys.
 
-With ten frameworks one key string can mean different things, so the framework is stated on the target: it
-becomes the resource attribute ``rl.framework`` (served in ``target_info``). ``auto`` scores each framework by
-the keys of the run's first values that the catalog knows from it (an entry shared by several frameworks counts
-for each in part); a run whose keys the catalog does not place is ``unknown``.
+With ten frameworks one key string can mean different things, so a run's keys resolve in its framework's catalog
+(:func:`rl_otel.catalog.default_catalog`), and the framework is stated on the target: it becomes the resource
+attribute ``rl.framework`` (served in ``target_info``). ``auto`` scores each framework by the keys of the run's
+first values that its own catalog entries explain (an entry shared by several frameworks counts for each in
+part); a run whose keys no framework places is ``unknown`` and resolves in the default catalog.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rl_otel.catalog import Catalog
-
-FRAMEWORKS = ("roll", "verl", "trl", "trinity", "openrlhf", "slime", "areal", "nemo_rl", "skyrl", "prime_rl")
-_ALIASES = {"transformers": "trl", "trinity-rft": "trinity", "trinity_rft": "trinity", "nemo-rl": "nemo_rl",
-            "prime-rl": "prime_rl"}
+from rl_otel.catalog import FRAMEWORKS, SCOPED_FRAMEWORKS, Catalog, default_catalog, framework_name
 
 
 def normalize(name: str) -> str:
-    """A framework's canonical name (``prime-rl`` → ``prime_rl``); raises ``ValueError`` for an unknown one."""
-    name = _ALIASES.get(name.lower(), name.lower())
-    if name != "auto" and name not in FRAMEWORKS:
-        raise ValueError(f"unknown framework {name!r}: one of auto, {', '.join(FRAMEWORKS)}")
-    return name
+    """A framework's canonical name (``prime-rl`` → ``prime_rl``), or ``auto``; ``ValueError`` for an unknown one."""
+    if name.lower() == "auto":
+        return "auto"
+    try:
+        return framework_name(name)
+    except ValueError:
+        raise ValueError(f"unknown framework {name!r}: one of auto, {', '.join(FRAMEWORKS)}") from None
 
 
-def infer(keys: Iterable[str], catalog: Catalog) -> str:
+def catalog_for(framework: str | None) -> Catalog:
+    """The catalog a run of ``framework`` resolves its keys in (the default one for ``unknown``/``None``)."""
+    return default_catalog(framework if framework in FRAMEWORKS else None)
+
+
+def infer(keys: Iterable[str]) -> str:
     """The framework that best explains ``keys``, else ``"unknown"``."""
+    keys = list(keys)
     scores: dict[str, float] = {}
-    for key in keys:
-        res = catalog.lookup(key)
-        if res is None or res.spec.source in ("rl_otel", "fallback"):
-            continue
-        sources = [_ALIASES.get(s.strip(), s.strip()) for s in res.spec.source.split(",") if s.strip()]
-        for source in sources:
-            scores[source] = scores.get(source, 0.0) + 1.0 / len(sources)
+    for catalog in (default_catalog(), *(default_catalog(f) for f in SCOPED_FRAMEWORKS)):
+        for key in keys:
+            res = catalog.lookup(key)
+            if res is None or res.spec.source in ("rl_otel", "fallback"):
+                continue
+            sources = [_canonical(s) for s in res.spec.source.split(",") if s.strip()]
+            own = [s for s in sources if s in FRAMEWORKS]
+            for source in own:
+                # a scoped framework's catalog also holds the shared entries: count those once, from the default
+                if catalog is default_catalog() or source in SCOPED_FRAMEWORKS:
+                    scores[source] = scores.get(source, 0.0) + 1.0 / len(own)
     if not scores:
         return "unknown"
-    return max(sorted(scores), key=lambda s: (scores[s], -_order(s)))
+    return max(sorted(scores), key=lambda s: (scores[s], -FRAMEWORKS.index(s)))
 
 
-def _order(name: str) -> int:
-    return FRAMEWORKS.index(name) if name in FRAMEWORKS else len(FRAMEWORKS)
+def _canonical(source: str) -> str:
+    try:
+        return framework_name(source.strip())
+    except ValueError:
+        return source.strip()

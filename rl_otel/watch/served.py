@@ -44,10 +44,11 @@ class ServeOptions:
 class RunTarget:
     """The Telemetry of one ``(run, rank)`` and the state it persists."""
 
-    def __init__(self, state: RunState, options: ServeOptions, catalog: Catalog) -> None:
+    def __init__(self, state: RunState, options: ServeOptions, catalog: Catalog | None = None) -> None:
         self.state = state
         self.options = options
-        self.catalog = catalog
+        self._given_catalog = catalog  # else the run's framework's (frameworks.catalog_for), once it is known
+        self.catalog = catalog or frameworks.catalog_for(state.framework)
         self.tel: Any = None
         self._next_try = 0.0
         self._hist_keys: dict[str, tuple[float, ...]] = {}
@@ -70,7 +71,9 @@ class RunTarget:
         st = self.state
         if st.framework is None:
             given = self.options.framework
-            st.framework = frameworks.infer(keys, self.catalog) if given == "auto" else given
+            st.framework = frameworks.infer(keys) if given == "auto" else given
+        if self._given_catalog is None:
+            self.catalog = frameworks.catalog_for(st.framework)
         prom: dict[str, Any] = {"host": self.options.host, "port": self.options.port, "add_local_rank": False,
                                 "port_search": self.options.port_search if self.options.port else 0}
         if self.options.file_sd:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl_otel.catalog import Catalog, default_catalog
+from rl_otel.catalog import Catalog
 from rl_otel.watch import events, jsonl, scan, state
 from rl_otel.watch.records import RecordTail
 from rl_otel.watch.served import Point, RunTarget, ServeOptions
@@ -60,7 +60,7 @@ class Watcher:
                  catalog: Catalog | None = None) -> None:
         self.roots = [os.path.abspath(r) for r in roots]
         self.options = options or WatchOptions()
-        self.catalog = catalog or default_catalog()
+        self.catalog = catalog  # None: each run resolves its keys in its framework's catalog
         self.state = state.load(self.options.state_path) if self.options.state_path else state.State()
         self.runs: dict[tuple[str, int], RunTarget] = {}
         self.files: dict[str, _Followed] = {}
