@@ -39,7 +39,7 @@ from rl_otel.catalog.concepts import CONCEPTS, NON_FINITE_WATCHED
 from rl_otel.ops import rules
 from rl_otel.ops.promql import metric_names
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
-from tests.frameworks import FRAMEWORKS, _matches, load
+from tests.frameworks import ALL_FRAMEWORKS, _matches, load
 
 DATA = Path(__file__).resolve().parent / "data" / "alert_corpus"
 DEMO = DATA / "demo.json.gz"
@@ -164,7 +164,7 @@ class _FakeRes:
 
 def framework_series(framework: str, t: Thresholds) -> list[tuple[str, dict[str, str], str | None, str]]:
     """``(metric, labels, concept or None, kind)`` of every key of the framework a rule reads (one per series)."""
-    catalog = default_catalog()
+    catalog = default_catalog(framework)
     read = _read_metrics(t)
     out: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[str, dict[str, str], str | None, str]] = {}
     for key in load(framework):
@@ -216,17 +216,34 @@ HAZARDS: dict[str, dict[str, Hazard]] = {
                      "sequence_ref_kl": lambda v, t: max(v * t.ref_kl_drift_ratio * 2, t.sequence_floor * 2)},
     "RLTrainInferenceMismatch": {"train_infer_kl": lambda v, t: t.mismatch_kl_max * 3,
                                  "train_infer_logprob_diff": lambda v, t: t.mismatch_logprob_diff_max * 3,
-                                 "train_infer_ratio_deviation": lambda v, t: 1 + t.mismatch_ratio_deviation_max * 3},
+                                 "train_infer_ratio_deviation": lambda v, t: t.mismatch_ratio_deviation_max * 3},
     "RLTrainInferenceMismatchRising": {
         "train_infer_kl": lambda v, t: max(v * t.mismatch_ratio * 3, t.mismatch_floor * 3),
         "train_infer_logprob_diff": lambda v, t: max(v * t.mismatch_ratio * 3, t.mismatch_floor * 3),
-        "train_infer_ratio_deviation": lambda v, t: 1 + max(0.01 * t.mismatch_ratio * 3, t.mismatch_floor * 3)},
+        "train_infer_ratio_deviation": lambda v, t: max(v * t.mismatch_ratio * 3, t.mismatch_floor * 3)},
     "RLStalenessHigh": {"staleness": lambda v, t: t.staleness_max * 2},
     "RLMetricImpossible": {"mfu": lambda v, t: 1.7, "clip_ratio": lambda v, t: 1.4,
                            "response_length": lambda v, t: -v, "step_duration": lambda v, t: -v},
 }
-# ROLL's train-infer ratio source is the ratio itself (the concept is |ratio - 1|): healthy values around 1.
-RATIO_SOURCES = {"rl_actor_train_infer_ratio"}
+
+
+def _logged(transform: str, value: float) -> float:
+    """What a framework logs for a concept value its source carries through ``transform`` (the inverse of the
+    source's PromQL transform: a ratio r logged where the concept is |r - 1|, a sign-flipped KL)."""
+    form = transform.replace(" ", "")
+    if form == "abs({}-1)":
+        return 1 + value
+    if form == "-({})":
+        return -value
+    return value  # no transform, or a filter ({} > 0, {} != 0) the value passes
+
+
+def _transform_of(metric: str, labels: dict[str, str]) -> str:
+    for c in CONCEPTS:
+        for s in c.sources:
+            if s.metric == metric and _matches(s, _FakeRes(metric, labels)):  # type: ignore[arg-type]
+                return s.transform
+    return ""
 
 
 @dataclass
@@ -264,8 +281,6 @@ def framework_group(framework: str, t: Thresholds, demo0: dict[str, list[float]]
     base: dict[tuple[str, tuple[tuple[str, str], ...]], list[float]] = {}
     for metric, labels, cname, kind in series:
         values = healthy_value(cname, metric, demo0, rng, minutes, roll_default=framework == "roll")
-        if metric in RATIO_SOURCES:
-            values = [1 + v for v in healthy_value("train_infer_ratio_deviation", metric, demo0, rng, minutes, False)]
         if kind == "counter":
             values = [float(10 * (i + 1)) for i in range(minutes)]
         base[(metric, tuple(sorted(labels.items())))] = values
@@ -283,7 +298,8 @@ def framework_group(framework: str, t: Thresholds, demo0: dict[str, list[float]]
             if cname in hazards:
                 fn = hazards[cname]
                 vals = vals[:induce] + [fn(v, t) for v in vals[induce:]]
-            run.series[_sel(metric, name, labels)] = vals
+            transform = _transform_of(metric, labels)
+            run.series[_sel(metric, name, labels)] = [_logged(transform, v) for v in vals]
         run.series[f'rl_step{{job="{JOB}", instance="{name}-0:9464", run="{name}", rank="0"}}'] = \
             [float(i) for i in range(minutes)]
         run.series[_up(name)[0]] = [1.0] * minutes
@@ -386,8 +402,8 @@ def phases_group(t: Thresholds) -> Group:
 def groups(t: Thresholds = DEFAULT) -> list[Group]:
     data = demo()
     demo0 = data["0"]
-    return [demo_group(t, data), *(framework_group(f, t, demo0) for f in FRAMEWORKS),
-            *(framework_group(f, t, demo0, slow=True) for f in FRAMEWORKS), phases_group(t)]
+    return [demo_group(t, data), *(framework_group(f, t, demo0) for f in ALL_FRAMEWORKS),
+            *(framework_group(f, t, demo0, slow=True) for f in ALL_FRAMEWORKS), phases_group(t)]
 
 
 # -- the promtool test file --------------------------------------------------------------------------------------

@@ -15,7 +15,10 @@ from rl_otel.catalog import Resolution, default_catalog
 from rl_otel.catalog.concepts import CONCEPTS, Concept, Source
 
 DATA = Path(__file__).resolve().parent / "data" / "frameworks"
-FRAMEWORKS = ("trl", "verl", "roll", "trinity")
+FRAMEWORKS = ("trl", "verl", "roll", "trinity")  # the shared catalog's (tests/test_catalog_frameworks.py)
+# every framework with a fixture: the six scoped ones resolve in their own catalog (default_catalog(name)), their
+# catalogs tested in tests/test_catalog_openrlhf_slime_areal.py and tests/test_catalog_nemo_skyrl_prime.py
+ALL_FRAMEWORKS = (*FRAMEWORKS, "openrlhf", "slime", "areal", "nemo_rl", "skyrl", "prime_rl")
 
 # The unit a framework logs in -> (catalog unit, scale to it) the entry must have.
 UNITS: dict[str, tuple[str, float]] = {
@@ -33,6 +36,7 @@ class FixtureKey:
     source: str
     meaning: str
     line: int
+    framework: str = ""  # the fixture's framework: its keys resolve in default_catalog(framework)
 
     @property
     def placeholders(self) -> tuple[str, ...]:
@@ -66,7 +70,7 @@ def load(framework: str) -> list[FixtureKey]:
             assert cells[:6] == ["key", "template", "kind", "unit", "source", "meaning"], cells
             continue
         cells += [""] * (6 - len(cells))
-        out.append(FixtureKey(*(c.strip() for c in cells[:6]), line=number))
+        out.append(FixtureKey(*(c.strip() for c in cells[:6]), line=number, framework=framework))
     return out
 
 
@@ -77,8 +81,8 @@ def header(framework: str) -> str:
 
 
 def resolve(keys: list[FixtureKey]) -> dict[str, Resolution]:
-    catalog = default_catalog()
-    return {k.key: catalog.resolve(k.key) for k in keys}
+    """Each key resolved in its framework's catalog."""
+    return {k.key: default_catalog(k.framework or None).resolve(k.key) for k in keys}
 
 
 def _matches(source: Source, res: Resolution) -> bool:
@@ -107,5 +111,15 @@ def concepts_logged(keys: list[FixtureKey]) -> dict[str, list[str]]:
 
 
 def concept_keys(keys: list[FixtureKey], c: Concept) -> list[str]:
+    return list(concept_sources(keys, c))
+
+
+def concept_sources(keys: list[FixtureKey], c: Concept) -> dict[str, Source]:
+    """``{fixture key: the concept's source it feeds}``."""
     resolved = resolve(keys)
-    return [k.key for k in keys if resolved[k.key].known and any(_matches(s, resolved[k.key]) for s in c.sources)]
+    out = {}
+    for k in keys:
+        source = next((s for s in c.sources if resolved[k.key].known and _matches(s, resolved[k.key])), None)
+        if source is not None:
+            out[k.key] = source
+    return out

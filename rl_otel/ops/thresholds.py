@@ -71,6 +71,7 @@ class Thresholds:
     eval_drop: float = 0.05               # eval mean@k (averaged over eval_smooth) below its best of eval_window
     eval_window: str = "6h"
     eval_smooth: str = "30m"              # one eval is noisy (binomial std ~0.01-0.02): compare ~3 evals' mean
+    eval_resolution: str = "5m"           # the step at which the best smoothed average of eval_window is sought
     eval_for: str = "5m"                  # the eval gauge holds its value until the next eval
     # Phases: a phase running much longer than it usually takes; ranks much slower than the others
     phase_stuck_ratio: float = 5.0        # running for 5x its own p90 over phase_history_window ...
