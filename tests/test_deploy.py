@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from rl_otel.cli import _parser
 from rl_otel.ops.rules import recording_rules
 from rl_otel.ops.thresholds import DEFAULT
 from tests.promtools import free_port, require_binary
@@ -39,11 +40,14 @@ def compose() -> dict:
 
 
 def _mounts(service: dict) -> dict[str, Path]:
-    """``{container path: host path}`` of a service's bind mounts."""
+    """``{container path: host path}`` of a service's bind mounts (named volumes, shared between services, are
+    left out; tests/test_deploy.py checks each is declared)."""
     out = {}
     for volume in service.get("volumes", []):
         host, container = volume.split(":")[:2]
-        assert host.startswith("./"), f"{volume}: bind mounts only, relative to the repository"
+        if host in _yaml("docker-compose.yml").get("volumes", {}):
+            continue
+        assert host.startswith("./"), f"{volume}: bind mounts, relative to the repository, or a declared volume"
         out[container] = ROOT / host
     return out
 
@@ -77,12 +81,12 @@ def _flag(service: dict, flag: str) -> str:
 
 def test_compose_services_images_and_ports(compose):
     services = compose["services"]
-    assert set(services) == {"trainer", "prometheus", "grafana", "alertmanager", "otel-collector", "tempo"}
+    assert set(services) == {"trainer", "watcher", "prometheus", "grafana", "alertmanager", "otel-collector", "tempo"}
     for name, svc in services.items():
         assert "image" in svc or "build" in svc, name
         if "image" in svc and "build" not in svc:
             assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+", svc["image"]), f"{name}: pin the image version"
-        for port in svc["ports"]:
+        for port in svc.get("ports", []):  # the watcher publishes nothing: Prometheus reaches it by name
             host, container = port.split(":")
             assert host == container and container.isdigit()
     assert services["trainer"]["command"][:2] == ["rl-otel", "demo"]
@@ -198,7 +202,7 @@ def test_prometheus_runs_on_the_shipped_config(tmp_path):
                 targets = json.loads(urllib.request.urlopen(f"{url}/targets", timeout=2).read())["data"]
                 jobs = {t["labels"]["job"] for t in targets["activeTargets"]}
                 if jobs == {"rl_otel"} and rules:
-                    break
+                    break  # the file_sd jobs (prometheus/targets, the compose watcher's) list nothing here
             except OSError:
                 pass
             time.sleep(0.3)
@@ -296,6 +300,52 @@ def test_kubernetes_trainer_is_an_indexed_job_ranked_by_its_completion_index():
     assert _linger(container["command"]) < DEFAULT.stall_seconds
 
 
+def test_compose_watcher_follows_the_trainers_files_and_publishes_its_runs(compose):
+    """The compose `watcher` reads the volume the trainer writes its TensorBoard files to and publishes each run
+    for Prometheus' rl_otel_watch file_sd job through a volume both share, reachable by the service name."""
+    services = compose["services"]
+    trainer, watcher, prom = services["trainer"], services["watcher"], services["prometheus"]
+    volumes = {name: dict(v.split(":")[:2] for v in svc["volumes"]) for name, svc in
+               (("trainer", trainer), ("watcher", watcher), ("prometheus", prom))}
+    args = _parser().parse_args(watcher["command"][1:])
+    log_dir = trainer["command"][trainer["command"].index("--log-dir") + 1]
+    assert volumes["trainer"]["logs"] == log_dir == args.paths[0] == volumes["watcher"]["logs"]
+    assert volumes["watcher"]["watch-targets"] == args.file_sd and args.advertise_host == "watcher"
+    job = next(j for j in _yaml("prometheus/prometheus.yml")["scrape_configs"] if j["job_name"] == "rl_otel_watch")
+    (sd,) = job["file_sd_configs"]
+    assert volumes["prometheus"]["watch-targets"] == "/etc/prometheus/watch-targets"  # beside prometheus.yml
+    assert sd["files"] == ["watch-targets/*.json"] and job["honor_labels"] is True
+    assert args.expire_after is not None and args.expire_after < DEFAULT.stall_seconds  # a finished run never pages
+
+
+def test_kubernetes_watch_sidecar_serves_the_trainers_log_volume():
+    """The sidecar example: `rl-otel watch` follows the directory the trainer writes (one shared volume), serves
+    on the annotated port, and is a native sidecar (the Job completes when the trainer does)."""
+    (job,) = _docs("deploy/kubernetes/watch-sidecar.yaml")
+    assert (job["apiVersion"], job["kind"]) == ("batch/v1", "Job")
+    pod = job["spec"]["template"]
+    (sidecar,) = pod["spec"]["initContainers"]
+    (trainer,) = pod["spec"]["containers"]
+    assert sidecar["restartPolicy"] == "Always" and pod["spec"]["restartPolicy"] == "Never"
+    command = sidecar["command"]
+    assert command[:2] == ["rl-otel", "watch"]
+    args = _parser().parse_args(command[1:])
+    mounts = {m["name"]: m["mountPath"] for m in sidecar["volumeMounts"]}
+    trainer_mounts = {m["name"]: m["mountPath"] for m in trainer["volumeMounts"]}
+    assert mounts == trainer_mounts and {v["name"] for v in pod["spec"]["volumes"]} == set(mounts)
+    (logs,) = mounts.values()
+    assert args.paths == [logs] and str(args.state).startswith(logs)
+    assert trainer["command"][trainer["command"].index("--log-dir") + 1] == logs
+    assert str(args.port) == pod["metadata"]["annotations"]["prometheus.io/port"]
+    assert [p["containerPort"] for p in sidecar["ports"]] == [args.port]
+    # the trainer's own endpoint (the demo's) is not what the annotation publishes: each value scraped once
+    assert trainer["command"][trainer["command"].index("--host") + 1] == "127.0.0.1"
+    # no monitor selects it: the pod annotation is its only scrape
+    monitors = [d for p in sorted((ROOT / "deploy/kubernetes").glob("*.yaml")) for d in _docs(str(p.relative_to(ROOT)))
+                if d["kind"] in ("PodMonitor", "ServiceMonitor")]
+    assert all(m["spec"]["selector"]["matchLabels"].items() - pod["metadata"]["labels"].items() for m in monitors)
+
+
 def _alert_count() -> int:
     doc = _yaml("prometheus/rules/rl_otel_alerts.yml")
     return sum(len(g["rules"]) for g in doc["groups"])
@@ -311,7 +361,7 @@ def test_no_shipped_target_answers_nowhere(compose):
     """A target listed by default that nothing serves pages (RLScrapeTargetDown) and hides RLScrapeTargetAbsent;
     host.docker.internal:9464 was also the compose trainer's own published port: scraped twice."""
     config = _yaml("prometheus/prometheus.yml")
-    (sd_job,) = [j for j in config["scrape_configs"] if "file_sd_configs" in j]
+    (sd_job,) = [j for j in config["scrape_configs"] if j["job_name"] == "rl_otel_file_sd"]
     listed = [p for sd in sd_job["file_sd_configs"] for pattern in sd["files"]
               for p in (ROOT / "prometheus").glob(pattern)]
     assert listed and all(json.loads(p.read_text()) == [] for p in listed), listed
@@ -327,7 +377,7 @@ def test_file_sd_keeps_the_series_run_and_rank(tmp_path):
     import rl_otel
     from tests.promtools import PrometheusServer
 
-    (sd_job,) = [j for j in _yaml("prometheus/prometheus.yml")["scrape_configs"] if "file_sd_configs" in j]
+    (sd_job,) = [j for j in _yaml("prometheus/prometheus.yml")["scrape_configs"] if j["job_name"] == "rl_otel_file_sd"]
     assert sd_job["honor_labels"] is True
     targets = tmp_path / "targets"
     targets.mkdir()

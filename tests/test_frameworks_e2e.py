@@ -32,7 +32,7 @@ import yaml
 
 import rl_otel
 from rl_otel.catalog import SCOPED_FRAMEWORKS, default_catalog
-from rl_otel.catalog.concepts import CONCEPTS, concept
+from rl_otel.catalog.concepts import CONCEPTS
 from rl_otel.ops import rules
 from rl_otel.ops.dashboards import dashboards
 from rl_otel.ops.promql import metric_names, substitute

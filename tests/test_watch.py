@@ -177,6 +177,28 @@ def test_corrupt_records_are_counted_on_the_endpoint_and_the_good_ones_served(tm
         w.close()
 
 
+def test_a_run_whose_files_stop_growing_is_closed_with_expire_after_and_comes_back_when_they_grow(tmp_path):
+    """``--expire-after``: a finished run leaves the scrape (its endpoint and targets file go), as a finished
+    training process does; a file that grows again starts the run anew."""
+    run = tmp_path / "runs" / "exp"
+    run.mkdir(parents=True)
+    lines = run / "metrics.jsonl"
+    lines.write_text('{"step": 0, "loss": 1.5}\n')
+    sd = tmp_path / "sd"
+    w = ThreadedWatcher([str(tmp_path / "runs")], expire_s=1.0, file_sd=str(sd))
+    try:
+        url = w.url("exp")
+        assert served(url, "rl_step") == 0.0 and list(sd.glob("*.json"))
+        wait_for(lambda: ("exp", 0) not in w.watcher.targets(), what="the idle run closed")
+        assert not list(sd.glob("*.json"))
+        with lines.open("a") as f:
+            f.write('{"step": 1, "loss": 1.25}\n')
+        url = w.url("exp")
+        wait_for(lambda: served(url, "rl_step") == 1.0, what="the run served again")
+    finally:
+        w.close()
+
+
 def test_the_cli_parses_watch_and_backfill_and_refuses_a_bad_framework(tmp_path):
     from rl_otel.cli import _parser, main
 
@@ -184,6 +206,7 @@ def test_the_cli_parses_watch_and_backfill_and_refuses_a_bad_framework(tmp_path)
     assert args.paths == ["a", "b"] and args.port == 0
     assert _parser().parse_args(["backfill", "a", "-o", "x.om"]).output == "x.om"
     assert main(["watch", str(tmp_path), "--framework", "nope", "--no-state"]) == 2
+    assert main(["watch", str(tmp_path), "--expire-after", "0", "--no-state"]) == 2
     out = subprocess.run([sys.executable, "-m", "rl_otel.cli", "watch", "--help"], capture_output=True, text=True,
                          timeout=60)
     assert "--state" in out.stdout and out.returncode == 0

@@ -40,12 +40,13 @@ def served(url: str, name: str, **labels: str) -> float | None:
 class ThreadedWatcher:
     """A :class:`Watcher` polling on a thread until ``close()``."""
 
-    def __init__(self, roots: list[str], state_path: Path | None = None, **serve: object) -> None:
+    def __init__(self, roots: list[str], state_path: Path | None = None, expire_s: float | None = None,
+                 **serve: object) -> None:
         from rl_otel.watch.served import ServeOptions
         from rl_otel.watch.watcher import Watcher, WatchOptions
 
         self.watcher = Watcher(roots, WatchOptions(serve=ServeOptions(host="127.0.0.1", port=0, **serve),
-                                                   state_path=state_path))
+                                                   state_path=state_path, expire_s=expire_s))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.watcher.run, args=(self._stop,), daemon=True)
         self._thread.start()

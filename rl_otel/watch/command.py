@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 _FRAMEWORK_HELP = ("the framework whose keys the files hold: auto (inferred from the keys), roll, verl, trl, trinity, "
-                   "openrlhf, slime, areal, nemo_rl, skyrl, prime_rl; its catalog resolves the keys, and it is shown as "
-                   "rl.framework in target_info")
+                   "openrlhf, slime, areal, nemo_rl, skyrl, prime_rl; its catalog resolves the keys, and it is shown "
+                   "as rl.framework in target_info")
 
 
 def add_watch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +30,10 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-state", action="store_true", help="keep no state: read every file from its start")
     parser.add_argument("--framework", default="auto", help=_FRAMEWORK_HELP)
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between polls of the files (0.5)")
+    parser.add_argument("--expire-after", type=float, default=None, metavar="SECONDS",
+                        help="close a run whose files have not grown for this long, as a finished training closes "
+                             "(default: serve every run until the watcher stops; a hung training stops writing "
+                             "too, so with expiry RLTrainerStalled cannot page for it)")
     parser.add_argument("--checkpoint-interval", type=float, default=1.0,
                         help="seconds between saves of the state file, when something moved (1.0)")
     parser.add_argument("--step-key", action="append", metavar="KEY",
@@ -66,10 +70,14 @@ def watch_main(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         print("rl-otel watch: --interval must be > 0", file=sys.stderr)
         return 2
+    if args.expire_after is not None and args.expire_after <= 0:
+        print("rl-otel watch: --expire-after must be > 0 seconds", file=sys.stderr)
+        return 2
     init_options = {} if args.max_unknown_keys is None else {"max_unknown_keys": args.max_unknown_keys}
     serve = ServeOptions(host=args.host, port=args.port, port_search=args.port_search, file_sd=args.file_sd,
                          advertise_host=args.advertise_host, framework=framework, init_options=init_options)
     options = WatchOptions(serve=serve, interval_s=args.interval, checkpoint_s=args.checkpoint_interval,
+                           expire_s=args.expire_after,
                            state_path=None if args.no_state else (args.state or default_path(args.paths)),
                            step_keys=tuple(args.step_key) if args.step_key else jsonl.STEP_KEYS)
     print(f"rl-otel watch: following {', '.join(args.paths)}; state "

@@ -30,7 +30,9 @@ _log = logging.getLogger("rl_otel.watch")
 @dataclass
 class WatchOptions:
     """The watcher's options: how runs are served, where the state lives (``None``: no state file), the poll,
-    rescan and checkpoint periods, and the JSONL step and time fields."""
+    rescan and checkpoint periods, the JSONL step and time fields, and ``expire_s``: a run whose files have not
+    grown for that long is closed, as a finished training process closes (``None``: served until the watcher
+    stops; a hung training stops writing too, so expiry trades RLTrainerStalled for a clean end)."""
 
     serve: ServeOptions = field(default_factory=ServeOptions)
     state_path: Path | None = None
@@ -39,6 +41,7 @@ class WatchOptions:
     checkpoint_s: float = 1.0
     step_keys: Sequence[str] = jsonl.STEP_KEYS
     time_keys: Sequence[str] = jsonl.TIME_KEYS
+    expire_s: float | None = None
 
 
 class _Followed:
@@ -67,9 +70,11 @@ class Watcher:
         self._dirty = False
         self._last_scan = self._last_save = float("-inf")
         self._no_tensorboard = False
+        self._grew: dict[tuple[str, int], float] = {}  # run -> when its files last grew (for expire_s)
         for key, rs in self.state.runs.items():  # restored runs serve their last values at once
             target = self.runs[key] = RunTarget(rs, self.options.serve, self.catalog)
             target.start()
+            self._grew[key] = time.monotonic()
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -92,6 +97,8 @@ class Watcher:
                 self.rescan()
             for followed in list(self.files.values()):
                 more |= self._read(followed)
+            if self.options.expire_s is not None:
+                self._expire(time.monotonic() - self.options.expire_s)
             if time.monotonic() - self._last_save >= self.options.checkpoint_s:
                 self.checkpoint()
         except Exception:
@@ -116,6 +123,21 @@ class Watcher:
             self.state.runs[key] = target.snapshot()
         if state.save(self.state, self.options.state_path):
             self._dirty = False
+
+    def _expire(self, before: float) -> None:
+        """Close the runs whose files last grew before ``before``: their endpoint stops and their targets file
+        goes, as a finished training's; the files' offsets stay, so a restart does not serve them again (a file
+        that grows later starts the run anew)."""
+        for key, grew in list(self._grew.items()):
+            if grew < before:
+                del self._grew[key]
+                target = self.runs.pop(key, None)
+                self.state.runs.pop(key, None)
+                self._dirty = True
+                if target is not None:
+                    target.close()
+                _log.info("rl_otel watch: run %r rank %d wrote nothing for %.0f s: closed", key[0], key[1],
+                          self.options.expire_s)
 
     def targets(self) -> dict[tuple[str, int], str | None]:
         """``{(run, rank): metrics URL}`` of the runs served (``None`` for one whose endpoint is not up)."""
@@ -162,6 +184,7 @@ class Watcher:
             return False
         followed.failed = False
         target = self._target(found)
+        self._grew[(found.run, found.rank)] = time.monotonic()
         if points:
             target.feed(points)
         target.count_error("corrupt_record", corrupt)
