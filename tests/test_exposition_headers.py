@@ -38,7 +38,8 @@ BASE = (("run", 'r"1\\'), ("rank", "0"))
 def specs():
     """A spec of every kind for every hostile description and unit (names made valid for their unit)."""
     for (i, doc), unit in itertools.product(enumerate(DESCRIPTIONS), UNITS):
-        name = f"rl_hostile_{i}_value" + {"s": "_seconds", "By": "_bytes"}.get(unit, "_per_second" * unit.endswith("/s"))
+        suffix = {"s": "_seconds", "By": "_bytes"}.get(unit, "_per_second" * unit.endswith("/s"))
+        name = f"rl_hostile_{i}_value" + suffix
         yield MetricSpec(key=f"x/{i}", name=name, kind=Kind.GAUGE, unit=unit, description=doc, source="t")
         yield MetricSpec(key=f"x/{i}", name=name, kind=Kind.COUNTER, unit=unit, description=doc, source="t")
         for buckets in BUCKETS:

@@ -264,7 +264,8 @@ def alerts(t: Thresholds = DEFAULT) -> tuple[Alert, ...]:
               concept="throughput"),
         Alert("RLEvalRegression",
               f"avg_over_time(run_taskset:rl_eval_score:avg[{t.eval_smooth}]) < max_over_time(avg_over_time("
-              f"run_taskset:rl_eval_score:avg[{t.eval_smooth}])[{t.eval_window}:{t.eval_resolution}]) - {t.eval_drop:g}",
+              f"run_taskset:rl_eval_score:avg[{t.eval_smooth}])[{t.eval_window}:{t.eval_resolution}]) "
+              f"- {t.eval_drop:g}",
               t.eval_for, "warning",
               f"Run {run}: eval {{{{ $labels.taskset }}}}/{{{{ $labels.metric }}}} regressed to {value}",
               f"mean@{{{{ $labels.k }}}} of {{{{ $labels.metric }}}} on {{{{ $labels.taskset }}}}, averaged over "
