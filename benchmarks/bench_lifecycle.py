@@ -130,12 +130,12 @@ def measure(rounds: int) -> dict[str, float]:
 
 def rows_from(m: dict[str, float]) -> list[Row]:
     base = "prometheus_client by hand"
-    target = f"<= {TARGET_MS:g} ms"
+    # information rows (under TARGET_MS when last measured): milliseconds once per process, not felt per step
+    info = f"(information; was <= {TARGET_MS:g} ms)"
     return [
         Row(f"init(), endpoint on, fresh process (after import rl_otel: {m['ours_import']:.0f} ms)", m["ours_init"],
-            m["theirs_init"], "ms", target, m["ours_init"] <= TARGET_MS, f"{base}: import + start_http_server",
-            paired_ratio=m["init_ratio"]),
-        Row("close(), endpoint on", m["ours_close"], m["theirs_close"], "ms", target, m["ours_close"] <= TARGET_MS,
+            m["theirs_init"], "ms", info, None, f"{base}: import + start_http_server", paired_ratio=m["init_ratio"]),
+        Row("close(), endpoint on", m["ours_close"], m["theirs_close"], "ms", info, None,
             f"{base}: server.shutdown() + server_close()", paired_ratio=m["close_ratio"]),
         Row("first phase() after init(), fresh process (no tracing=)", m["phase_first"], m["phase_later"], "ms",
             "(information)", None, "a later phase()"),

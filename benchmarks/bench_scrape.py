@@ -114,8 +114,8 @@ def gil_pauses_ms(url: str, scrapes: int, before_each=None) -> tuple[float, floa
 
 def _registry(tel):
     """The Telemetry's scrape registry (private; the facade's layout has moved before, so both are tried)."""
-    parts = getattr(tel, "_parts", None)
-    return parts.registry if parts is not None else tel._scrape_registry
+    components = getattr(tel, "_components", None) or getattr(tel, "_parts", None)
+    return components.registry if components is not None else tel._scrape_registry
 
 
 def _store(tel):
@@ -156,7 +156,7 @@ def measure(repeat: int) -> dict[str, float]:
         node.feed(tel, steps=2)
         registry = _registry(tel)
         store = _store(tel)
-        views = [*store.live(), *store.snapshot()[1]]
+        views = [*store.live(), *store.snapshot().families]
         provider, stock = stock_reader(views)
         keys, rng, ppo = node.node_keys(), np.random.default_rng(1), node.ppo_batch(1)
 

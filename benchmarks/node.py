@@ -70,7 +70,6 @@ def feed(tel, steps: int = 1, devices: int = DEVICES, seed: int = 0) -> dict:
             for phase in PHASES:
                 with tel.phase(cluster, phase):
                     pass
-        tel.take_phase_metrics()
         metrics = step_metrics(keys, rng, ppo)
         tel.log(metrics, step=step)
     return metrics

@@ -53,6 +53,7 @@ BENCHMARKS: dict[str, Callable[[bool], list[Row]]] = {
     "histogram": _module_rows("bench_histogram"),
     "tensorboard": _module_rows("bench_tensorboard"),
     "scrape": _module_rows("bench_scrape"),
+    "pause": _module_rows("bench_pause"),
     "watch": _module_rows("bench_watch"),
     "auth": _module_rows("bench_auth"),
     "attack": _module_rows("bench_attack"),

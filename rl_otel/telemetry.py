@@ -3,7 +3,7 @@
 
 It holds no logic of its own beyond the per-call guards (closed? a signal held while a step is logged? never
 raise): a step goes through :class:`~rl_otel._internal.pipeline.ingest.Pipeline` (trackers, then router → store),
-the resources live in :class:`~rl_otel._internal.runtime.parts.Parts`. See ``docs/architecture.md``.
+the resources live in :class:`~rl_otel._internal.runtime.components.Components`. See ``docs/architecture.md``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from rl_otel._internal.pipeline.router import Router
 from rl_otel._internal.pipeline.store import HistogramValue, SeriesStore
 from rl_otel._internal.pipeline.values import flatten, owned
 from rl_otel._internal.pipeline.worker import Worker, caller_streams, on_streams, reset_in_forked_child
+from rl_otel._internal.runtime.components import Components
 from rl_otel._internal.runtime.config import TelemetryConfig
-from rl_otel._internal.runtime.parts import Parts
 from rl_otel._version import __version__
 from rl_otel.catalog import Catalog, meta
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["HistogramValue", "Telemetry"]
 
 _log = logging.getLogger("rl_otel")
-_SETTLE_S = 2.0  # how long a scrape or an OTLP export waits for submitted jobs before serving what is stored
+_READ_WAIT_S = 2.0  # how long value() and a scrape wait for submitted jobs before reading what is stored
 
 
 class Telemetry:
@@ -60,11 +60,10 @@ class Telemetry:
                             dropped_spec=meta.DROPPED_SERIES, on_drop=self._warn_capped)
         self._diag = Diagnostics(store)
         self._pipeline = Pipeline(store, Router(catalog, config.max_unknown_keys), self._diag)
-        # submit()'s jobs, and log()s queued behind them; every store read waits for those submitted before it
+        # submit()'s jobs, and log()s queued behind them (written to the store on the worker's thread)
         self._worker: Worker = Worker(name="rl_otel-metrics", queue_size=config.submit_queue_size,
                               timeout_s=config.close_timeout_s, when_full="wait",
                               on_error=lambda reason: self._diag.count("submit", reason))
-        store.set_settle(self._settle)
         # explicit (init's resource=) > OTEL_SERVICE_NAME > OTEL_RESOURCE_ATTRIBUTES > rl_otel's defaults
         # (the SDK Resource object itself is built when something needs it: see the resource property)
         resource = resolve_resource(
@@ -73,8 +72,8 @@ class Telemetry:
             {"rl.run": config.run, "rl.rank": config.rank, "rl.role": config.role,
              "rl.local_rank": config.local_rank, "rl.world_size": config.world_size},
             dict(config.resource))
-        self._parts = Parts(config, resource, self._pipeline, self._worker)
-        self._parts.build(on_term=self.close, on_int=self._flush_on_signal)  # closes what it made if a step fails
+        self._components = Components(config, resource, self._pipeline, self._worker)
+        self._components.build(on_term=self.close, on_int=self._flush_on_signal)  # closes what it made if a step fails
         # closed at interpreter exit unless closed before (frameworks that never call finish(), like ROLL): the
         # metrics worker drains, the trackers write what is queued, the endpoint and file_sd target go away
         self._pid = os.getpid()
@@ -86,31 +85,31 @@ class Telemetry:
         rl_otel's defaults, under ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME``, init()'s own ``rl.*``
         attributes and ``init(resource=...)``. The attributes are resolved at ``init()``; the SDK object is built
         at the first read (or by the first provider that needs it)."""
-        return self._parts.resource
+        return self._components.resource
 
     # -- reading --------------------------------------------------------------------------------------------
 
     @property
     def metrics_url(self) -> str | None:
         """``http://host:port/metrics`` of the scrape endpoint (``None`` without one)."""
-        endpoint = self._parts.endpoint
+        endpoint = self._components.endpoint
         return endpoint.url if endpoint else None
 
     @property
     def step(self) -> int | None:
         """The highest step logged so far (``None`` before the first ``log()``); ``step=None`` continues from it."""
-        return self._pipeline.step
+        return self._pipeline.steps.last
 
     @property
     def trackers(self) -> tuple[str, ...]:
         """Names of the tracker sinks this process mirrors to (empty on ranks that do not mirror)."""
-        return self._parts.bridge.sink_names
+        return self._components.bridge.sink_names
 
     @property
     def tracer_provider(self) -> Any:
         """The ``TracerProvider`` phases use: the one given as ``init(tracer_provider=...)``, else this
         Telemetry's own (never the global one unless given), to which span processors may be added."""
-        return self._parts.tracer_provider
+        return self._components.tracer_provider
 
     @property
     def meter_provider(self) -> Any:
@@ -124,7 +123,7 @@ class Telemetry:
         rl_otel pushes to a collector through its own OTLP exporter. They follow the OTel SDK's rules (NaN/Inf
         dropped, a histogram's default buckets are for milliseconds); a name rl_otel already serves is dropped
         from the scrape and counted (``duplicate_family``). See :mod:`rl_otel._internal.exporters.instruments`."""
-        return None if self._closed else self._parts.user_meter_provider()
+        return None if self._closed else self._components.user_meter_provider()
 
     def value(self, key: str, /, **labels: str) -> float | HistogramValue | None:
         """What the scrape endpoint serves now for one series, in base units (bytes, seconds); ``None`` when it
@@ -144,12 +143,19 @@ class Telemetry:
         :meth:`submit` jobs submitted before it (a bounded wait; a job reading it does not wait for itself).
         Works with or without a scrape endpoint; meant for tests, checks and tools, not the per-step path.
         """
-        store = self._pipeline.store
+        if self._worker.pending:  # the jobs submitted before this read land first (on the worker's thread)
+            self._worker.flush(_READ_WAIT_S)
+        name, series = key, labels
         if not labels:
             route = self._pipeline.router.existing(key)
             if route is not None:
-                return store.value(route.spec.name, route.labels)
-        return store.value(key, labels)
+                name, series = route.spec.name, dict(route.labels)
+        value = self._pipeline.store.snapshot().value(name, series)
+        if value is None:
+            for view in self._pipeline.store.live():
+                if name in (view.spec.name, view.spec.prometheus_name):
+                    value = next((v for k, v in view.points if dict(k) == series), None)
+        return value
 
     # -- writing --------------------------------------------------------------------------------------------
 
@@ -187,7 +193,7 @@ class Telemetry:
         if self._closed:
             self._diag.warn_once("closed", "", "rl_otel: log() after close() is ignored")
             return
-        signals = self._parts.signals
+        signals = self._components.signals
         if signals is not None:
             signals.hold()  # a SIGTERM/SIGINT now is handled once this step is fully logged
         try:
@@ -226,11 +232,11 @@ class Telemetry:
             self._diag.bad("", f"submit() takes a function returning a dict of metrics, got {type(fn).__name__}")
             future.set_exception(TypeError(f"submit() takes a function, got {type(fn).__name__}"))
             return future
-        signals = self._parts.signals
+        signals = self._components.signals
         if signals is not None:
             signals.hold()
         try:
-            at = self._pipeline.advance(step)
+            at = self._pipeline.steps.advance(step)
             phases = self._pipeline.phases.take() if self._pipeline.mirror is not None else None
             streams = caller_streams((*args, *kwargs.values()))
             job = partial(self._run_submitted, fn, args, kwargs, at, time.time(), phases, streams, future)
@@ -257,7 +263,8 @@ class Telemetry:
         Makes the span ``{cluster}/{phase}`` with children ``onload``, ``execute``, ``offload`` (attributes
         cluster, phase, rank, step; ``step`` defaults to the step the next ``log()`` gets by default), records
         ROLL's ``time/...`` and ``memory/...`` keys through the catalog (Prometheus gets seconds and bytes, plus
-        ``rl_phase_duration_seconds``), and keeps those keys for :meth:`take_phase_metrics`. While
+        ``rl_phase_duration_seconds``) when the block ends, and hands them to the trackers with the next
+        ``log()``, as ROLL does (``Phase.metrics`` holds them too). While
         :attr:`tracer_provider` has no span processor (no ``tracing=``, no OTLP traces), no span is recorded:
         the root and ``execute`` are span contexts only (``Phase.carrier()`` and user spans inside the block
         parent under them all the same); a processor added later records the next phase's spans. ``parent`` is a
@@ -266,18 +273,8 @@ class Telemetry:
         raises.
         """
         cluster, phase = self._phase_name(cluster), self._phase_name(phase)
-        return self._parts.phase_runtime().open(cluster, phase, onload=onload, offload=offload, step=step,
+        return self._components.phase_runtime().open(cluster, phase, onload=onload, offload=offload, step=step,
                                                 parent=parent)
-
-    def pending_phase_metrics(self) -> dict[str, float]:
-        """ROLL-keyed values (seconds, GiB) of the phases finished since the last :meth:`take_phase_metrics`
-        (later phases overwrite equal keys, as ROLL's ``metrics.update`` does). A copy; nothing is cleared."""
-        return self._pipeline.phases.pending()
-
-    def take_phase_metrics(self) -> dict[str, float]:
-        """Like :meth:`pending_phase_metrics`, and clear them: the tracker bridge merges these into the dict it
-        mirrors at its next ``log()`` (Prometheus already has them; ``log()`` does not write them again)."""
-        return self._pipeline.phases.take()
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
@@ -287,7 +284,7 @@ class Telemetry:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         ran = self._worker.flush(timeout_s)
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self._parts.bridge.flush(left) and ran
+        return self._components.bridge.flush(left) and ran
 
     def close(self) -> None:
         """Flush and close the trackers (bounded by ``close_timeout_s``), stop serving. Idempotent; never raises.
@@ -301,12 +298,12 @@ class Telemetry:
         with self._close_lock:
             if self._closed:
                 return
-            signals = self._parts.signals
+            signals = self._components.signals
             if signals is not None:  # from now on a SIGTERM/SIGINT waits for the end of this close
                 signals.begin_close()
             self._closed = True
         atexit.unregister(self._close_at_exit)
-        self._parts.close()
+        self._components.close()
 
     def _after_fork(self) -> None:
         self._close_lock = threading.Lock()  # the parent's may have been held by another thread at the fork
@@ -330,11 +327,9 @@ class Telemetry:
         if not isinstance(metrics, Mapping):
             self._diag.bad("", f"log() takes a dict of metrics, got {type(metrics).__name__}")
             return
-        at = self._pipeline.advance(step)
+        at = self._pipeline.steps.advance(step)
         if not self._worker.pending:
-            now = time.time()
-            if not self._pipeline.ingest_flat(metrics, at, now, wait):
-                self._pipeline.ingest(flatten(metrics), at, now, None, wait)
+            self._pipeline.log(flatten(metrics), at, time.time(), None, wait)
             return
         # submitted jobs are still running: queue behind them, so steps land in call order; the values are
         # copied now (the caller may reuse its buffers once log() returns)
@@ -348,7 +343,7 @@ class Telemetry:
         """A ``log()`` queued behind submitted jobs, run by the metrics worker (never raises)."""
         try:
             with on_streams(streams):
-                self._pipeline.ingest(pairs, step, timestamp, phases, wait)
+                self._pipeline.log(pairs, step, timestamp, phases, wait)
         except Exception:
             self._internal_error("log")
 
@@ -366,7 +361,7 @@ class Telemetry:
                     self._diag.bad("", f"submit(): {name} returned {type(metrics).__name__}, not a dict of metrics")
                     future.set_exception(TypeError(f"{name} returned {type(metrics).__name__}, not a dict"))
                     return
-                self._pipeline.ingest(flatten(metrics), step, timestamp, phases)
+                self._pipeline.log(flatten(metrics), step, timestamp, phases)
         except Exception as exc:
             self._diag.count("submit", "exception")
             if self._diag.warn_once("submit", name, f"rl_otel: submit(): {name} raised {type(exc).__name__}: "
@@ -375,11 +370,6 @@ class Telemetry:
             future.set_exception(exc)
             return
         future.set_result(metrics)
-
-    def _settle(self) -> None:  # before every read of the store: the submitted jobs, then the phases ended
-        if self._worker.pending:
-            self._worker.flush(_SETTLE_S)
-        self._pipeline.write_phases()
 
     def _internal_error(self, what: str) -> None:
         """A bug in ``log()``/``submit()`` itself: the step is dropped, counted and logged once with its

@@ -198,11 +198,11 @@ def test_queued_scrapes_share_a_rendering_made_after_they_arrived():
     registry = ScrapeRegistry(on_duplicate=lambda name: None, store=store)
     store.write([(meta.STEP, (), 1.0)])
     asked = time.monotonic_ns()
-    first = registry.render_parts(asked_ns=asked)[0]
+    first = registry.render_chunks(asked_ns=asked)[0]
     assert b'rl_step{rank="0",run="r"} 1.0' in first
     store.write([(meta.STEP, (), 2.0)])  # done after the first request arrived
-    assert registry.render_parts(asked_ns=asked)[0] is first
-    assert b'rl_step{rank="0",run="r"} 2.0' in registry.render_parts(asked_ns=time.monotonic_ns())[0]
+    assert registry.render_chunks(asked_ns=asked)[0] is first
+    assert b'rl_step{rank="0",run="r"} 2.0' in registry.render_chunks(asked_ns=time.monotonic_ns())[0]
     assert b'rl_step{rank="0",run="r"} 2.0' in registry.render()
 
 

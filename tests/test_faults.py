@@ -28,13 +28,16 @@ from tests.promtools import promtool_check, samples, scrape
 
 def test_hung_sink_call_is_counted_as_a_timeout_and_log_never_waits():
     Recorder.instances.clear()
-    tel = rl_otel.init(prometheus=False, trackers=["hang", "recorder"], sink_queue_size=4, close_timeout_s=0.2,
+    tel = rl_otel.init(prometheus=False, trackers=["hang", "recorder"], sink_queue_size=4, close_timeout_s=1.0,
                        handle_sigterm=False)
     hung, good = Recorder.instances
     try:
         for step in range(20):
-            if step == 10:
-                time.sleep(0.3)  # the hung sink's first call is now older than close_timeout_s
+            if step == 1:
+                assert hung.entered.wait(30)
+                entered = time.monotonic()  # the hung call started before this
+            if step == 10:  # the hung call is now older than close_timeout_s: a lower bound, not a race
+                time.sleep(max(0.0, entered + 1.0 - time.monotonic()) + 0.01)
             tel.log({"actor/pg_loss": float(step)}, step=step)
             assert good.wait_for_steps(step + 1)  # the healthy sink keeps up
         errors = tel_errors(tel)

@@ -33,24 +33,24 @@ def test_cuda_availability_is_asked_once_across_phases(tel, monkeypatch):
     cuda = FakeCuda()
     monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
     for _ in range(20):
-        with tel.phase("actor_train", "train_step"):
+        with tel.phase("actor_train", "train_step") as ph:
             pass
-    assert cuda.availability_checks == 1
-    assert len(gpu_keys(tel.take_phase_metrics())) == 18  # 4 stages x 4 kinds + 2 fractions, every phase
+        assert len(gpu_keys(ph.metrics)) == 18
+    assert cuda.availability_checks == 1  # 4 stages x 4 kinds + 2 fractions, every phase
 
 
 def test_torch_imported_later_is_still_checked(tel, monkeypatch):
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     for _ in range(3):
-        with tel.phase("actor_train", "train_step"):
+        with tel.phase("actor_train", "train_step") as ph:
             pass
-    assert gpu_keys(tel.take_phase_metrics()) == []
+        assert gpu_keys(ph.metrics) == []
     cuda = FakeCuda()
     monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))  # the training code imports torch now
     for _ in range(3):
-        with tel.phase("actor_train", "train_step"):
+        with tel.phase("actor_train", "train_step") as ph:
             pass
-    assert len(gpu_keys(tel.take_phase_metrics())) == 18
+        assert len(gpu_keys(ph.metrics)) == 18
     assert cuda.availability_checks == 1
 
 
@@ -130,9 +130,9 @@ def test_telemetry_close_closes_the_cpu_probe():
     assert statm_fds() - before  # the probe keeps /proc/self/statm open while it runs
     t.close()
     assert statm_fds() <= before
-    with t.phase("actor_train", "train_step"):  # a phase after close still measures (through psutil)
+    with t.phase("actor_train", "train_step") as ph:  # a phase after close still measures (through psutil)
         pass
-    assert t.pending_phase_metrics()[f"memory/cpu/{INFIX}/end/rss"] > 0
+    assert ph.metrics[f"memory/cpu/{INFIX}/end/rss"] > 0
 
 
 @linux_only

@@ -60,7 +60,7 @@ def by_name(exporter):
 
 
 def test_spans_names_nesting_attributes_durations(tel, spans):
-    with tel.phase("actor_train", "train_step", onload=lambda: None, offload=lambda: None, step=7):
+    with tel.phase("actor_train", "train_step", onload=lambda: None, offload=lambda: None, step=7) as ph:
         pass
     got = by_name(spans)
     assert set(got) == {INFIX, "onload", "execute", "offload"}
@@ -75,7 +75,7 @@ def test_spans_names_nesting_attributes_durations(tel, spans):
         assert dict(s.attributes) == {"cluster": "actor_train", "phase": "train_step", "rank": 3, "step": 7}
     children = sum(got[c].end_time - got[c].start_time for c in ("onload", "execute", "offload"))
     assert children <= root.end_time - root.start_time
-    m = tel.pending_phase_metrics()
+    m = ph.metrics
     parts = sum(m[f"time/{INFIX}/{p}"] for p in ("onload", "execute", "offload"))
     assert 0 < parts <= m[f"time/{INFIX}/total"]
 
@@ -114,10 +114,10 @@ def test_roll_keys_and_units_with_gpu(tel, cuda):
     def offload():
         cuda.free(20 * GIB, release=True)
 
-    with tel.phase("actor_train", "train_step", onload=onload, offload=offload):
+    with tel.phase("actor_train", "train_step", onload=onload, offload=offload) as ph:
         cuda.alloc(8 * GIB)
         cuda.free(8 * GIB)
-    m = tel.take_phase_metrics()
+    m = ph.metrics
     assert set(m) == ROLL_KEYS
     assert cuda.resets == 1
     assert m[f"memory/{INFIX}/start/offload/allocated/0"] == pytest.approx(4.0)
@@ -129,7 +129,6 @@ def test_roll_keys_and_units_with_gpu(tel, cuda):
     assert m[f"memory/{INFIX}/end/offload/allocated/0"] == pytest.approx(4.0)
     assert m[f"memory/{INFIX}/end/offload/reserved/0"] == pytest.approx(4.0)
     assert 0.001 < m[f"memory/cpu/{INFIX}/end/rss"] < 1024  # GiB, not bytes
-    assert tel.pending_phase_metrics() == {}
 
 
 @served
@@ -164,9 +163,9 @@ def test_no_gpu_cpu_metrics_only_and_one_info_line(tel, caplog, monkeypatch):
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     caplog.set_level(logging.INFO, logger="rl_otel")
     for _ in range(3):
-        with tel.phase("actor_train", "train_step"):
+        with tel.phase("actor_train", "train_step") as ph:
             pass
-    m = tel.pending_phase_metrics()
+    m = ph.metrics
     assert not [k for k in m if k.startswith(f"memory/{INFIX}")]
     assert {k for k in m if k.startswith("memory/cpu/")} == {k for k in ROLL_KEYS if k.startswith("memory/cpu/")}
     assert len([r for r in caplog.records if "no CUDA device" in r.getMessage()]) == 1
@@ -177,9 +176,9 @@ def test_no_gpu_cpu_metrics_only_and_one_info_line(tel, caplog, monkeypatch):
 
 def test_cpu_build_of_torch_has_no_gpu_metrics(tel):
     pytest.importorskip("torch")
-    with tel.phase("actor_train", "train_step"):
+    with tel.phase("actor_train", "train_step") as ph:
         pass
-    assert not [k for k in tel.pending_phase_metrics() if k.startswith(f"memory/{INFIX}")]
+    assert not [k for k in ph.metrics if k.startswith(f"memory/{INFIX}")]
 
 
 def test_onload_exception_propagates_and_spans_close(tel, spans):
@@ -191,7 +190,7 @@ def test_onload_exception_propagates_and_spans_close(tel, spans):
     got = by_name(spans)
     assert got[INFIX].status.status_code is StatusCode.ERROR
     assert got["onload"].status.status_code is StatusCode.ERROR
-    assert tel.pending_phase_metrics() == {}
+    assert tel.value(f"time/{INFIX}/total") is None  # nothing recorded
 
 
 def test_body_exception_skips_offload_as_roll_does(tel, spans):
@@ -230,7 +229,7 @@ def test_telemetry_failure_never_raises_and_is_counted(tel, monkeypatch):
     with tel.phase("actor_train", "train_step", onload=lambda: ran.append("on"), offload=lambda: ran.append("off")):
         ran.append("body")
     assert ran == ["on", "body", "off"]
-    assert f"time/{INFIX}/total" in tel.pending_phase_metrics()
+    assert tel.value(f"time/{INFIX}/total") is not None
     errors = samples(scrape(tel.metrics_url), "rl_telemetry_errors_total")
     assert errors[frozenset({("run", "phases"), ("rank", "3"), ("sink", "phase"), ("reason", "internal")})] >= 1
 
@@ -272,7 +271,7 @@ def test_traceparent_crosses_processes(spans):
 def test_slash_in_names_is_one_segment(tel):
     with tel.phase("actor/train", "train_step"):
         pass
-    assert "time/actor_train/train_step/total" in tel.pending_phase_metrics()
+    assert tel.value("time/actor_train/train_step/total") is not None
 
 
 def test_phase_after_close_still_runs_user_code():
@@ -312,7 +311,7 @@ def test_no_processor_builds_no_sdk_span_and_the_carrier_continues_elsewhere(tel
     trace_id, span_id = TRACEPARENT.match(carrier["traceparent"]).groups()
     assert (int(trace_id, 16), int(span_id, 16)) == (current.get_span_context().trace_id,
                                                       current.get_span_context().span_id)
-    assert "time/pipeline/step/total" in tel.pending_phase_metrics()  # the rest of the phase is unchanged
+    assert tel.value("time/pipeline/step/total") is not None  # the rest of the phase is unchanged
 
     worker = rl_otel.init(run="worker", rank=1, prometheus=False)  # another process, recording its spans
     worker_spans = InMemorySpanExporter()
@@ -453,7 +452,7 @@ before = sorted(m for m in sdk if m in sys.modules)
 with tel.phase("actor_train", "train_step") as ph:
     carrier = ph.carrier()
 print(json.dumps({"before": before, "after": sorted(m for m in sdk if m in sys.modules), "carrier": carrier,
-                  "keys": len(tel.pending_phase_metrics())}))
+                  "keys": len(ph.metrics)}))
 tel.close()
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}

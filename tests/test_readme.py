@@ -68,7 +68,10 @@ def test_the_quick_start_shows_a_served_series():
     code = next(code for page, _, code in RUNNABLE if page == "README.md")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert 'rl_critic_score{run="exp1",rank="0",stat="mean"} 0.41' in proc.stdout, proc.stdout + proc.stderr
+    from tests.promtools import samples
+
+    served = samples(proc.stdout, "rl_critic_score")
+    assert served == {frozenset({("run", "exp1"), ("rank", "0"), ("stat", "mean")}): 0.41}, proc.stdout + proc.stderr
 
 
 def test_yaml_snippets_parse():

@@ -22,16 +22,16 @@ from prometheus_client.utils import floatToGoString
 
 import rl_otel
 from rl_otel._internal.exporters.exposition import Renderer
+from rl_otel._internal.exporters.otlp_push import to_metric
 from rl_otel._internal.exporters.prometheus import families
 from rl_otel._internal.exporters.textformat import EOF, OPENMETRICS, TEXT, go_float
-from rl_otel._internal.pipeline.store import _to_metric
 from rl_otel.catalog import Kind, default_catalog, live
 from tests.promtools import OPENMETRICS as OPENMETRICS_ACCEPT
 from tests.promtools import promtool_check, scrape
 
 
 def stock_text(views, fmt: str) -> str:
-    """What the stock path writes for the store's families: OTel Metrics (``SeriesStore.collect()``) -> the
+    """What the stock path writes for the store's families: OTel Metrics (``otlp_push.to_metric``) -> the
     exporter's translation -> prometheus_client's encoder (rl_otel's scrape path before it rendered directly);
     an info family (``target_info``) is the exporter's target_info of a resource with the series' labels."""
     chunks = []
@@ -48,7 +48,7 @@ def _stock(views, fmt: str, info: bool) -> str:
         ((labels, _value),) = views[0].points
         metrics, resource = [], Resource(dict(views[0].base + labels))
     else:
-        metrics, resource = [_to_metric(view, time.time_ns()) for view in views], Resource.create({})
+        metrics, resource = [to_metric(view, time.time_ns()) for view in views], Resource.create({})
     scope = ScopeMetrics(scope=InstrumentationScope("rl_otel"), metrics=metrics, schema_url="")
     collector.add_metrics_data(MetricsData([ResourceMetrics(resource, [scope], schema_url="")]))
     fams = families(*collector.collect())
@@ -80,7 +80,7 @@ def test_direct_render_is_byte_for_byte_the_stock_exporters(fed, seed_keys, fmt)
     renderer = Renderer()  # one renderer across steps: its per-series caches must follow every change
     for step in range(3):
         store = fed._pipeline.store
-        views = [*store.live(), *store.snapshot()[1]]  # one collection for both (live values move)
+        views = [*store.live(), *store.snapshot().families]  # one collection for both (live values move)
         assert {view.spec.kind for view in views} == {Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM, Kind.INFO}
         assert any(view.spec is live.PROCESS_RSS for view in views)
         ours = renderer.render(views, fmt, set()).text + (EOF if fmt == OPENMETRICS else "")
@@ -140,13 +140,27 @@ def test_gzip_bodies_decompress_to_the_plain_scrape(tel):
     assert promtool_check(fetch(tel.metrics_url, None, "gzip")) == ""
 
 
-def test_series_past_their_ttl_leave_a_cached_scrape(tmp_path):
-    with rl_otel.init(run="ttl", prometheus={"host": "127.0.0.1", "port": 0}, series_ttl_s=0.3) as tel:
-        tel.log({"actor/lr": 1.0}, step=0)
-        assert "rl_actor_learning_rate{" in scrape(str(tel.metrics_url))
-        time.sleep(0.5)
-        text = scrape(str(tel.metrics_url))  # no log() in between: the cache must not outlive the series
-        assert "rl_actor_learning_rate{" not in text and "rl_step{" in text
+def test_series_past_their_ttl_leave_a_cached_scrape():
+    """No write between two scrapes, a series' TTL passes: the second scrape leaves it out (the cached rendering
+    does not outlive it), and the next write removes it from the store."""
+    from rl_otel._internal.exporters.prometheus import ScrapeRegistry
+    from rl_otel._internal.pipeline.store import SeriesStore
+    from rl_otel.catalog import meta
+
+    now = [10**18]
+    store = SeriesStore({"run": "ttl", "rank": "0"}, max_series_per_metric=10, ttl_s=1.0,
+                        dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None, clock=lambda: now[0])
+    registry = ScrapeRegistry(on_duplicate=lambda name: None, store=store)
+    lr = default_catalog().resolve("actor/lr").spec
+    store.write([(lr, (), 1.0)], step=0, marks=[(meta.STEP, 0.0, True)])
+    assert b"rl_actor_learning_rate{" in registry.render(TEXT)
+    now[0] += 999_000_000
+    assert b"rl_actor_learning_rate{" in registry.render(TEXT)  # within its TTL
+    now[0] += 2_000_000
+    text = registry.render(TEXT)  # no write in between: the cache must not outlive the series
+    assert b"rl_actor_learning_rate{" not in text and b"rl_step{" in text  # rl_step never expires
+    store.write([(lr, (), 2.0)], step=1)
+    assert b'rl_actor_learning_rate{rank="0",run="ttl"} 2.0' in registry.render(TEXT)  # back at its next write
 
 
 def test_name_filters_are_served(tel):
@@ -174,7 +188,7 @@ def strip_live(text: str) -> str:
 def test_each_family_is_cut_whole_from_a_rendering(fed, fmt):
     """``?name[]=`` is served from the families it names: each family's cut is its part of the text, in order."""
     store = fed._pipeline.store
-    rendering = Renderer().render([*store.live(), *store.snapshot()[1]], fmt, set())
+    rendering = Renderer().render([*store.live(), *store.snapshot().families], fmt, set())
     parts = rendering.families()
     assert len(parts) > 80 and {p.state is not None for p in parts} == {True, False}  # histograms and others
     cuts = [rendering.text_of(set(part.samples)) for part in parts]
@@ -189,7 +203,7 @@ def test_a_plan_is_compiled_once_per_set_of_series(tel, monkeypatch):
     """Steps with the same keys are filled into one compiled plan; a new series, a removed one (a None logged)
     compile it again - and every scrape serves the current values."""
     compiled: list[str] = []
-    real = Renderer.prepare
+    real = Renderer.compile
 
     def counting(self, families, fmt, seen):
         plan = real(self, families, fmt, seen)
@@ -197,8 +211,8 @@ def test_a_plan_is_compiled_once_per_set_of_series(tel, monkeypatch):
             compiled.append(fmt)
         return plan
 
-    monkeypatch.setattr(Renderer, "prepare", counting)
-    registry = tel._parts.registry
+    monkeypatch.setattr(Renderer, "compile", counting)
+    registry = tel._components.registry
     assert registry is not None
     for step in range(3):
         tel.log({"custom/a": float(step), "custom/b": 2.0 * step}, step=step)
@@ -212,24 +226,13 @@ def test_a_plan_is_compiled_once_per_set_of_series(tel, monkeypatch):
     assert compiled == [TEXT, TEXT, OPENMETRICS]
 
 
-def test_a_series_without_a_value_yet_writes_its_header_only(tel):
-    """The vector write holds a new series' point before its first value: a scrape in between writes no line."""
-    store = tel._pipeline.store
-    spec = default_catalog().by_name("rl_actor_pg_loss")
-    structure, (point,) = store.points([(spec, ())])
-    text = tel._parts.registry.render(TEXT).decode()
-    assert "# TYPE rl_actor_pg_loss gauge" in text and "rl_actor_pg_loss{" not in text
-    assert store.write_points(structure, [point], [1.5], step=0, newest=True)
-    assert 'rl_actor_pg_loss{rank="0",run="test"} 1.5\n' in tel._parts.registry.render(TEXT).decode()
-
-
 def test_scrapes_while_new_series_keep_coming_are_whole_steps():
     """A step that adds series lays the store out again while scrapes read it: every scrape is one whole step, of
     every series logged so far, and parses."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with rl_otel.init(run="grow", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False) as tel:
-        registry, done = tel._parts.registry, threading.Event()
+        registry, done = tel._components.registry, threading.Event()
         assert registry is not None
         texts: list[str] = []
 

@@ -331,8 +331,7 @@ def test_a_bug_inside_log_is_counted_inline_and_when_queued(tel, monkeypatch, ca
 
     from rl_otel._internal.pipeline.ingest import Pipeline
 
-    monkeypatch.setattr(Pipeline, "prepare", broken)  # the per-key path (queued steps take it)
-    monkeypatch.setattr(Pipeline, "ingest_flat", broken)  # the vector path of a flat step logged inline
+    monkeypatch.setattr(Pipeline, "route", broken)  # the one path of a step, inline or queued
     with caplog.at_level(logging.WARNING, logger="rl_otel"):
         tel.log({"critic/score/mean": 0.5}, step=0)  # inline
         gate = threading.Event()

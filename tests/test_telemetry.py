@@ -304,13 +304,13 @@ def test_a_failing_close_step_is_counted_and_the_later_steps_still_run(caplog, m
 
 
 def test_a_failing_init_step_closes_what_was_already_built(tmp_path, monkeypatch):
-    import rl_otel._internal.runtime.parts as parts_module
+    import rl_otel._internal.runtime.components as components_module
 
     def broken_live_gauges(*args, **kwargs):
         raise RuntimeError("live gauges exploded")
 
     # a step after the tracer provider (jsonl file + span thread) and the metric readers, before the endpoint
-    monkeypatch.setattr(parts_module, "LiveGauges", broken_live_gauges)
+    monkeypatch.setattr(components_module, "LiveGauges", broken_live_gauges)
     threads_before = set(threading.enumerate())
     with pytest.raises(RuntimeError, match="live gauges exploded"):
         rl_otel.init(run="test", prometheus={"host": "127.0.0.1", "port": 0},
@@ -319,7 +319,7 @@ def test_a_failing_init_step_closes_what_was_already_built(tmp_path, monkeypatch
     assert left == []  # the tracer provider's span thread was shut down, not leaked
 
 
-def test_store_delete_removes_one_series_and_a_step_never_goes_back():
+def test_store_removes_a_gone_series_and_a_step_never_goes_back():
     from rl_otel._internal.pipeline.store import SeriesStore
     from rl_otel.catalog import meta
 
@@ -327,19 +327,21 @@ def test_store_delete_removes_one_series_and_a_step_never_goes_back():
                         dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None)
     spec = rl_otel.default_catalog().resolve("critic/score/mean").spec
     store.write([(spec, (("stat", "mean"),), 1.0), (spec, (("stat", "max"),), 2.0)])
-    version = store.version
-    assert store.delete(spec, (("stat", "mean"),)) is True
-    assert store.version > version
-    assert store.value(spec.name, {"stat": "mean"}) is None and store.value(spec.name, {"stat": "max"}) == 2.0
-    version = store.version
-    assert store.delete(spec, (("stat", "mean"),)) is False and store.version == version  # gone already
-    assert store.delete(meta.STEP, ()) is False  # a family never written
+    before = store.snapshot()
+    store.write([], gone=[(spec, (("stat", "mean"),))])
+    after = store.snapshot()
+    assert after.version > before.version and after.layout != before.layout
+    assert after.value(spec.name, {"stat": "mean"}) is None and after.value(spec.name, {"stat": "max"}) == 2.0
+    assert before.value(spec.name, {"stat": "mean"}) == 1.0  # a snapshot never changes once taken
+    store.write([], gone=[(spec, (("stat", "mean"),)), (meta.STEP, ())])  # gone already; a family never written
+    assert store.snapshot().layout == after.layout
     # with a step, a series keeps the newest step's value; without one, a write always lands
     store.write([(spec, (("stat", "max"),), 5.0)], step=5)
     store.write([(spec, (("stat", "max"),), 3.0), (spec, (("stat", "min"),), 3.0)], step=3)
-    assert store.value(spec.name, {"stat": "max"}) == 5.0 and store.value(spec.name, {"stat": "min"}) == 3.0
+    snap = store.snapshot()
+    assert snap.value(spec.name, {"stat": "max"}) == 5.0 and snap.value(spec.name, {"stat": "min"}) == 3.0
     store.write([(spec, (("stat", "max"),), 1.0)])
-    assert store.value(spec.name, {"stat": "max"}) == 1.0
+    assert store.snapshot().value(spec.name, {"stat": "max"}) == 1.0
 
 
 def test_none_removes_a_gauge_series_instead_of_leaving_it_stale(tel):

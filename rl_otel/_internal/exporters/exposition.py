@@ -18,13 +18,11 @@ Sample lines are the same in the text format 0.0.4 and in OpenMetrics 1.0.0; onl
 
 Cost: a rendering is a :class:`Plan` - every family's header and every series' line up to its value, a slot per
 series - filled with the values (:meth:`Renderer.fill`). The plan is compiled once per set of series
-(:meth:`Renderer.compile`; the scrape registry keeps it while the store adds and removes no series), so a scrape
+(:meth:`Renderer.compile`; the scrape registry keeps it while the snapshot's layout stays the same), so a scrape
 after a ``log()`` formats the floats in one pass (``repr``, in C) and joins them with the plan's text: no Python
 work per family or series. A histogram series fills its slot with its lines, written again only when its counts
 changed. Compiling writes the common family (a gauge or counter of one unlabelled series) in one pass with
-nothing kept per family, ~0.5 us each: a fresh Telemetry's first scrape of 900 keys costs ~0.17x what
-prometheus_client's ``generate_latest`` of the same 900 gauges does, the next ones (new values) ~0.07x
-(``benchmarks/bench_scrape.py``).
+nothing kept per family. What it costs against prometheus_client: ``benchmarks/bench_scrape.py``.
 
 One family never blanks the others: a label value with a lone surrogate is escaped (the text must encode as
 UTF-8), and a family whose rendering raises is left out of that scrape and reported (``on_error``).
@@ -52,12 +50,6 @@ from rl_otel._internal.pipeline.store import FamilyView, HistogramValue, Labels
 from rl_otel.catalog import Kind, MetricSpec
 
 _log = logging.getLogger("rl_otel")
-
-
-# a family to compile: its entry, the labels on every series (run, rank), and (labels, source) per series; the
-# source is what the plan's slot is filled from (a float or a HistogramValue, or what the caller reads them from)
-Family = tuple[MetricSpec, Labels, Collection[tuple[Labels, object]]]
-
 
 
 # -- plans ----------------------------------------------------------------------------------------------------
@@ -103,7 +95,7 @@ class _State:
         return head
 
 
-class Part(NamedTuple):
+class PlannedFamily(NamedTuple):
     """One family of a :class:`Plan`: its slots ``start:stop`` among the plan's (the first slot's static text
     begins with the family's header), ``first``: its first source among the plan's numbers (or histograms: then
     ``state`` writes their lines)."""
@@ -117,8 +109,8 @@ class Part(NamedTuple):
 
 
 # a family as compile() records it: a gauge of one series by its name (its sample's); any other family as (name,
-# its sample name - or, when compiled through a _State, that state -, number of slots). Plan.parts() turns them
-# into Parts.
+# its sample name - or, when compiled through a _State, that state -, number of slots). Plan.families()
+# turns them into PlannedFamily records.
 _Record = str | tuple[str, "str | _State", int]
 
 
@@ -137,10 +129,10 @@ class Plan:
     hists: list
     hist_at: list[tuple[int, _State, list]]
     failed: list[tuple[str, Exception]] = field(default_factory=list)  # reported when filled: a stale plan never is
-    # families prepare() left to finish(): (their place in records, state, base labels, (labels, source) pairs)
+    # families _prepare() left to _finish(): (their place in records, state, base labels, (labels, source) pairs)
     deferred: list[tuple[int, _State, Labels, list[tuple[Labels, object]]]] = field(default_factory=list)
     _names: frozenset[str] | None = None
-    _parts: list[Part] | None = None
+    _families: list[PlannedFamily] | None = None
 
     @property
     def names(self) -> frozenset[str]:
@@ -149,26 +141,26 @@ class Plan:
             self._names = frozenset(r if isinstance(r, str) else r[0] for r in self.records)
         return self._names
 
-    def parts(self) -> list[Part]:
+    def families(self) -> list[PlannedFamily]:
         """The plan's families, each with its slots and sources (made at the first need: to cut families out of
         a rendering, or to fill the plan family by family)."""
-        if self._parts is None:
+        if self._families is None:
             parts = []
             slot = numbers = hists = 0
             for record in self.records:
                 name, key, count = (record, record, 1) if isinstance(record, str) else record
                 if isinstance(key, str):
-                    parts.append(Part(name, frozenset((key,)), slot, slot + count, numbers, None))
+                    parts.append(PlannedFamily(name, frozenset((key,)), slot, slot + count, numbers, None))
                     numbers += count
                 elif key.le:
-                    parts.append(Part(name, key.samples, slot, slot + count, hists, key))
+                    parts.append(PlannedFamily(name, key.samples, slot, slot + count, hists, key))
                     hists += count
                 else:
-                    parts.append(Part(name, key.samples, slot, slot + count, numbers, None))
+                    parts.append(PlannedFamily(name, key.samples, slot, slot + count, numbers, None))
                     numbers += count
                 slot += count
-            self._parts = parts
-        return self._parts
+            self._families = parts
+        return self._families
 
     def text(self, slots: list[str]) -> str:
         """The plan's text with every slot's string."""
@@ -177,7 +169,7 @@ class Plan:
         out[1::3] = slots
         return "".join(out)
 
-    def part_text(self, part: Part, slots: Sequence[str | None]) -> str:
+    def family_text(self, part: PlannedFamily, slots: Sequence[str | None]) -> str:
         """One family's text with its slots' strings; a ``None`` slot (a series without a value) writes no line."""
         statics = self.statics[part.start:part.stop]
         head = statics[0].rindex("\n") + 1  # a header's lines end the first static (label strings are escaped)
@@ -196,17 +188,17 @@ class Rendering:
     plan: Plan
     slots: list[str] | None  # every slot's string (one fill); None: ``texts`` holds each part's text
     texts: list[str] | None = None
-    parts: list[Part] | None = None  # the families written when not all of the plan's (:meth:`families`)
+    written: list[PlannedFamily] | None = None  # the families written when not all of the plan's
 
-    def families(self) -> list[Part]:
+    def families(self) -> list[PlannedFamily]:
         """The families written."""
-        return self.plan.parts() if self.parts is None else self.parts
+        return self.plan.families() if self.written is None else self.written
 
     def family_texts(self) -> list[str]:
         """The text of each family (:meth:`families`)."""
         if self.texts is None:
             slots = self.slots or []
-            self.texts = [self.plan.part_text(p, slots[p.start:p.stop]) for p in self.families()]
+            self.texts = [self.plan.family_text(p, slots[p.start:p.stop]) for p in self.families()]
         return self.texts
 
     def text_of(self, names: set[str]) -> str:
@@ -215,7 +207,7 @@ class Rendering:
             return "".join(t for p, t in zip(self.families(), self.texts, strict=True)
                            if not p.samples.isdisjoint(names))
         slots = self.slots or []
-        return "".join(self.plan.part_text(p, slots[p.start:p.stop]) for p in self.families()
+        return "".join(self.plan.family_text(p, slots[p.start:p.stop]) for p in self.families()
                        if not p.samples.isdisjoint(names))
 
 
@@ -244,24 +236,23 @@ class Renderer:
     def render(self, views: Iterable[FamilyView], fmt: str, seen: set[str],
                on_error: Callable[[str], None] | None = None) -> Rendering:
         """``views`` rendered in ``fmt`` (:meth:`compile` then :meth:`fill`, their values as the sources)."""
-        plan = self.compile([(view.spec, view.base, view.points) for view in views], fmt, seen)
+        plan = self.compile(views, fmt, seen)
         return self.fill(plan, plan.numbers, plan.hists, on_error)
 
-    def compile(self, families: Iterable[Family], fmt: str, seen: set[str]) -> Plan:
-        """The plan of ``families`` in ``fmt`` (:meth:`prepare`, then :meth:`finish`)."""
-        return self.finish(self.prepare(families, fmt, seen))
-
-    def prepare(self, families: Iterable[Family], fmt: str, seen: set[str]) -> Plan:
-        """The plan of ``families`` in ``fmt``, to :meth:`finish`. A family whose name is in ``seen`` is left out
-        (the first family of a name wins) and every name taken is added to ``seen``; one that cannot be compiled
-        is left out (reported - and logged once - at each :meth:`fill`), as is one without series.
+    def compile(self, families: Iterable[FamilyView], fmt: str, seen: set[str]) -> Plan:
+        """The plan of ``families`` in ``fmt``. A family whose name is in ``seen`` is left out (the first family
+        of a name wins) and every name taken is added to ``seen``; one that cannot be compiled is left out
+        (reported - and logged once - at each :meth:`fill`), as is one without series.
 
         The common family - a gauge or counter of one series without labels of its own, whose unit is in the
-        table and whose description needs no escaping - is written in this loop with nothing kept (a fresh
-        Telemetry's first scrape of hundreds of keys spends ~0.5 us on each). The others are named here and
-        their series copied; :meth:`finish` writes them through their :class:`_State` (headers and label
-        strings, kept): the store calls this under its lock (:meth:`SeriesStore.laid_out`), which holds only
-        the single pass and the copies."""
+        table and whose description needs no escaping - is written in one pass with nothing kept (what a fresh
+        Telemetry's first scrape of hundreds of keys costs: ``benchmarks/bench_scrape.py``). The others are
+        named in that pass and written afterwards through their :class:`_State` (headers and label strings,
+        kept)."""
+        return self._finish(self._prepare(families, fmt, seen))
+
+    def _prepare(self, families: Iterable[FamilyView], fmt: str, seen: set[str]) -> Plan:
+        """The single pass of :meth:`compile`: the common families written, the others deferred."""
         if fmt != TEXT and fmt != OPENMETRICS:
             raise ValueError(f"unknown exposition format {fmt!r}")
         om = fmt == OPENMETRICS
@@ -271,7 +262,7 @@ class Renderer:
         gauge, counter, words = _GAUGE, _COUNTER, _UNIT_WORDS
         fresh = not seen
         labels_text, last_base = "", None
-        for spec, base, points in families:  # runs once per family of a new layout: every operation counts
+        for spec, base, _start, points, _scrape_only in families:  # once per family of a new layout: it counts
             try:
                 # a gauge's or counter's name is sanitized already: MetricSpec takes rl_[a-z0-9_]+ without "__"
                 # (catalog.naming.check_name; tests/test_exposition_headers.py holds sanitize_full_name to it)
@@ -313,8 +304,8 @@ class Renderer:
             plan._names = frozenset(seen)
         return plan
 
-    def finish(self, plan: Plan) -> Plan:
-        """``plan`` (:meth:`prepare`) with the families it deferred written in their places."""
+    def _finish(self, plan: Plan) -> Plan:
+        """``plan`` (:meth:`_prepare`) with the families it deferred written in their places."""
         if not plan.deferred:
             return plan
         statics, numbers, records = plan.statics, plan.numbers, plan.records
@@ -423,7 +414,7 @@ class Renderer:
     def _fill_by_family(self, plan: Plan, numbers: Sequence[object], hists: Sequence[object],
                         on_error: Callable[[str], None] | None) -> Rendering:
         parts, texts = [], []
-        for part in plan.parts():
+        for part in plan.families():
             a, b = part.first, part.first + part.stop - part.start
             try:
                 if part.state is not None:  # a histogram
@@ -432,7 +423,7 @@ class Renderer:
                         for (_i, _state, entry), h in zip(plan.hist_at[a:b], hists[a:b], strict=True)]
                 else:  # a series still without a value (None) writes no line, as before its first write
                     slots = [None if v is None else go_float(cast(float, v)) for v in numbers[a:b]]
-                texts.append(plan.part_text(part, slots))
+                texts.append(plan.family_text(part, slots))
             except Exception:
                 if part.state is not None:
                     part.state.hists.clear()

@@ -1,29 +1,38 @@
 """The OTLP metric push: an exporter wrapper that adds the series store's families to every export (as deltas for
-a backend that prefers them) and counts failed exports. Imported only by a process that pushes metrics: it loads
-the OTel SDK's metrics package (~100 ms), which a scrape-only process never needs."""
+a backend that prefers them) and counts failed exports, and :func:`store_metrics`, the store's snapshot as OTel
+``Metric`` objects. Imported only by a process that pushes metrics: it loads the OTel SDK's metrics package
+(``benchmarks/bench_lifecycle.py``), which a scrape-only process never needs."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry.sdk.metrics import Counter, Histogram
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
+    Gauge,
+    HistogramDataPoint,
     Metric,
     MetricExporter,
     MetricExportResult,
     MetricsData,
+    NumberDataPoint,
     ResourceMetrics,
     ScopeMetrics,
+    Sum,
 )
+from opentelemetry.sdk.metrics.export import Histogram as HistogramData
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from rl_otel._internal.exporters.otel_compat import exporter_preferences
 from rl_otel._internal.exporters.temporality import DeltaConverter
+from rl_otel._internal.pipeline.store import FamilyView, HistogramValue, SeriesStore
+from rl_otel.catalog import Kind
 
 _log = logging.getLogger("rl_otel")
 SCOPE = InstrumentationScope("rl_otel")
@@ -41,6 +50,39 @@ def merge(data: MetricsData | None, resource: Resource, extra: list[Metric]) -> 
     first, *rest = data.resource_metrics
     return MetricsData(resource_metrics=[replace(first, scope_metrics=[scope, *first.scope_metrics]), *rest])
 
+
+def store_metrics(store: SeriesStore) -> list[Metric]:
+    """Every family of the store as an OTel ``Metric`` (cumulative): the live ones, then the stored ones of its
+    snapshot; not the info families (``SeriesStore.write_info``), which are the scrape endpoint's."""
+    now = time.time_ns()
+    return [to_metric(fam, now) for fam in (*store.live(), *store.snapshot().families) if not fam.scrape_only]
+
+
+def to_metric(fam: FamilyView, now: int) -> Metric:
+    """One family as an OTel ``Metric`` (cumulative), its points stamped ``now``."""
+    spec = fam.spec
+    attrs = [(dict(fam.base + labels), value) for labels, value in fam.points]
+    data: HistogramData | Sum | Gauge
+    if spec.kind is Kind.HISTOGRAM:
+        bounds = [float(b) for b in spec.buckets]
+        hists = cast("list[tuple[dict[str, str], HistogramValue]]", attrs)  # a histogram family holds HistogramValues
+        hist_points = [
+            HistogramDataPoint(attributes=a, start_time_unix_nano=fam.start_ns, time_unix_nano=now, count=h.count,
+                               sum=h.sum, bucket_counts=h.counts, explicit_bounds=bounds,
+                               min=h.min if h.count else 0.0, max=h.max if h.count else 0.0)
+            for a, h in hists
+        ]
+        data = HistogramData(data_points=hist_points, aggregation_temporality=AggregationTemporality.CUMULATIVE)
+    else:
+        numbers = cast("list[tuple[dict[str, str], float]]", attrs)  # the other families' points are floats
+        points = [NumberDataPoint(attributes=a, start_time_unix_nano=fam.start_ns, time_unix_nano=now,
+                                  value=float(v)) for a, v in numbers]
+        if spec.kind is Kind.COUNTER:
+            data = Sum(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE,
+                       is_monotonic=True)
+        else:
+            data = Gauge(data_points=points)
+    return Metric(name=spec.name, description=spec.description, unit=spec.unit, data=data)
 
 
 class StoreExporter(MetricExporter):

@@ -42,12 +42,11 @@ from rl_otel._internal.exporters.exposition import Plan, Renderer, Rendering
 from rl_otel._internal.exporters.server import Limits, Server, serve
 from rl_otel._internal.exporters.textformat import EOF, OPENMETRICS, TEXT
 from rl_otel._internal.exporters.webconfig import WebConfig
-from rl_otel._internal.pipeline.store import SeriesStore
+from rl_otel._internal.pipeline.store import SeriesStore, Snapshot
 
 _log = logging.getLogger("rl_otel")
 
 GZIP_LEVEL = 1  # 3.5 ms for a 1.2 MB scrape (level 9, prometheus_client's: 23 ms) and 1.3x its size
-RELAYOUTS = 3  # tries to read a layout that a concurrent new series keeps making stale, before a snapshot()
 
 # prometheus_client's content types (exposition.py and openmetrics/exposition.py)
 CONTENT_TYPE_PLAIN_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
@@ -58,14 +57,13 @@ _ESCAPINGS = ("allow-utf-8", "underscores", "dots", "values")
 
 @dataclass
 class _Stored:
-    """The store's families rendered at one version, in one format: the bytes, and the rendering they were
-    encoded from (``?name[]=`` requests are cut from the families they name, never from the whole text)."""
+    """The store's snapshot rendered in one format: the bytes, and the rendering they were encoded from
+    (``?name[]=`` requests are cut from the families they name, never from the whole text)."""
 
-    version: int
-    valid_until_ns: int | None
+    snapshot: Snapshot | None
     body: bytes
     names: frozenset[str]
-    taken_ns: int = 0  # time.monotonic_ns() before the store was settled and read: it holds every log() done by then
+    taken_ns: int = 0  # time.monotonic_ns() before the store was read: it holds every log() done by then
     rendering: Rendering | None = None
     gzip: tuple[bytes, zlib._Compress] | None = None  # (compressed prefix, compressor before its flush)
 
@@ -87,21 +85,24 @@ class ScrapeRegistry:
     after the store's families; prometheus_client is imported only then. ``on_error(reason)`` counts what a
     scrape absorbed (and is what the endpoint counts its refusals with).
 
-    The store's families are compiled once per set of series and format (:meth:`SeriesStore.laid_out` with
-    :meth:`Renderer.prepare`, then :meth:`Renderer.finish`); a new store version is read through that plan
-    (:meth:`SeriesStore.read`) and filled into it (:meth:`Renderer.fill`)."""
+    A scrape reads the store's :class:`~rl_otel._internal.pipeline.store.Snapshot` and writes nothing (it waits,
+    bounded, for the metrics worker's pending jobs: ``wait_for_writes``). The snapshot's families are compiled
+    into a :class:`Plan` once per layout (set of series) and format, and each new version's values are filled into
+    it (:meth:`Renderer.fill`)."""
 
     def __init__(self, on_duplicate: Callable[[str], None], store: SeriesStore | None = None,
-                 on_error: Callable[[str], None] = lambda reason: None) -> None:
+                 on_error: Callable[[str], None] = lambda reason: None,
+                 wait_for_writes: Callable[[], object] | None = None) -> None:
         self._scrape_lock = threading.Lock()
         self._collectors_lock = threading.Lock()
         self._collectors: dict[Any, None] = {}  # registered prometheus_client collectors, in order
         self._on_duplicate = on_duplicate
         self.on_error = on_error
         self._store = store
+        self._wait_for_writes = wait_for_writes  # a bounded wait for pending writers (the metrics worker)
         self._renderer = Renderer()
         self._stored: dict[str, _Stored] = {}
-        self._plans: dict[str, tuple[int, Plan]] = {}  # format -> (store layout, the plan compiled from it)
+        self._plans: dict[str, tuple[int, Plan]] = {}  # format -> (snapshot layout, the plan compiled for it)
 
     def register(self, collector: Any) -> None:
         """Collect ``collector`` (its ``collect()`` yields prometheus_client families) at every scrape."""
@@ -121,9 +122,9 @@ class ScrapeRegistry:
 
     def render(self, fmt: str = TEXT, gzipped: bool = False) -> bytes:
         """One scrape's exposition in ``fmt`` (``TEXT`` or ``OPENMETRICS``), gzip-compressed if asked."""
-        return b"".join(self.render_parts(fmt, gzipped))
+        return b"".join(self.render_chunks(fmt, gzipped))
 
-    def render_parts(self, fmt: str = TEXT, gzipped: bool = False, names: set[str] | None = None,
+    def render_chunks(self, fmt: str = TEXT, gzipped: bool = False, names: set[str] | None = None,
                      asked_ns: int | None = None) -> list[bytes]:
         """:meth:`render` as a list of byte strings to send in turn: the store's cached bytes are not copied.
         With ``names``, only the samples of those names (prometheus_client's ``restricted_registry``); only the
@@ -176,19 +177,21 @@ class ScrapeRegistry:
         return "".join(out)
 
     def _render_store(self, fmt: str, asked_ns: int | None = None) -> _Stored:
-        if self._store is None:
-            return _Stored(0, None, b"", frozenset())
+        store = self._store
+        if store is None:
+            return _Stored(None, b"", frozenset())
         cached = self._stored.get(fmt)
-        if cached is not None and cached.valid_until_ns is not None and time.time_ns() >= cached.valid_until_ns:
-            cached = None  # a series has expired since
-        if cached is not None and asked_ns is not None and cached.taken_ns >= asked_ns:
-            return cached
+        if (cached is not None and asked_ns is not None and cached.taken_ns >= asked_ns and cached.snapshot is not None
+                and (cached.snapshot.valid_until_ns is None or store.clock() < cached.snapshot.valid_until_ns)):
+            return cached  # read after the request arrived, and no series has expired since
         taken_ns = time.monotonic_ns()
-        self._store.settle()  # jobs submitted before this scrape land first: no step served half-computed
-        if cached is not None and cached.version == self._store.version:
-            return cached
+        if self._wait_for_writes is not None:
+            self._wait_for_writes()  # jobs submitted before this scrape land first: no step served half-computed
         try:
-            version, valid_until, rendering = self._read_store(self._store, fmt)
+            snapshot = store.snapshot()
+            if cached is not None and cached.snapshot is snapshot:
+                return cached
+            rendering = self._rendered(snapshot, fmt)
             try:
                 body = rendering.text.encode()
             except UnicodeEncodeError:  # not expected (labels are escaped): leave out the families that fail
@@ -197,26 +200,26 @@ class ScrapeRegistry:
         except Exception:  # never break a scrape: serve the live gauges and the registered collectors
             _log.exception("rl_otel: collecting the series store failed")
             self.on_error("collect")
-            return _Stored(-1, None, b"", frozenset())
-        stored = self._stored[fmt] = _Stored(version, valid_until, body, rendering.names, taken_ns, rendering)
+            return _Stored(None, b"", frozenset())
+        stored = self._stored[fmt] = _Stored(snapshot, body, rendering.names, taken_ns, rendering)
         return stored
 
-    def _read_store(self, store: SeriesStore, fmt: str) -> tuple[int, int | None, Rendering]:
-        """``(version, valid_until_ns, rendering)`` of the store's families: read through the plan compiled at the
-        last new or removed series (compiled again when the store refuses its layout)."""
-        for _attempt in range(RELAYOUTS):
-            compiled = self._plans.get(fmt)
-            if compiled is None:
-                layout, plan = store.laid_out(lambda families: self._renderer.prepare(families, fmt, set()))
-                compiled = self._plans[fmt] = layout, self._renderer.finish(plan)
-            layout, plan = compiled
-            read = store.read(layout, plan.numbers, plan.hists)
-            if read is not None:
-                version, numbers, hists, valid_until = read
-                return version, valid_until, self._renderer.fill(plan, numbers, hists, self.on_error)
-            del self._plans[fmt]
-        version, views, valid_until = store.snapshot()  # series come and go faster than a plan is read
-        return version, valid_until, self._renderer.render(views, fmt, set(), self.on_error)
+    def _rendered(self, snapshot: Snapshot, fmt: str) -> Rendering:
+        """The snapshot's families rendered through the plan compiled for its layout, compiled again when series
+        came or went. A plan kept writes every series of the snapshot, in order (a plan that leaves one out - a
+        duplicate name, a family that failed - is compiled for each snapshot), so a new snapshot's values fill it
+        in the snapshot's order."""
+        compiled = self._plans.get(fmt)
+        if compiled is None or snapshot.layout is None or compiled[0] != snapshot.layout:
+            families = snapshot.families
+            plan = self._renderer.compile(families, fmt, set())
+            if (snapshot.layout is not None and not plan.failed
+                    and len(plan.numbers) + len(plan.hists) == sum(len(fam.points) for fam in families)):
+                self._plans[fmt] = (snapshot.layout, plan)
+            else:
+                self._plans.pop(fmt, None)
+            return self._renderer.fill(plan, plan.numbers, plan.hists, self.on_error)
+        return self._renderer.fill(compiled[1], snapshot.numbers, snapshot.hists, self.on_error)
 
 
 def families(*items: Any) -> Any:
@@ -350,7 +353,7 @@ def scrape_app(registry: ScrapeRegistry) -> Callable:
         query = environ.get("QUERY_STRING", "")
         names = parse_qs(query).get("name[]") if "name" in query else None
         fmt = OPENMETRICS if kind.startswith("application/openmetrics-text") else TEXT
-        parts = registry.render_parts(fmt, gzipped, set(names) if names else None, environ.get("rl_otel.asked_ns"))
+        parts = registry.render_chunks(fmt, gzipped, set(names) if names else None, environ.get("rl_otel.asked_ns"))
         headers = [("Content-Type", kind)] + ([("Content-Encoding", "gzip")] if gzipped else [])
         start_response("200 OK", headers)
         return parts

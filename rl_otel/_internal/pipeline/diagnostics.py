@@ -36,9 +36,11 @@ class Diagnostics:
     def _after_fork(self) -> None:
         self._lock = threading.Lock()  # the parent's may have been held by another thread at the fork
 
-    def count(self, sink: str, reason: str, amount: float = 1.0) -> None:
-        """Add to ``rl_telemetry_errors_total{sink=..., reason=...}``."""
-        self._store.increment(meta.ERRORS, (("sink", sink), ("reason", reason)), amount)
+    def count(self, where: str, reason: str, amount: float = 1.0) -> None:
+        """Add to ``rl_telemetry_errors_total{sink=where, reason=...}``: ``where`` is a tracker sink's name or one of
+        rl_otel's own places (``input``, ``submit``, ``phase``, ``prometheus``, ``otlp``, ...; the label keeps its
+        name, which rules and dashboards read: see the glossary in ``docs/architecture.md``)."""
+        self._store.increment(meta.ERRORS, (("sink", where), ("reason", reason)), amount)
 
     def warn_once(self, what: str, key: str, message: str) -> bool:
         """Log ``message`` as a warning the first time ``(what, key)`` is seen; True if it was logged."""

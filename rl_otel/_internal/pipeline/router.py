@@ -46,6 +46,7 @@ class Router:
         self._catalog = catalog
         self._max_unknown = max_unknown_keys
         self._cache: dict[str, Route | Refusal] = {}
+        self.cached = self._cache.get  # a key's resolution if already made (None otherwise): the per-step lookup
         self._fallback_owner: dict[str, str] = {}  # fallback metric name -> the key that claimed it
         self._lock = threading.Lock()
         self._cached_chars = 0

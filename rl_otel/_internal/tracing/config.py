@@ -1,5 +1,5 @@
 """``init(tracing=...)`` and ``init(tracer_provider=...)`` checked, without loading the OTel SDK's trace package:
-a process that records no spans never imports it (see :mod:`rl_otel._internal.runtime.parts`). The OTel trace API
+a process that records no spans never imports it (see :mod:`rl_otel._internal.runtime.components`). The OTel trace API
 is imported only to check a given ``tracer_provider``."""
 
 from __future__ import annotations

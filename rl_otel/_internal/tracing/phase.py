@@ -240,11 +240,6 @@ class Phase:
             return None
         return self._guard(self._rt.tracer.tracer.start_span, name, context=self._root_ctx, attributes=self._attrs)
 
-    def _context_only(self, name: str) -> Span | None:
-        if self._root is None:
-            return None
-        return self._guard(self._rt.tracer.context_only, name, self._root_ctx)
-
     def _call_user(self, fn: Callable[[], Any], span: Span | None) -> None:
         try:
             fn()

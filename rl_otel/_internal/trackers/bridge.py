@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from rl_otel._internal.pipeline.worker import Worker, reset_in_forked_child
-from rl_otel.sinks.base import Metrics, Sink, SinkError, text_keys
+from rl_otel._internal.trackers.sinks import Metrics, Sink, SinkError, text_keys
 
 OnError = Callable[[str, str, "BaseException | None"], None]  # (sink, reason, exception)
 _DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
@@ -151,8 +151,8 @@ def build_bridge(trackers: Sequence, *, run: str, mirror: bool, on_error: OnErro
     counted (``reason="start_failed"``) and left out, and training goes on.
     """
     from rl_otel._internal.trackers.config import scrub, secret_values
+    from rl_otel._internal.trackers.sinks import sink_factory
     from rl_otel.errors import ConfigurationError
-    from rl_otel.sinks.base import sink_factory
 
     if not trackers or not mirror:
         return NullBridge()

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rl_otel._internal.trackers.sinks import registered_sinks
 from rl_otel.errors import ConfigurationError
-from rl_otel.sinks.base import registered_sinks
 
 SECRET_KEYS = frozenset({"api_key", "login_kwargs", "key", "token", "password", "secret", "auth", "access_token",
                          "api_token", "credentials"})

@@ -1,4 +1,4 @@
-"""The sink protocol and the sink registry.
+"""The sink protocol and the sink registry (public as :mod:`rl_otel.sinks`, which re-exports them).
 
 A sink receives one step's metrics - the keys the user logged, values in the user's units: a float for a
 scalar, a 1-d float64 ``numpy`` array for a distribution - and writes them to one tracker. Sinks run on a

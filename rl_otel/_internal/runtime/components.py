@@ -31,9 +31,9 @@ from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
 from rl_otel._internal.runtime.config import PrometheusConfig, TelemetryConfig
 from rl_otel._internal.runtime.signals import SignalFlush
 from rl_otel._internal.trackers.bridge import Bridge, NullBridge
+from rl_otel._internal.trackers.sinks import SinkError
 from rl_otel._version import __version__
 from rl_otel.catalog import meta
-from rl_otel.sinks.base import SinkError
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
@@ -41,8 +41,10 @@ if TYPE_CHECKING:
     from rl_otel._internal.exporters.otel_env import ResolvedResource
     from rl_otel._internal.tracing.phase import PhaseRuntime
 
+SCRAPE_WAIT_S = 2.0  # how long a scrape waits for submitted jobs before serving what is stored
 
-class Parts:
+
+class Components:
     """What one Telemetry runs on. Build it with :meth:`build`; :meth:`close` once."""
 
     def __init__(self, config: TelemetryConfig, resource: ResolvedResource, pipeline: Pipeline,
@@ -101,7 +103,8 @@ class Parts:
         store.write_info(meta.TARGET_INFO, target_info_labels(self._resource.attributes), base_labels=False)
         if config.prometheus is not None:
             self.registry = ScrapeRegistry(on_duplicate=lambda name: diag.count("prometheus", "duplicate_family"),
-                                           store=store, on_error=lambda reason: diag.count("prometheus", reason))
+                                           store=store, on_error=lambda reason: diag.count("prometheus", reason),
+                                           wait_for_writes=self._wait_for_jobs)
         pushes = config.otlp is not None and self._otlp(stack, config)
         if self.registry is not None or pushes:
             self.live = LiveGauges(store.add_collector, cpu, lambda reason: diag.count("live", reason))
@@ -163,7 +166,7 @@ class Parts:
                                          __version__)
                     self._phases = PhaseRuntime(
                         tracer=tracer, rank=self.config.rank, gpu=GpuProbe(), cpu=self.cpu,
-                        next_step=self.pipeline.next_step, record=self.pipeline.record_phase,
+                        next_step=self.pipeline.steps.next, record=self.pipeline.record_phase,
                         fail=self._phase_failed)
                 runtime = self._phases
         return runtime
@@ -174,9 +177,11 @@ class Parts:
         pushed."""
         assert config.otlp is not None
         from rl_otel._internal.exporters import otlp
+        from rl_otel._internal.exporters.otlp_push import store_metrics
 
         diag = self.diagnostics
-        reader = otlp.metric_reader(config.otlp, self.pipeline.store.collect, self.resource,
+        store = self.pipeline.store
+        reader = otlp.metric_reader(config.otlp, lambda: store_metrics(store), self.resource,
                                     on_error=lambda reason: diag.count("otlp", reason))
         if config.otlp.traces is not None and config.tracer_provider is None:
             self.tracer_provider.add_span_processor(
@@ -230,6 +235,12 @@ class Parts:
 
         return build_bridge(cfg.trackers, run=cfg.run, mirror=mirrors_to_trackers(cfg.rank, cfg.tracker_ranks),
                             on_error=sink_error, queue_size=cfg.sink_queue_size, close_timeout_s=cfg.close_timeout_s)
+
+    def _wait_for_jobs(self) -> None:
+        """A scrape waits (bounded) for the jobs submitted before it, which the metrics worker writes: no step is
+        served half-computed, and the scrape itself writes nothing."""
+        if self.worker.pending:
+            self.worker.flush(SCRAPE_WAIT_S)
 
     def _phase_failed(self, what: str) -> None:
         import logging
