@@ -61,9 +61,35 @@ def _trinity(step: int) -> dict[str, float]:
             "sample/task_count": 6.0}
 
 
+# healthy levels of the concepts the keys above do not carry: training-inference mismatch, staleness, MFU, the
+# per-sequence KL and entropy (sums over a sequence, never mixed with the per-token ones)
+HEALTHY = {"train_infer_kl": 1e-3, "train_infer_logprob_diff": 0.01, "train_infer_ratio_deviation": 0.01,
+           "staleness": 1.0, "mfu": 0.4, "sequence_ref_kl": 2.0, "sequence_entropy": 50.0}
+
+
+def hazard_keys() -> dict[str, float]:
+    """One key of the shared catalog per concept of :data:`HEALTHY`, at its healthy level (a ratio where the
+    concept is ``|ratio - 1|``)."""
+    from rl_otel.catalog import default_catalog
+    from rl_otel.catalog.concepts import concept
+    from tests.frameworks import _matches
+
+    catalog, out = default_catalog(), {}
+    for name, value in HEALTHY.items():
+        for source in concept(name).sources:
+            example = next((e for s in catalog if s.prometheus_name == source.metric for e in s.examples
+                            if _matches(source, catalog.resolve(e))), None)
+            if example is not None:
+                out[example] = 1 + value if source.transform.replace(" ", "") == "abs({}-1)" else value
+                break
+    assert len(out) == len(HEALTHY), out
+    return out
+
+
 def train(tels: list[rl_otel.Telemetry], steps: int = 12, step_seconds: float = 0.3) -> None:
     """``steps`` PPO steps on every rank's Telemetry (``tels[i]`` is rank i), ``step_seconds`` apart."""
     gens = [torch.Generator().manual_seed(rank) for rank in range(len(tels))]
+    hazards = hazard_keys()
     samples = 0
     for step in range(steps):
         started = time.monotonic()
@@ -91,6 +117,7 @@ def train(tels: list[rl_otel.Telemetry], steps: int = 12, step_seconds: float = 
                 "time/rollout": 0.05, "time/adv": 0.01, "timing_per_token_ms/update_actor": 0.02,
                 "perf/time_per_step": elapsed, "timing_s/step": elapsed,
                 "actor/perf/max_memory_allocated_gb": 30.0 + rank, "actor/perf/max_memory_reserved_gb": 34.0 + rank,
+                **hazards,
             }
             if rank == 0:
                 metrics.update(_trinity(step))

@@ -87,10 +87,15 @@ def test_cli_resolve_prints_one_json_object_per_key(capsys):
 
 
 def test_cli_catalog_formats(capsys):
-    assert main(["catalog", "--format", "json"]) == 0
-    assert len(json.loads(capsys.readouterr().out)) == len(rl_otel.default_catalog())
+    from rl_otel.catalog import every_entry
+
+    assert main(["catalog", "--format", "json"]) == 0  # every framework's entries
+    assert len(json.loads(capsys.readouterr().out)) == len(every_entry()) > len(rl_otel.default_catalog())
+    assert main(["catalog", "--format", "json", "--framework", "slime"]) == 0  # what a slime run resolves in
+    assert len(json.loads(capsys.readouterr().out)) == len(rl_otel.default_catalog("slime"))
     assert main(["catalog", "--format", "markdown"]) == 0
     assert "| `rl_critic_score` |" in capsys.readouterr().out
+    assert main(["catalog", "--framework", "nope"]) == 2
 
 
 def test_console_script_is_installed():

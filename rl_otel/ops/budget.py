@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from rl_otel.catalog import Catalog, Kind, default_catalog, live, meta
 from rl_otel.ops.promql import metric_names
-from rl_otel.ops.rules import recording_rules
+from rl_otel.ops.rules import OUT_OF_RANGE, PHASE_P90, recording_rules
 
 # ppo_stats(names="roll", distributions=True) given every input (log-probs, masks, advantages, reference log-probs,
 # values, returns, rewards, scores, entropy): tests/test_budget.py checks this list against ppo_stats itself.
@@ -249,14 +249,21 @@ def _matches(labels: dict[str, str], matchers: str) -> bool:
 
 
 def recorded(series: set[Series]) -> dict[str, int]:
-    """``{recording rule: series it records}`` for one run whose endpoints serve ``series``: the distinct values
-    of each rule's ``by (...)`` labels (besides job and run) over the series its selectors match; a rule over
-    recorded series (``avg_over_time``) records as many as it reads."""
+    """``{recording rule: series it records}`` for one healthy run, long enough for its baselines, whose endpoints
+    serve ``series``: the distinct values of each rule's ``by (...)`` labels (besides job and run) over the series
+    its selectors match (a histogram's ``_sum``/``_count`` read from its family); a rule over recorded series
+    (``avg_over_time``) records as many as it reads; the count of impossible values records none."""
     out: dict[str, int] = {}
     by_name: dict[str, list[dict[str, str]]] = {}
     for name, labels in series:
         by_name.setdefault(name, []).append(dict(labels))
+    for name in list(by_name):
+        for suffix in ("_sum", "_count", "_bucket"):
+            by_name.setdefault(name + suffix, by_name[name])
     for rule in recording_rules():
+        if rule.record == OUT_OF_RANGE:
+            out[rule.record] = 0  # a healthy run logs no value outside its range
+            continue
         names = metric_names(rule.expr)
         groups = re.findall(r"\bby \(([^)]*)\)", rule.expr)
         if not groups:
