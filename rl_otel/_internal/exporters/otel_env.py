@@ -17,19 +17,18 @@ Which signals are pushed when ``init(otlp=...)`` is not given: ``OTEL_METRICS_EX
 listing ``otlp``. Unset, they mean no push (the spec's SDK default is ``otlp``, but a library that starts pushing
 to ``localhost`` because nothing was configured would surprise; rl_otel serves ``/metrics`` instead).
 
-Nothing here imports the OTel SDK: it is plain parsing of a mapping (``os.environ`` by default).
+The exporter settings are plain parsing of a mapping (``os.environ`` by default); the resource is the SDK's own
+``Resource.create`` (:func:`build_resource`), detectors and ``OTEL_RESOURCE_ATTRIBUTES``/``OTEL_SERVICE_NAME``
+parsing included.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import os
-import sys
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 from urllib.parse import unquote
 
 from rl_otel.errors import ConfigurationError
@@ -217,99 +216,28 @@ def build_resource(defaults: Mapping[str, object], own: Mapping[str, object],
     """The OTel ``Resource`` of a Telemetry, through the SDK (``Resource.create`` and its detectors), lowest
     precedence first: the SDK's ``telemetry.sdk.*``; rl_otel's ``defaults`` (``service.name=rl_otel``,
     ``host.name``...); ``OTEL_RESOURCE_ATTRIBUTES``; ``OTEL_SERVICE_NAME``; ``own`` (the ``rl.*`` attributes
-    init()'s own arguments decide: run, rank, role); ``explicit`` (``init(resource=...)``).
-    :func:`resolve_resource` gives the same attributes without the SDK; this is its reference and fallback."""
+    init()'s own arguments decide: run, rank, role); ``explicit`` (``init(resource=...)``)."""
     from opentelemetry.sdk.resources import OTELResourceDetector
 
     from_env = OTELResourceDetector().detect().attributes  # OTEL_SERVICE_NAME wins over OTEL_RESOURCE_ATTRIBUTES
     return _sdk_resource({**defaults, **from_env, **own, **explicit})
 
 
-# The attributes the SDK's Resource.create starts from (opentelemetry.sdk.resources._DEFAULT_RESOURCE).
-_SDK_ATTRIBUTES = (("telemetry.sdk.language", "python"), ("telemetry.sdk.name", "opentelemetry"))
-_INSTANCE_ID = "service.instance.id"
-
-
-def _detector_names(env: Mapping[str, str]) -> list[str]:
-    """The resource detectors ``Resource.create`` runs, in order: the SDK's ``_build_resource_detectors``."""
-    configured = [name.strip() for name in env.get("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS", "").split(",")
-                  if name.strip()]
-    default = [] if "service_instance" in configured else ["service_instance"]
-    return list(dict.fromkeys([*default, *configured, "otel"]))
-
-
-def _env_attributes(env: Mapping[str, str]) -> dict[str, object]:
-    """What the SDK's ``OTELResourceDetector`` reads: ``OTEL_RESOURCE_ATTRIBUTES`` (``k=v,...``, each value
-    stripped and percent-decoded, an item without ``=`` skipped), then a non-empty ``OTEL_SERVICE_NAME`` over its
-    ``service.name``."""
-    out: dict[str, object] = {}
-    items = env.get("OTEL_RESOURCE_ATTRIBUTES")
-    if items:
-        for item in items.split(","):
-            key, sep, value = item.partition("=")
-            if not sep:
-                logging.getLogger("rl_otel").warning("rl_otel: OTEL_RESOURCE_ATTRIBUTES: %r is not key=value; "
-                                                     "skipped", item)
-                continue
-            out[key.strip()] = unquote(value.strip())
-    service_name = env.get("OTEL_SERVICE_NAME")
-    if service_name:
-        out["service.name"] = service_name
-    return out
-
-
 class ResolvedResource:
-    """A Telemetry's OTel resource: its attributes, resolved at ``init()`` (``target_info`` serves them), and the
-    SDK ``Resource`` holding exactly these, built at the first :meth:`sdk` call - by what needs the SDK object
-    (a tracer or meter provider, the OTLP push), so a process serving only ``/metrics`` never imports
-    ``opentelemetry.sdk.resources`` (and psutil with it: ~10 ms of ``init()``)."""
+    """A Telemetry's OTel resource, resolved at ``init()`` by the SDK's ``Resource.create`` (its detectors, the
+    ``OTEL_*`` variables' precedence and parsing): ``target_info`` serves ``attributes``, the OTLP push and the
+    providers use :meth:`sdk`, so the two always agree."""
 
-    def __init__(self, attributes: Mapping[str, object], resource: Resource | None = None) -> None:
-        self.attributes: Mapping[str, object] = dict(attributes)
+    def __init__(self, resource: Resource) -> None:
         self._resource = resource
-        self._lock = threading.Lock()
+        self.attributes: Mapping[str, object] = dict(resource.attributes)
 
     def sdk(self) -> Resource:
-        """The SDK ``Resource`` (built once; thread-safe)."""
-        resource = self._resource
-        if resource is None:
-            with self._lock:
-                if self._resource is None:
-                    from opentelemetry.sdk.resources import Resource
-
-                    self._resource = Resource(cast("Mapping[str, Any]", self.attributes))
-                resource = self._resource
-        return resource
+        """The SDK ``Resource``."""
+        return self._resource
 
 
 def resolve_resource(defaults: Mapping[str, object], own: Mapping[str, object],
                      explicit: Mapping[str, object]) -> ResolvedResource:
-    """The attributes :func:`build_resource` gives, with the SDK's precedence, order and parsing, without
-    importing the SDK. ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS`` naming a detector besides the two built-in ones
-    (``service_instance``, ``otel``), or an order of its own, goes through the SDK itself (``build_resource``):
-    those detectors are plugins. ``tests/test_resource.py`` holds the two to equality (attributes and order)."""
-    env = os.environ
-    if _detector_names(env) != ["service_instance", "otel"]:
-        sdk = build_resource(defaults, own, explicit)
-        return ResolvedResource(sdk.attributes, sdk)
-    from_env = _env_attributes(env)
-    given = {**defaults, **from_env, **own, **explicit}
-    # Resource.create: the SDK's attributes, the service_instance detector's random id, the otel detector's, then
-    # the given ones merged over them (a key keeps its first position); empty keys are dropped (BoundedAttributes)
-    merged: dict[str, object] = {**dict(_SDK_ATTRIBUTES), "telemetry.sdk.version": _sdk_version(),
-                                 _INSTANCE_ID: None, **from_env, **given}
-    if merged[_INSTANCE_ID] is None:
-        import uuid
-
-        merged[_INSTANCE_ID] = str(uuid.uuid4())
-    merged.pop("", None)
-    if not merged.get("service.name"):
-        merged["service.name"] = f"unknown_service:{os.path.basename(sys.executable)}" if sys.executable else \
-            "unknown_service"
-    return ResolvedResource(merged)
-
-
-def _sdk_version() -> str:
-    from opentelemetry.sdk.version import __version__
-
-    return __version__
+    """The Telemetry's resource, through the SDK (:func:`build_resource`)."""
+    return ResolvedResource(build_resource(defaults, own, explicit))
