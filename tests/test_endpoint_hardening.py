@@ -479,3 +479,28 @@ def test_close_in_a_forked_child_releases_only_its_copies(endpoint_of):
             os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(reaped[-1][1]) == 0
     assert status_of(endpoint.url) == 200
+
+
+def test_a_client_that_stops_reading_its_response_is_dropped_and_counted():
+    """A response that makes no progress for ``write_timeout_s`` (the client stopped reading: its window and the
+    server's send buffer are full) is dropped, counted as ``client_timeout``, and the endpoint goes on serving."""
+    store = SeriesStore({"run": "h", "rank": "0"}, max_series_per_metric=50_000, ttl_s=None,
+                        dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None)
+    spec = default_catalog().resolve("eval/gsm8k/accuracy/mean@4").spec
+    long = "t" * 200  # ~30,000 series of ~300 bytes: a response far larger than the sockets' buffers
+    store.write([(spec, (("taskset", f"{long}{i}"), ("metric", "accuracy"), ("stat", "mean"), ("k", "4")), 0.5)
+                 for i in range(30_000)])
+    events: list[str] = []
+    registry = ScrapeRegistry(on_duplicate=lambda name: None, store=store, on_error=events.append)
+    endpoint = ScrapeEndpoint(registry, "127.0.0.1", 0, limits=Limits(write_timeout_s=0.5))
+    try:
+        stalled = socket.socket()
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, never read
+        stalled.connect(host_port(endpoint.url))
+        stalled.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_until(lambda: "client_timeout" in events, what="the stalled response dropped and counted")
+        assert closed_by_server(stalled)
+        stalled.close()
+        assert status_of(endpoint.url) == 200  # a reading scraper is still served
+    finally:
+        endpoint.close()
