@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from rl_otel.catalog import Catalog, Kind, default_catalog, live, meta
 from rl_otel.ops.promql import metric_names
-from rl_otel.ops.rules import OUT_OF_RANGE, PHASE_P90, recording_rules
+from rl_otel.ops.rules import OUT_OF_RANGE, recording_rules
 
 # ppo_stats(names="roll", distributions=True) given every input (log-probs, masks, advantages, reference log-probs,
 # values, returns, rewards, scores, entropy): tests/test_budget.py checks this list against ppo_stats itself.
