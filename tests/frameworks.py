@@ -17,7 +17,7 @@ from rl_otel.catalog.concepts import CONCEPTS, Concept, Source
 DATA = Path(__file__).resolve().parent / "data" / "frameworks"
 FRAMEWORKS = ("trl", "verl", "roll", "trinity")  # the shared catalog's (tests/test_catalog_frameworks.py)
 # every framework with a fixture: the six scoped ones resolve in their own catalog (default_catalog(name)), their
-# catalogs tested in tests/test_catalog_openrlhf_slime_areal.py and tests/test_catalog_nemo_skyrl_prime.py
+# catalogs tested in tests/test_catalog_scoped_frameworks.py
 ALL_FRAMEWORKS = (*FRAMEWORKS, "openrlhf", "slime", "areal", "nemo_rl", "skyrl", "prime_rl")
 
 # The unit a framework logs in -> (catalog unit, scale to it) the entry must have.
