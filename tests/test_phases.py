@@ -431,9 +431,9 @@ def test_deferred_context_is_one_context_for_every_reader(tel):
 
 
 def test_phases_without_tracing_build_no_tracer_provider():
-    """Without ``tracing=`` nothing can receive a phase's spans, so phases load neither the SDK's trace package
-    nor its resource detectors (psutil): the first read of a span context builds the provider, and the carrier it
-    gives continues the trace."""
+    """Without ``tracing=`` nothing can receive a phase's spans, so phases do not load the SDK's trace package:
+    the first read of a span context builds the provider, and the carrier it gives continues the trace. (The
+    resource, with the SDK's detectors, is built by ``init()`` itself: docs/architecture.md.)"""
     import json
     import os
     import subprocess
@@ -443,7 +443,7 @@ def test_phases_without_tracing_build_no_tracer_provider():
     script = """
 import json, sys
 import rl_otel
-sdk = ("opentelemetry.sdk.trace", "opentelemetry.sdk.resources", "psutil")
+sdk = ("opentelemetry.sdk.trace",)
 tel = rl_otel.init("lazy", prometheus=False, handle_sigterm=False)
 for _ in range(3):
     with tel.phase("actor_train", "train_step") as ph:

@@ -43,6 +43,7 @@ from rl_otel._internal.exporters.server import Limits, Server, serve
 from rl_otel._internal.exporters.textformat import EOF, OPENMETRICS, TEXT
 from rl_otel._internal.exporters.webconfig import WebConfig
 from rl_otel._internal.pipeline.store import SeriesStore, Snapshot
+from rl_otel._internal.pipeline.worker import reset_in_forked_child
 
 _log = logging.getLogger("rl_otel")
 
@@ -95,6 +96,7 @@ class ScrapeRegistry:
                  wait_for_writes: Callable[[], object] | None = None) -> None:
         self._scrape_lock = threading.Lock()
         self._collectors_lock = threading.Lock()
+        reset_in_forked_child(self)
         self._collectors: dict[Any, None] = {}  # registered prometheus_client collectors, in order
         self._on_duplicate = on_duplicate
         self.on_error = on_error
@@ -103,6 +105,10 @@ class ScrapeRegistry:
         self._renderer = Renderer()
         self._stored: dict[str, _Stored] = {}
         self._plans: dict[str, tuple[int, Plan]] = {}  # format -> (snapshot layout, the plan compiled for it)
+
+    def _after_fork(self) -> None:
+        self._scrape_lock = threading.Lock()  # the parent's may have been held by its scrape thread at the fork
+        self._collectors_lock = threading.Lock()
 
     def register(self, collector: Any) -> None:
         """Collect ``collector`` (its ``collect()`` yields prometheus_client families) at every scrape."""

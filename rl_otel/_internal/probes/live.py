@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel._internal.probes.memory import CpuProbe
 from rl_otel.catalog import live as specs
 from rl_otel.catalog import meta
@@ -96,6 +97,10 @@ class RunningPhases:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._running: dict[tuple[str, str], list[float]] = {}
+        reset_in_forked_child(self)  # every phase takes this lock: a forked child's phases must not hang on it
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # the parent's may have been held by another thread at the fork
 
     def enter(self, cluster: str, phase: str) -> float:
         """Record a start (Unix time, the clock Prometheus' ``time()`` reads); returns it for :meth:`leave`."""
@@ -126,6 +131,15 @@ class RunningPhases:
 # One registry per Telemetry: its phases and its live gauges share its CpuProbe, so the probe names it.
 _RUNNING: weakref.WeakKeyDictionary[CpuProbe, RunningPhases] = weakref.WeakKeyDictionary()
 _RUNNING_LOCK = threading.Lock()
+
+
+def _new_running_lock() -> None:
+    global _RUNNING_LOCK
+    _RUNNING_LOCK = threading.Lock()  # the parent's may have been held by another thread at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_running_lock)
 
 
 def running_phases(probe: CpuProbe) -> RunningPhases:
