@@ -33,6 +33,30 @@ _DEFAULT_PORT = 9464
 _log = logging.getLogger("rl_otel")
 
 
+def config_get(node: Any, key: str) -> Any:
+    """``node[key]`` or ``node.key`` of a framework's config (a dict, an OmegaConf or dataclass config); ``None``
+    when ``node`` is ``None`` or has no such key (a struct OmegaConf config raises for one)."""
+    if node is None:
+        return None
+    try:
+        return node.get(key) if isinstance(node, Mapping) else getattr(node, key, None)
+    except Exception:
+        return None
+
+
+def options_section(config: Any, path: Sequence[str], where: str) -> dict[str, Any]:
+    """The rl_otel options at ``path`` of a framework's config (``("trainer", "rl_otel")``) as plain data, ``{}``
+    where absent. Raises ConfigurationError naming ``where`` when the section is not a mapping."""
+    section = config
+    for key in path:
+        section = config_get(section, key)
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        raise ConfigurationError(f"{where} must be a mapping of rl_otel.init options, got {type(section).__name__}")
+    return plain_options(section)
+
+
 def plain_options(value: Any) -> Any:
     """A framework's config node (OmegaConf, a dataclass-ish mapping) as plain dicts, lists and scalars."""
     if isinstance(value, Mapping):

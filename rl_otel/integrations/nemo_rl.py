@@ -35,8 +35,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rl_otel.errors import ConfigurationError
-from rl_otel.integrations import plain_options, telemetry_from_options
+from rl_otel.integrations import config_get, options_section, telemetry_from_options
 
 if TYPE_CHECKING:
     from rl_otel.telemetry import Telemetry
@@ -69,7 +68,7 @@ class RLOtelLogger:
     def __init__(self, cfg: Any = None, *, run: str | None = None, **options: Any) -> None:
         logger_cfg = _logger_section(cfg)
         merged = {**options_from_config(logger_cfg), **options}
-        log_dir = _get(logger_cfg, "log_dir")
+        log_dir = config_get(logger_cfg, "log_dir")
         stem = os.path.basename(os.path.normpath(str(log_dir))) if log_dir else None
         self._lock = threading.Lock()
         self._last_step: int | None = None
@@ -124,25 +123,16 @@ def _framework_telemetry(where: str, run: str | None, options: Mapping[str, Any]
     return telemetry_from_options(where, run, options, stem=stem, framework=FRAMEWORK)
 
 
-def _get(node: Any, key: str) -> Any:
-    if node is None:
-        return None
-    try:
-        return node.get(key) if isinstance(node, Mapping) else getattr(node, key, None)
-    except Exception:
-        return None
-
-
 def _logger_section(cfg: Any) -> Any:
     """The logger config, given it or the whole master config (which has a ``logger`` mapping)."""
-    section = _get(cfg, "logger")
+    section = config_get(cfg, "logger")
     return section if isinstance(section, Mapping) else cfg
 
 
 def run_name(logger_cfg: Any) -> str | None:
     """The run's name in NeMo-RL's logger config: ``wandb.name``, ``swanlab.name`` or ``mlflow.run_name``."""
     for backend, key in _RUN_NAMES:
-        name = _get(_get(logger_cfg, backend), key)
+        name = config_get(config_get(logger_cfg, backend), key)
         if name:
             return str(name)
     return None
@@ -150,13 +140,7 @@ def run_name(logger_cfg: Any) -> str | None:
 
 def options_from_config(logger_cfg: Any) -> dict[str, Any]:
     """The ``rl_otel`` section of NeMo-RL's logger config as plain data (``{}`` where absent)."""
-    section = _get(logger_cfg, CONFIG_KEY)
-    if section is None:
-        return {}
-    if not isinstance(section, Mapping):
-        raise ConfigurationError(f"NeMo-RL's logger.{CONFIG_KEY} must be a mapping of rl_otel.init options, "
-                                 f"got {type(section).__name__}")
-    return plain_options(section)
+    return options_section(logger_cfg, (CONFIG_KEY,), f"NeMo-RL's logger.{CONFIG_KEY}")
 
 
 def check_logger(logger: Any, interface: Any = None) -> list[str]:

@@ -34,8 +34,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rl_otel.errors import ConfigurationError
-from rl_otel.integrations import plain_options, telemetry_from_options
+from rl_otel.integrations import config_get, options_section, telemetry_from_options
 
 if TYPE_CHECKING:
     from rl_otel.telemetry import Telemetry
@@ -132,22 +131,7 @@ def _accepts(obj: Any, parameter: str) -> bool:
 
 def options_from_config(cfg: Any) -> dict[str, Any]:
     """``trainer.rl_otel`` of SkyRL's config as plain data (``{}`` where the config has none)."""
-    section = _get(_get(cfg, "trainer"), CONFIG_KEY)
-    if section is None:
-        return {}
-    if not isinstance(section, Mapping):
-        raise ConfigurationError(f"SkyRL's trainer.{CONFIG_KEY} must be a mapping of rl_otel.init options, "
-                                 f"got {type(section).__name__}")
-    return plain_options(section)
-
-
-def _get(node: Any, key: str) -> Any:
-    if node is None:
-        return None
-    try:
-        return node.get(key) if isinstance(node, Mapping) else getattr(node, key, None)
-    except Exception:  # a struct config without the key
-        return None
+    return options_section(cfg, ("trainer", CONFIG_KEY), f"SkyRL's trainer.{CONFIG_KEY}")
 
 
 def rl_otel_tracker(cfg: Any = None, tracking: Any = None, **options: Any) -> Any:
@@ -163,7 +147,7 @@ def rl_otel_tracker(cfg: Any = None, tracking: Any = None, **options: Any) -> An
             _log.warning("rl_otel: SkyRL's tracker %r is not the shape rl_otel wraps (%s); its metrics are not "
                          "served to Prometheus", type(tracking).__name__, "; ".join(problems))
             return tracking
-    run = _get(_get(cfg, "trainer"), "run_name")
+    run = config_get(config_get(cfg, "trainer"), "run_name")
     merged = {**options_from_config(cfg), **options}
     return RLOtelTracking(tracking, str(run) if run else None, **merged)
 

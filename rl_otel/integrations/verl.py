@@ -44,11 +44,9 @@ import inspect
 import logging
 import sys
 import weakref
-from collections.abc import Mapping
 from typing import Any
 
-from rl_otel.errors import ConfigurationError
-from rl_otel.integrations import plain_options, telemetry_from_options
+from rl_otel.integrations import options_section, telemetry_from_options
 
 NAME = "rl_otel"
 CONFIG_KEY = "rl_otel"  # verl config: trainer.rl_otel holds rl_otel.init options
@@ -97,22 +95,7 @@ class RLOtelBackend:
 def options_from_config(config: Any) -> dict[str, Any]:
     """The ``trainer.rl_otel`` section of verl's config (a dict or an OmegaConf config) as plain data; ``{}``
     when absent."""
-    section = _get(_get(config, "trainer"), CONFIG_KEY)
-    if section is None:
-        return {}
-    if not isinstance(section, Mapping):
-        raise ConfigurationError(f"verl's trainer.{CONFIG_KEY} must be a mapping of rl_otel.init options, "
-                                 f"got {type(section).__name__}")
-    return plain_options(section)
-
-
-def _get(node: Any, key: str) -> Any:
-    if node is None:
-        return None
-    try:
-        return node.get(key) if isinstance(node, Mapping) else getattr(node, key, None)
-    except Exception:  # a struct OmegaConf config without the key
-        return None
+    return options_section(config, ("trainer", CONFIG_KEY), f"verl's trainer.{CONFIG_KEY}")
 
 
 def _backend_names(default_backend: Any) -> list[str]:
