@@ -84,3 +84,19 @@ def port_closed(url: str) -> bool:
             return False
     except ConnectionRefusedError:
         return True
+
+
+def finish_ranks(procs: list[subprocess.Popen]) -> list[tuple[str, str]]:
+    """Tell rank processes waiting on their stdin to end (two empty lines), collect ``(stdout, stderr)`` of each
+    within a deadline, and kill any that is still there."""
+    for p in procs:
+        try:
+            p.stdin.write("\n\n")  # type: ignore[union-attr]
+            p.stdin.flush()  # type: ignore[union-attr]
+        except OSError:
+            pass
+    try:
+        return [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()

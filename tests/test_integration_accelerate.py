@@ -3,7 +3,6 @@ gloo process group as ``accelerate launch`` / torchrun start them."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import select
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._child import finish_ranks
 from tests._readers import tensorboard_scalars
 from tests.promtools import free_port_pair, key_samples, samples, scrape
 
@@ -116,15 +116,7 @@ def test_two_ranks_the_tracker_passed_to_log_with_serves_every_rank_under_one_ru
         assert samples(text0, "rl_actor_pg_loss") == {frozenset({("run", run), ("rank", "0")}): 1.0}
         assert samples(text1, "rl_actor_pg_loss") == {}  # accelerator.log never reaches rank 1
     finally:
-        for p in procs:
-            with contextlib.suppress(OSError):
-                p.stdin.write("\n\n")
-                p.stdin.flush()
-        try:
-            outs = [p.communicate(timeout=60) for p in procs]
-        finally:
-            for p in procs:
-                p.kill()
+        outs = finish_ranks(procs)
     assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outs]
     assert len(list(tb.glob("events.out.tfevents.*"))) == 1
     scalars = tensorboard_scalars(str(tb))

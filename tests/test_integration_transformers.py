@@ -3,7 +3,6 @@ built here (no network), transformers' Trainer, and two ranks as torchrun starts
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import os
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rl_otel import default_catalog
+from tests._child import finish_ranks
 from tests._readers import tensorboard_scalars
 from tests.promtools import free_port_pair, samples, scrape
 
@@ -351,13 +351,5 @@ def test_ranks_without_a_run_name_share_one_run_label_though_started_seconds_apa
             assert samples(scrape(r["url"]), "rl_loss") == {
                 frozenset({("run", ready[0]["run"]), ("rank", str(rank))}): 1.0}
     finally:
-        for p in procs:
-            with contextlib.suppress(OSError):
-                p.stdin.write("\n\n")
-                p.stdin.flush()
-        try:
-            outs = [p.communicate(timeout=60) for p in procs]
-        finally:
-            for p in procs:
-                p.kill()
+        outs = finish_ranks(procs)
     assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outs]
