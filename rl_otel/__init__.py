@@ -26,7 +26,7 @@ __all__ = ["Catalog", "ConfigurationError", "HistogramValue", "PortInUseError", 
            "default_catalog", "init", "register_sink"]
 
 # public names whose modules load the OTel SDK or numpy: imported on first access (module __getattr__)
-_LAZY = {"Telemetry": "rl_otel.telemetry", "HistogramValue": "rl_otel._internal.pipeline.store",
+_LAZY = {"Telemetry": "rl_otel.telemetry", "HistogramValue": "rl_otel._internal.pipeline.records",
          "Catalog": "rl_otel.catalog",
          "default_catalog": "rl_otel.catalog"}
 

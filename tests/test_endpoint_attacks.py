@@ -24,8 +24,8 @@ import yaml
 from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.exporters.server import Limits
 from rl_otel._internal.exporters.webconfig import load_web_config
-from rl_otel._internal.pipeline.store import SeriesStore
-from rl_otel.catalog import meta
+from rl_otel._internal.pipeline.recorder import Recorder
+from rl_otel.catalog import default_catalog, meta
 from tests.certs import make_pki
 from tests.test_endpoint_hardening import auth, host_port
 
@@ -146,10 +146,9 @@ def endpoint(tmp_path, pki, kind: str, basic_auth: bool) -> tuple[ScrapeEndpoint
     if doc:
         (tmp_path / "web.yml").write_text(yaml.safe_dump(doc))
         web = load_web_config(tmp_path / "web.yml")
-    store = SeriesStore({"run": "attack", "rank": "0"}, max_series_per_metric=100, ttl_s=None,
-                        dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None)
-    store.write([(meta.STEP, (), 1.0)])
-    registry = ScrapeRegistry(on_duplicate=lambda name: None, store=store, on_error=lambda reason: None)
+    recorder = Recorder(default_catalog(), {"run": "attack", "role": "trainer", "rank": "0"}, max_series_per_metric=100)
+    recorder.record([(meta.STEP, (), 1.0)])
+    registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect, on_error=lambda reason: None)
     served = ScrapeEndpoint(registry, "127.0.0.1", 0, web=web, limits=Limits())
     context = ssl.create_default_context(cafile=str(pki.ca)) if kind == "handshake" else None
     return served, auth(PASSWORD) if basic_auth else {}, context

@@ -27,7 +27,7 @@ from rl_otel._internal.exporters import prometheus as prom
 from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.exporters.server import Governor, Limits
 from rl_otel._internal.exporters.webconfig import UNCACHED_BURST, UNCACHED_CHECKS_PER_S, BasicAuth, TokenBucket, Verdict
-from rl_otel._internal.pipeline.store import SeriesStore
+from rl_otel._internal.pipeline.recorder import Recorder
 from rl_otel.catalog import default_catalog, meta
 from tests.certs import make_pki
 from tests.promtools import promtool_check, scrape
@@ -103,11 +103,10 @@ def endpoint_of():
     made = []
 
     def make(limits: Limits | None = None, web=None) -> ScrapeEndpoint:
-        store = SeriesStore({"run": "h", "rank": "0"}, max_series_per_metric=100, ttl_s=None,
-                            dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None)
-        store.write([(meta.STEP, (), 1.0)])
+        recorder = Recorder(default_catalog(), {"run": "h", "role": "trainer", "rank": "0"}, max_series_per_metric=100)
+        recorder.record([(meta.STEP, (), 1.0)])
         events: list[str] = []
-        registry = ScrapeRegistry(on_duplicate=lambda name: None, store=store, on_error=events.append)
+        registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect, on_error=events.append)
         extra: dict = {"limits": limits} if limits else {}  # the endpoint took no limits before
         endpoint = ScrapeEndpoint(registry, "127.0.0.1", 0, web=web, **extra)
         endpoint.events = events  # type: ignore[attr-defined]
@@ -130,7 +129,7 @@ def test_a_lone_surrogate_in_a_key_never_blanks_the_scrape(tel):
         text = scrape(str(tel.metrics_url))
         series = {(s.name, tuple(sorted(s.labels.items()))): s.value
                   for fam in text_string_to_metric_families(text) for s in fam.samples}
-        base = (("rank", "0"), ("run", "test"))
+        base = (("rank", "0"), ("role", "trainer"), ("run", "test"))
         assert series[("rl_actor_pg_loss", base)] == 1.0
         eval_labels = tuple(sorted((*base, ("k", "4"), ("metric", "accuracy"), ("stat", "mean"),
                                     ("taskset", "gsm8k-\\udce9"))))
@@ -147,21 +146,20 @@ def test_a_lone_surrogate_in_the_run_name_is_escaped():
                       handle_sigterm=False) as tel:
         tel.log({"actor/pg_loss": 1.0}, step=1)
         text = scrape(str(tel.metrics_url))
-        assert 'rl_actor_pg_loss{rank="0",run="r\\\\udce9"} 1.0' in text
+        assert 'rl_actor_pg_loss{rank="0",role="trainer",run="r\\\\udce9"} 1.0' in text
         assert promtool_check(text) == ""
 
 
 def test_one_family_failing_to_render_leaves_the_others_served():
-    store = SeriesStore({"run": "r", "rank": "0"}, max_series_per_metric=10, ttl_s=None,
-                        dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None)
+    recorder = Recorder(default_catalog(), {"run": "r", "role": "trainer", "rank": "0"}, max_series_per_metric=10)
     catalog = default_catalog()
     good, bad = catalog.by_name("rl_actor_pg_loss"), catalog.by_name("rl_critic_score")
-    store.write([(good, (), 1.0), (bad, (("stat", "mean"),), object()), (meta.STEP, (), 3.0)])
+    recorder.record([(good, (), 1.0), (bad, (("stat", "mean"),), object()), (meta.STEP, (), 3.0)])
     events: list[str] = []
-    registry = ScrapeRegistry(on_duplicate=lambda name: None, store=store, on_error=events.append)
+    registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect, on_error=events.append)
     for fmt in (prom.TEXT, prom.OPENMETRICS):
         text = registry.render(fmt).decode()
-        assert 'rl_actor_pg_loss{rank="0",run="r"} 1.0' in text and 'rl_step{rank="0",run="r"} 3.0' in text
+        assert 'rl_actor_pg_loss{rank="0",role="trainer",run="r"} 1.0' in text and 'rl_step{rank="0",role="trainer",run="r"} 3.0' in text
         assert "rl_critic_score" not in text
     assert "render" in events
 
@@ -193,17 +191,16 @@ def test_name_filters_cut_only_the_named_families(monkeypatch):
 def test_queued_scrapes_share_a_rendering_made_after_they_arrived():
     """A rendering read from the store after a request arrived holds every log() finished before it: requests
     queued behind each other share it, even when the store changed meanwhile; a later request gets a new one."""
-    store = SeriesStore({"run": "r", "rank": "0"}, max_series_per_metric=10, ttl_s=None,
-                        dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None)
-    registry = ScrapeRegistry(on_duplicate=lambda name: None, store=store)
-    store.write([(meta.STEP, (), 1.0)])
+    recorder = Recorder(default_catalog(), {"run": "r", "role": "trainer", "rank": "0"}, max_series_per_metric=10)
+    registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect)
+    recorder.record([(meta.STEP, (), 1.0)])
     asked = time.monotonic_ns()
     first = registry.render_chunks(asked_ns=asked)[0]
-    assert b'rl_step{rank="0",run="r"} 1.0' in first
-    store.write([(meta.STEP, (), 2.0)])  # done after the first request arrived
+    assert b'rl_step{rank="0",role="trainer",run="r"} 1.0' in first
+    recorder.record([(meta.STEP, (), 2.0)])  # done after the first request arrived
     assert registry.render_chunks(asked_ns=asked)[0] is first
-    assert b'rl_step{rank="0",run="r"} 2.0' in registry.render_chunks(asked_ns=time.monotonic_ns())[0]
-    assert b'rl_step{rank="0",run="r"} 2.0' in registry.render()
+    assert b'rl_step{rank="0",role="trainer",run="r"} 2.0' in registry.render_chunks(asked_ns=time.monotonic_ns())[0]
+    assert b'rl_step{rank="0",role="trainer",run="r"} 2.0' in registry.render()
 
 
 def test_new_wrong_passwords_cost_a_bounded_number_of_bcrypt_checks(tmp_path, monkeypatch):
@@ -411,8 +408,7 @@ def test_a_web_config_cannot_switch_tls_off(tmp_path):
 def test_past_its_cpu_budget_the_endpoint_starts_nothing_new_but_delivers_what_it_computed():
     """A budget of 0.1% of a core and a scrape costing 30 ms of CPU: the scrape puts the budget 20 s in debt;
     its answer still arrives, the next request waits for the budget (the kernel holds it meanwhile)."""
-    store = SeriesStore({"run": "h", "rank": "0"}, max_series_per_metric=100, ttl_s=None,
-                        dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None)
+    recorder = Recorder(default_catalog(), {"run": "h", "role": "trainer", "rank": "0"}, max_series_per_metric=100)
 
     def costly() -> list:
         end = time.thread_time() + 0.03
@@ -420,8 +416,8 @@ def test_past_its_cpu_budget_the_endpoint_starts_nothing_new_but_delivers_what_i
             pass
         return []
 
-    store.add_collector(costly)
-    registry = ScrapeRegistry(on_duplicate=lambda name: None, store=store)
+    recorder.add_collector(costly)
+    registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect)
     endpoint = ScrapeEndpoint(registry, "127.0.0.1", 0, limits=Limits(cpu_share=0.001, cpu_burst_s=0.01))
     try:
         assert status_of(endpoint.url) == 200
@@ -484,14 +480,13 @@ def test_close_in_a_forked_child_releases_only_its_copies(endpoint_of):
 def test_a_client_that_stops_reading_its_response_is_dropped_and_counted():
     """A response that makes no progress for ``write_timeout_s`` (the client stopped reading: its window and the
     server's send buffer are full) is dropped, counted as ``client_timeout``, and the endpoint goes on serving."""
-    store = SeriesStore({"run": "h", "rank": "0"}, max_series_per_metric=50_000, ttl_s=None,
-                        dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None)
+    recorder = Recorder(default_catalog(), {"run": "h", "role": "trainer", "rank": "0"}, max_series_per_metric=50_000)
     spec = default_catalog().resolve("eval/gsm8k/accuracy/mean@4").spec
     long = "t" * 200  # ~30,000 series of ~300 bytes: a response far larger than the sockets' buffers
-    store.write([(spec, (("taskset", f"{long}{i}"), ("metric", "accuracy"), ("stat", "mean"), ("k", "4")), 0.5)
+    recorder.record([(spec, (("taskset", f"{long}{i}"), ("metric", "accuracy"), ("stat", "mean"), ("k", "4")), 0.5)
                  for i in range(30_000)])
     events: list[str] = []
-    registry = ScrapeRegistry(on_duplicate=lambda name: None, store=store, on_error=events.append)
+    registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect, on_error=events.append)
     endpoint = ScrapeEndpoint(registry, "127.0.0.1", 0, limits=Limits(write_timeout_s=0.5))
     try:
         stalled = socket.socket()

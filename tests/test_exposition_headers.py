@@ -23,7 +23,7 @@ from rl_otel._internal.exporters.exposition import Renderer
 from rl_otel._internal.exporters.prometheus import encode, families
 from rl_otel._internal.exporters.promnames import sanitize_full_name
 from rl_otel._internal.exporters.textformat import OPENMETRICS, TEXT, header
-from rl_otel._internal.pipeline.store import FamilyView
+from rl_otel._internal.pipeline.records import Family as FamilyView
 from rl_otel.catalog import Kind, MetricSpec
 from rl_otel.catalog.naming import check_name
 

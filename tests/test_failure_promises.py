@@ -142,12 +142,12 @@ def test_submit_internal_a_failure_past_the_job_handler_or_inside_submit_is_coun
     ok = tel.submit(lambda: {"critic/score/mean": 0.5}, step=1)
     assert ok.result(timeout=10) == {"critic/score/mean": 0.5}  # the worker thread lived on
 
-    import rl_otel.telemetry as telemetry_module
+    import rl_otel._internal.pipeline.recorder as recorder_module
 
     def broken(values):
         raise RuntimeError("a bug in submit()")
 
-    monkeypatch.setattr(telemetry_module, "caller_streams", broken)
+    monkeypatch.setattr(recorder_module, "caller_streams", broken)
     with caplog.at_level(logging.WARNING, logger="rl_otel"):
         future = tel.submit(lambda: {"critic/score/mean": 0.7}, step=2)  # never raises
     assert isinstance(future.exception(timeout=5), RuntimeError)
@@ -217,16 +217,16 @@ def test_prometheus_collect_a_store_failing_during_a_scrape_leaves_the_rest_serv
     from rl_otel._internal.pipeline.store import SeriesStore
 
     tel.log({"critic/score/mean": 0.5}, step=0)
-    real = SeriesStore.snapshot
+    real = SeriesStore.freeze
 
     def broken(self, *args, **kwargs):
         raise RuntimeError("store exploded")
 
-    monkeypatch.setattr(SeriesStore, "snapshot", broken)
+    monkeypatch.setattr(SeriesStore, "freeze", broken)
     text = scrape(tel.metrics_url)  # 200
     assert samples(text, "rl_process_resident_memory_bytes")  # the live gauges still served
     assert "rl_critic_score" not in text
-    monkeypatch.setattr(SeriesStore, "snapshot", real)
+    monkeypatch.setattr(SeriesStore, "freeze", real)
     assert samples(scrape(tel.metrics_url), "rl_critic_score")
     assert errors(tel, "prometheus", "collect") == 1
 

@@ -7,11 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 import rl_otel
-from rl_otel._internal.pipeline.diagnostics import Diagnostics
-from rl_otel._internal.pipeline.ingest import Pipeline
-from rl_otel._internal.pipeline.router import Router
-from rl_otel._internal.pipeline.store import SeriesStore
-from rl_otel.catalog import default_catalog, meta
+from rl_otel._internal.pipeline.recorder import Recorder
+from rl_otel.catalog import default_catalog
 from tests.promtools import scrape
 
 KEYS = ["actor/pg_loss", "critic/score/mean", "time/actor_train/train_step/execute", "system/batch_size",
@@ -61,7 +58,7 @@ def test_a_flat_step_and_the_same_step_nested_serve_the_same():
             flat.log(row, step=step)
             nested.log(_nested(row), step=step)
             assert _served(flat) == _served(nested), step
-        assert 'rl_step{rank="0",run="p"} 21.0' in _served(flat)
+        assert 'rl_step{rank="0",role="trainer",run="p"} 21.0' in _served(flat)
     finally:
         flat.close()
         nested.close()
@@ -69,18 +66,17 @@ def test_a_flat_step_and_the_same_step_nested_serve_the_same():
 
 def test_a_series_removed_by_its_ttl_comes_back_at_its_next_write():
     now = [10**18]
-    store = SeriesStore({"run": "ttl", "rank": "0"}, max_series_per_metric=100, ttl_s=1.0,
-                        dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None, clock=lambda: now[0])
-    pipeline = Pipeline(store, Router(default_catalog(), 100), Diagnostics(store))
+    recorder = Recorder(default_catalog(), {"run": "ttl", "rank": "0"}, max_unknown_keys=100, series_ttl_s=1.0,
+                        clock=lambda: now[0])
     row = {"actor/pg_loss": 1.0, "critic/score/mean": 2.0}
-    pipeline.log(row.items(), 0, 0.0)
-    pipeline.log(row.items(), 1, 0.0)
-    layout = store.snapshot().layout
+    recorder.log(row, 0)
+    recorder.log(row, 1)
+    layout = recorder.collect().stored.layout
     now[0] += 2_000_000_000
-    snapshot = store.snapshot()
-    assert snapshot.value("rl_actor_pg_loss") is None and snapshot.layout is None  # expired: left out of reads
+    snapshot = recorder.collect()
+    assert snapshot.value("rl_actor_pg_loss") is None and snapshot.stored.layout is None  # expired: left out
     assert snapshot.value("rl_step") == 1.0  # liveness never expires
-    pipeline.log({"actor/pg_loss": 3.0}.items(), 2, 0.0)  # the write removes what expired, then writes
-    snapshot = store.snapshot()
+    recorder.log({"actor/pg_loss": 3.0}, 2)  # the write removes what expired, then writes
+    snapshot = recorder.collect()
     assert snapshot.value("rl_actor_pg_loss") == 3.0 and snapshot.value("rl_critic_score", {"stat": "mean"}) is None
-    assert snapshot.layout is not None and snapshot.layout != layout
+    assert snapshot.stored.layout is not None and snapshot.stored.layout != layout

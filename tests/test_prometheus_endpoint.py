@@ -47,8 +47,8 @@ def test_no_duplicate_help_or_type_even_when_provoked(tel):
             helps = collections.Counter(re.findall(r"^# HELP (\S+)", body, flags=re.M))
             assert [name for name, n in helps.items() if n > 1] == []
         assert promtool_check(text) == ""
-    assert "rl_critic_loss 5.0" in text.replace('{rank="0",run="test"}', "")
-    assert re.search(r'rl_telemetry_errors_total\{rank="0",reason="duplicate_family",run="test",sink="prometheus"\}',
+    assert "rl_critic_loss 5.0" in text.replace('{rank="0",role="trainer",run="test"}', "")
+    assert re.search(r'rl_telemetry_errors_total\{rank="0",reason="duplicate_family",role="trainer",run="test",sink="prometheus"\}',
                      text)
     assert text.count("target_info{") == 1 and 'rl_run="test"' in text  # rl_otel's, not the intruder's
 
@@ -143,7 +143,7 @@ def test_build_info_and_target_info_are_store_families():
     labels = ",".join(f'{k}="{v}"' for k, v in sorted(attrs.items()))
     assert f"# TYPE target_info gauge\ntarget_info{{{labels}}} 1.0\n" in text
     assert f"# HELP target Target metadata\n# TYPE target info\ntarget_info{{{labels}}} 1.0\n" in om
-    build = f'rl_otel_build_info{{rank="3",run="info",version="{rl_otel.__version__}"}} 1.0\n'
+    build = f'rl_otel_build_info{{rank="3",role="actor",run="info",version="{rl_otel.__version__}"}} 1.0\n'
     assert f"# TYPE rl_otel_build_info gauge\n{build}" in text and build in om
 
 

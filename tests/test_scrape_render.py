@@ -79,8 +79,7 @@ def fed(seed_keys):
 def test_direct_render_is_byte_for_byte_the_stock_exporters(fed, seed_keys, fmt):
     renderer = Renderer()  # one renderer across steps: its per-series caches must follow every change
     for step in range(3):
-        store = fed._pipeline.store
-        views = [*store.live(), *store.snapshot().families]  # one collection for both (live values move)
+        views = fed._recorder.collect().families  # one collection for both (live values move)
         assert {view.spec.kind for view in views} == {Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM, Kind.INFO}
         assert any(view.spec is live.PROCESS_RSS for view in views)
         ours = renderer.render(views, fmt, set()).text + (EOF if fmt == OPENMETRICS else "")
@@ -102,8 +101,8 @@ def test_a_scrape_after_log_sees_the_new_values(tel):
         lr = step + (0.5 if accept else 0.0) + (0.25 if encoding else 0.0)
         tel.log({"actor/lr": lr}, step=step)
         text = fetch(tel.metrics_url, accept, encoding)
-        assert re.search(rf'^rl_actor_learning_rate\{{rank="0",run="test"\}} {lr}$', text, flags=re.M), text
-        assert re.search(rf'^rl_step\{{rank="0",run="test"\}} {float(step)}$', text, flags=re.M)
+        assert re.search(rf'^rl_actor_learning_rate\{{rank="0",role="trainer",run="test"\}} {lr}$', text, flags=re.M), text
+        assert re.search(rf'^rl_step\{{rank="0",role="trainer",run="test"\}} {float(step)}$', text, flags=re.M)
 
 
 def test_a_scrape_after_a_phase_sees_it_without_a_log(tel):
@@ -113,17 +112,17 @@ def test_a_scrape_after_a_phase_sees_it_without_a_log(tel):
             pass
         text = fetch(tel.metrics_url, OPENMETRICS_ACCEPT, "gzip")
         assert re.search(rf'^rl_phase_duration_seconds_count\{{cluster="actor_train",part="total",phase="train_step",'
-                         rf'rank="0",run="test"\}} {float(n)}$', text, flags=re.M), text
+                         rf'rank="0",role="trainer",run="test"\}} {float(n)}$', text, flags=re.M), text
 
 
 def test_live_gauges_are_fresh_at_every_scrape_between_steps(tel):
     calls = itertools.count(1)
-    tel._pipeline.store.add_collector(lambda: [(live.GPU_PROCESS_ALLOCATED, (("device_id", "9"),), float(next(calls)))])
+    tel._recorder.add_collector(lambda: [(live.GPU_PROCESS_ALLOCATED, (("device_id", "9"),), float(next(calls)))])
     tel.log({"actor/lr": 1.0}, step=0)
     seen = []
     for encoding in (None, "gzip", None, "gzip"):
         text = fetch(tel.metrics_url, None, encoding)
-        found = re.search(r'^rl_gpu_process_memory_allocated_bytes\{device_id="9",rank="0",run="test"\} (\S+)$', text,
+        found = re.search(r'^rl_gpu_process_memory_allocated_bytes\{device_id="9",rank="0",role="trainer",run="test"\} (\S+)$', text,
                           flags=re.M)
         assert found is not None, text
         seen.append(float(found.group(1)))
@@ -144,30 +143,30 @@ def test_series_past_their_ttl_leave_a_cached_scrape():
     """No write between two scrapes, a series' TTL passes: the second scrape leaves it out (the cached rendering
     does not outlive it), and the next write removes it from the store."""
     from rl_otel._internal.exporters.prometheus import ScrapeRegistry
-    from rl_otel._internal.pipeline.store import SeriesStore
-    from rl_otel.catalog import meta
+    from rl_otel._internal.pipeline.recorder import Recorder
+    from rl_otel._internal.pipeline.records import Measurement
 
     now = [10**18]
-    store = SeriesStore({"run": "ttl", "rank": "0"}, max_series_per_metric=10, ttl_s=1.0,
-                        dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None, clock=lambda: now[0])
-    registry = ScrapeRegistry(on_duplicate=lambda name: None, store=store)
+    recorder = Recorder(default_catalog(), {"run": "ttl", "role": "trainer", "rank": "0"}, series_ttl_s=1.0,
+                        clock=lambda: now[0])
+    registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect, clock=recorder.store.clock)
     lr = default_catalog().resolve("actor/lr").spec
-    store.write([(lr, (), 1.0)], step=0, marks=[(meta.STEP, 0.0, True)])
+    recorder.record([Measurement(lr, (), 1.0)], step=0)
     assert b"rl_actor_learning_rate{" in registry.render(TEXT)
     now[0] += 999_000_000
     assert b"rl_actor_learning_rate{" in registry.render(TEXT)  # within its TTL
     now[0] += 2_000_000
     text = registry.render(TEXT)  # no write in between: the cache must not outlive the series
     assert b"rl_actor_learning_rate{" not in text and b"rl_step{" in text  # rl_step never expires
-    store.write([(lr, (), 2.0)], step=1)
-    assert b'rl_actor_learning_rate{rank="0",run="ttl"} 2.0' in registry.render(TEXT)  # back at its next write
+    recorder.record([Measurement(lr, (), 2.0)], step=1)
+    assert b'rl_actor_learning_rate{rank="0",role="trainer",run="ttl"} 2.0' in registry.render(TEXT)  # back at its next write
 
 
 def test_name_filters_are_served(tel):
     tel.log({"actor/lr": 1.0, "critic/loss": 2.0}, step=0)
     text = scrape(tel.metrics_url + "?name[]=rl_actor_learning_rate&name[]=rl_step")
     assert sorted(re.findall(r"^# TYPE (\S+)", text, flags=re.M)) == ["rl_actor_learning_rate", "rl_step"]
-    assert 'rl_actor_learning_rate{rank="0",run="test"} 1.0' in text
+    assert 'rl_actor_learning_rate{rank="0",role="trainer",run="test"} 1.0' in text
 
 
 def fetch(url: str, accept: str | None, encoding: str | None) -> str:
@@ -187,8 +186,7 @@ def strip_live(text: str) -> str:
 @pytest.mark.parametrize("fmt", [TEXT, OPENMETRICS])
 def test_each_family_is_cut_whole_from_a_rendering(fed, fmt):
     """``?name[]=`` is served from the families it names: each family's cut is its part of the text, in order."""
-    store = fed._pipeline.store
-    rendering = Renderer().render([*store.live(), *store.snapshot().families], fmt, set())
+    rendering = Renderer().render(fed._recorder.collect().families, fmt, set())
     parts = rendering.families()
     assert len(parts) > 80 and {p.state is not None for p in parts} == {True, False}  # histograms and others
     cuts = [rendering.text_of(set(part.samples)) for part in parts]
@@ -216,13 +214,13 @@ def test_a_plan_is_compiled_once_per_set_of_series(tel, monkeypatch):
     assert registry is not None
     for step in range(3):
         tel.log({"custom/a": float(step), "custom/b": 2.0 * step}, step=step)
-        assert f'rl_custom_a{{rank="0",run="test"}} {float(step)}\n'.encode() in registry.render(TEXT)
+        assert f'rl_custom_a{{rank="0",role="trainer",run="test"}} {float(step)}\n'.encode() in registry.render(TEXT)
     assert compiled == [TEXT]
     tel.log({"custom/a": 5.0, "custom/b": 1.0, "custom/c": 7.0}, step=3)
-    assert b'rl_custom_c{rank="0",run="test"} 7.0\n' in registry.render(TEXT)
+    assert b'rl_custom_c{rank="0",role="trainer",run="test"} 7.0\n' in registry.render(TEXT)
     tel.log({"custom/a": 6.0, "custom/b": None, "custom/c": 8.0}, step=4)
     text = registry.render(OPENMETRICS)
-    assert b'rl_custom_a{rank="0",run="test"} 6.0\n' in text and b"rl_custom_b{" not in text
+    assert b'rl_custom_a{rank="0",role="trainer",run="test"} 6.0\n' in text and b"rl_custom_b{" not in text
     assert compiled == [TEXT, TEXT, OPENMETRICS]
 
 
@@ -257,7 +255,7 @@ def test_scrapes_while_new_series_keep_coming_are_whole_steps():
         assert len(set(values.values())) <= 1, values  # one step
         if values:
             assert len(values) == width(int(next(iter(values.values()))))  # every series of that step
-    assert f'rl_custom_k99{{rank="0",run="grow"}} {float(step - 1)}' in texts[-1]
+    assert f'rl_custom_k99{{rank="0",role="trainer",run="grow"}} {float(step - 1)}' in texts[-1]
 
 
 def width(step: int) -> int:

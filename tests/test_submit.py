@@ -329,9 +329,9 @@ def test_a_bug_inside_log_is_counted_inline_and_when_queued(tel, monkeypatch, ca
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in the write path")
 
-    from rl_otel._internal.pipeline.ingest import Pipeline
+    from rl_otel._internal.pipeline.ingest import Ingest
 
-    monkeypatch.setattr(Pipeline, "route", broken)  # the one path of a step, inline or queued
+    monkeypatch.setattr(Ingest, "route", broken)  # the one path of a step, inline or queued
     with caplog.at_level(logging.WARNING, logger="rl_otel"):
         tel.log({"critic/score/mean": 0.5}, step=0)  # inline
         gate = threading.Event()

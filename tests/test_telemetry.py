@@ -30,7 +30,7 @@ def samples(tel) -> dict[tuple, float]:
 
 
 def value(tel, name, **labels):
-    labels = {"run": "test", "rank": "0", **labels}
+    labels = {"run": "test", "role": "trainer", "rank": "0", **labels}
     return samples(tel).get((name, frozenset(labels.items())))
 
 
@@ -73,7 +73,7 @@ def test_distributions_become_histograms_with_exact_counts(tel):
     tel.log({"ppo/policy/ratio": torch.tensor([0.5, 1.0, 1.01, 3.0, 200.0])}, step=1)
     tel.log({"ppo/policy/ratio": [1.0]}, step=2)
     got = samples(tel)
-    base = {"run": "test", "rank": "0"}
+    base = {"run": "test", "role": "trainer", "rank": "0"}
 
     def bucket(le):
         return got[("rl_ppo_policy_ratio_dist_bucket", frozenset({**base, "le": le}.items()))]
@@ -146,7 +146,7 @@ def test_run_and_rank_from_arguments_or_environment(monkeypatch):
     monkeypatch.setenv("RANK", "5")
     with rl_otel.init(run="r1", prometheus={"host": "127.0.0.1", "port": 0}) as t:
         t.log({"actor/lr": 0.1}, step=0)
-        assert ("rl_actor_learning_rate", frozenset({"run": "r1", "rank": "5"}.items())) in samples(t)
+        assert ("rl_actor_learning_rate", frozenset({"run": "r1", "role": "trainer", "rank": "5"}.items())) in samples(t)
     with rl_otel.init(run="r2", rank=2, prometheus={"host": "127.0.0.1", "port": 0}) as t:
         t.log({"actor/lr": 0.1}, step=0)
         families = list(text_string_to_metric_families(scrape(t.metrics_url)))
@@ -165,7 +165,7 @@ def test_unknown_keys_use_a_capped_fallback(caplog):
         names = {name for name, _ in got if name.startswith("rl_custom_m")}
         assert names == {"rl_custom_m0", "rl_custom_m1", "rl_custom_m2"}
         assert got[("rl_telemetry_dropped_series_total",
-                    frozenset({"run": "test", "rank": "0", "metric": "unknown_keys"}.items()))] == 14
+                    frozenset({"run": "test", "role": "trainer", "rank": "0", "metric": "unknown_keys"}.items()))] == 14
         assert sum("past the cap" in r.getMessage() for r in caplog.records) == 7  # once per refused key
 
 
@@ -187,7 +187,7 @@ def test_series_per_metric_are_capped():
         got = samples(t)
         assert sum(1 for name, _ in got if name == "rl_operation_duration_seconds") == 4
         assert got[("rl_telemetry_dropped_series_total", frozenset(
-            {"run": "test", "rank": "0", "metric": "rl_operation_duration_seconds"}.items()))] == 6
+            {"run": "test", "role": "trainer", "rank": "0", "metric": "rl_operation_duration_seconds"}.items()))] == 6
 
 
 def test_series_expire_after_ttl_but_liveness_does_not(monkeypatch):
@@ -320,28 +320,33 @@ def test_a_failing_init_step_closes_what_was_already_built(tmp_path, monkeypatch
 
 
 def test_store_removes_a_gone_series_and_a_step_never_goes_back():
+    from rl_otel._internal.pipeline.records import Measurement
+    from rl_otel._internal.pipeline.snapshot import Snapshot
     from rl_otel._internal.pipeline.store import SeriesStore
     from rl_otel.catalog import meta
 
     store = SeriesStore({"run": "r", "rank": "0"}, max_series_per_metric=10, ttl_s=None,
                         dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None)
     spec = rl_otel.default_catalog().resolve("critic/score/mean").spec
-    store.write([(spec, (("stat", "mean"),), 1.0), (spec, (("stat", "max"),), 2.0)])
-    before = store.snapshot()
+    store.write([Measurement(spec, (("stat", "mean"),), 1.0), Measurement(spec, (("stat", "max"),), 2.0)])
+    before = store.freeze()
+    version = store.version
+    assert store.freeze(before) is before and store.version == version  # a read changes nothing
     store.write([], gone=[(spec, (("stat", "mean"),))])
-    after = store.snapshot()
+    after = store.freeze(before)
     assert after.version > before.version and after.layout != before.layout
-    assert after.value(spec.name, {"stat": "mean"}) is None and after.value(spec.name, {"stat": "max"}) == 2.0
-    assert before.value(spec.name, {"stat": "mean"}) == 1.0  # a snapshot never changes once taken
+    assert Snapshot(after).value(spec.name, {"stat": "mean"}) is None
+    assert Snapshot(after).value(spec.name, {"stat": "max"}) == 2.0
+    assert Snapshot(before).value(spec.name, {"stat": "mean"}) == 1.0  # a snapshot never changes once taken
     store.write([], gone=[(spec, (("stat", "mean"),)), (meta.STEP, ())])  # gone already; a family never written
-    assert store.snapshot().layout == after.layout
+    assert store.freeze(after).layout == after.layout
     # with a step, a series keeps the newest step's value; without one, a write always lands
-    store.write([(spec, (("stat", "max"),), 5.0)], step=5)
-    store.write([(spec, (("stat", "max"),), 3.0), (spec, (("stat", "min"),), 3.0)], step=3)
-    snap = store.snapshot()
+    store.write([Measurement(spec, (("stat", "max"),), 5.0)], step=5)
+    store.write([Measurement(spec, (("stat", "max"),), 3.0), Measurement(spec, (("stat", "min"),), 3.0)], step=3)
+    snap = Snapshot(store.freeze())
     assert snap.value(spec.name, {"stat": "max"}) == 5.0 and snap.value(spec.name, {"stat": "min"}) == 3.0
-    store.write([(spec, (("stat", "max"),), 1.0)])
-    assert store.snapshot().value(spec.name, {"stat": "max"}) == 1.0
+    store.write([Measurement(spec, (("stat", "max"),), 1.0)])
+    assert Snapshot(store.freeze()).value(spec.name, {"stat": "max"}) == 1.0
 
 
 def test_none_removes_a_gauge_series_instead_of_leaving_it_stale(tel):
@@ -445,7 +450,7 @@ def test_trackers_get_every_logged_key_before_any_prometheus_rule(tmp_path, capl
     assert lines[1]["metrics"]["step"] == 7.0 and lines[1]["metrics"]["actor/pg_loss"] == 0.5
     assert lines[1]["metrics"]["critic/loss"]["count"] == 3  # a distribution for a gauge: a tracker can draw it
     # Prometheus still applies its rules: 3 fallback families, rl_step is the step, no gauge for a distribution
-    base = frozenset({"run": "test", "rank": "0"}.items())
+    base = frozenset({"run": "test", "role": "trainer", "rank": "0"}.items())
     assert len({name for name, _ in served if name.startswith("rl_custom_m")}) == 3
     assert served[("rl_step", base)] == 1.0 and served[("rl_actor_pg_loss", base)] == 0.5
     assert ("rl_critic_loss", base) not in served

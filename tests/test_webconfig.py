@@ -66,7 +66,7 @@ def test_tls_scrape_is_verified_against_the_ca(tmp_path, pki):
         assert response.status_code == 200
         assert response.headers["X-Frame-Options"] == "deny"
         assert samples(response.text, "rl_critic_score") == {
-            frozenset({"run": "secure", "rank": "3", "stat": "mean"}.items()): 0.25}
+            frozenset({"run": "secure", "role": "trainer", "rank": "3", "stat": "mean"}.items()): 0.25}
         assert promtool_check(response.text) == ""
         with pytest.raises(requests.exceptions.SSLError):  # the system CAs do not trust the test CA
             requests.get(tel.metrics_url, timeout=10)

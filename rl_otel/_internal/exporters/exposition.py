@@ -46,7 +46,7 @@ from rl_otel._internal.exporters.textformat import (
     go_floats,
     label_text,
 )
-from rl_otel._internal.pipeline.store import FamilyView, HistogramValue, Labels
+from rl_otel._internal.pipeline.records import Family, HistogramValue, Labels
 from rl_otel.catalog import Kind, MetricSpec
 
 _log = logging.getLogger("rl_otel")
@@ -78,7 +78,7 @@ class _State:
         self.heads: dict[str, str] = {}
         self.base: Labels | None = None
         self.prefixes: dict[Labels, str] = {}
-        self.hists: dict[Labels, list] = {}
+        self.hists: dict[Labels, _HistSeries] = {}
 
     @property
     def samples(self) -> frozenset[str]:
@@ -127,7 +127,7 @@ class Plan:
     records: list[_Record]
     numbers: list
     hists: list
-    hist_at: list[tuple[int, _State, list]]
+    hist_at: list[tuple[int, _State, _HistSeries]]
     failed: list[tuple[str, Exception]] = field(default_factory=list)  # reported when filled: a stale plan never is
     # families _prepare() left to _finish(): (their place in records, state, base labels, (labels, source) pairs)
     deferred: list[tuple[int, _State, Labels, list[tuple[Labels, object]]]] = field(default_factory=list)
@@ -233,13 +233,13 @@ class Renderer:
             state = self._states[spec.name] = _State(spec)
         return state
 
-    def render(self, views: Iterable[FamilyView], fmt: str, seen: set[str],
+    def render(self, views: Iterable[Family], fmt: str, seen: set[str],
                on_error: Callable[[str], None] | None = None) -> Rendering:
         """``views`` rendered in ``fmt`` (:meth:`compile` then :meth:`fill`, their values as the sources)."""
         plan = self.compile(views, fmt, seen)
         return self.fill(plan, plan.numbers, plan.hists, on_error)
 
-    def compile(self, families: Iterable[FamilyView], fmt: str, seen: set[str]) -> Plan:
+    def compile(self, families: Iterable[Family], fmt: str, seen: set[str]) -> Plan:
         """The plan of ``families`` in ``fmt``. A family whose name is in ``seen`` is left out (the first family
         of a name wins) and every name taken is added to ``seen``; one that cannot be compiled is left out
         (reported - and logged once - at each :meth:`fill`), as is one without series.
@@ -251,7 +251,7 @@ class Renderer:
         kept)."""
         return self._finish(self._prepare(families, fmt, seen))
 
-    def _prepare(self, families: Iterable[FamilyView], fmt: str, seen: set[str]) -> Plan:
+    def _prepare(self, families: Iterable[Family], fmt: str, seen: set[str]) -> Plan:
         """The single pass of :meth:`compile`: the common families written, the others deferred."""
         if fmt != TEXT and fmt != OPENMETRICS:
             raise ValueError(f"unknown exposition format {fmt!r}")
@@ -382,14 +382,14 @@ class Renderer:
             cached.clear()
         for i, (labels, source) in enumerate(points):
             entry = cached.get(labels)
-            if entry is None:
+            if entry is None:  # the series' label strings around its bucket bound, and its plain ones
                 pairs = sorted(base + labels)
                 before = label_text(p for p in pairs if p[0] < "le")
                 after = label_text(p for p in pairs if p[0] > "le")
                 plain = label_text(pairs)
-                entry = cached[labels] = [f"{name}_bucket{{{before}{',' if before else ''}le=\"",
-                                          f"\"{',' if after else ''}{after}}} ", f"{{{plain}}}" if plain else "",
-                                          None, ""]
+                entry = cached[labels] = _HistSeries(f"{name}_bucket{{{before}{',' if before else ''}le=\"",
+                                                     f"\"{',' if after else ''}{after}}} ",
+                                                     f"{{{plain}}}" if plain else "")
             hist_at.append((slot + i, state, entry))
             hists.append(source)
         return [""] * len(points)
@@ -444,20 +444,32 @@ _GAUGE, _COUNTER = Kind.GAUGE, Kind.COUNTER
 _UNIT_WORDS = {unit: map_unit(unit) for unit in ("", *UNITS)}  # the units map_unit needs no rule for
 
 
-def _hist_lines(state: _State, entry: list, value: object) -> str:
+class _HistSeries:
+    """A histogram series as a plan writes it: its label strings (``head`` + bound + ``tail`` for a bucket line,
+    ``plain`` for ``_count``/``_sum``), and its last ``(counts, sum)`` with the ``lines`` written for them."""
+
+    __slots__ = ("head", "key", "lines", "plain", "tail")
+
+    def __init__(self, head: str, tail: str, plain: str) -> None:
+        self.head, self.tail, self.plain = head, tail, plain
+        self.key: tuple[list[int], float] | None = None
+        self.lines = ""
+
+
+def _hist_lines(state: _State, entry: _HistSeries, value: object) -> str:
     """A histogram series' lines, the last without its end (``entry``: its label strings, last counts and
     lines, rewritten on a change)."""
     h = cast(HistogramValue, value)  # a histogram family's points: anything else raises below
     key = (h.counts, h.sum)
-    if key != entry[3]:
-        head, tail, plain, name = entry[0], entry[1], entry[2], state.sample
+    if key != entry.key:
+        head, tail, plain, name = entry.head, entry.tail, entry.plain, state.sample
         cumulative = list(accumulate(h.counts))
         lines = [f"{head}{le}{tail}{go_float(n)}" for le, n in zip(state.le, cumulative, strict=True)]
         if state.has_sum:
             lines.append(f"{name}_count{plain} {go_float(cumulative[-1])}")
             lines.append(f"{name}_sum{plain} {go_float(h.sum)}")
-        entry[3], entry[4] = key, "\n".join(lines)  # the plan writes the last line's end
-    return entry[4]
+        entry.key, entry.lines = key, "\n".join(lines)  # the plan writes the last line's end
+    return entry.lines
 
 
 def _merged(numbers: list[str], hists: list[str], at: list[int]) -> list[str]:

@@ -1,5 +1,5 @@
 """The OTLP metric push: an exporter wrapper that adds the series store's families to every export (as deltas for
-a backend that prefers them) and counts failed exports, and :func:`store_metrics`, the store's snapshot as OTel
+a backend that prefers them) and counts failed exports, and :func:`store_metrics`, the recorder's snapshot as OTel
 ``Metric`` objects. Imported only by a process that pushes metrics: it loads the OTel SDK's metrics package
 (``benchmarks/bench_lifecycle.py``), which a scrape-only process never needs."""
 
@@ -31,7 +31,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from rl_otel._internal.exporters.otel_compat import exporter_preferences
 from rl_otel._internal.exporters.temporality import DeltaConverter
-from rl_otel._internal.pipeline.store import FamilyView, HistogramValue, SeriesStore
+from rl_otel._internal.pipeline.records import Family, HistogramValue
+from rl_otel._internal.pipeline.snapshot import Snapshot
 from rl_otel.catalog import Kind
 
 _log = logging.getLogger("rl_otel")
@@ -51,14 +52,14 @@ def merge(data: MetricsData | None, resource: Resource, extra: list[Metric]) -> 
     return MetricsData(resource_metrics=[replace(first, scope_metrics=[scope, *first.scope_metrics]), *rest])
 
 
-def store_metrics(store: SeriesStore) -> list[Metric]:
-    """Every family of the store as an OTel ``Metric`` (cumulative): the live ones, then the stored ones of its
-    snapshot; not the info families (``SeriesStore.write_info``), which are the scrape endpoint's."""
+def store_metrics(snapshot: Snapshot) -> list[Metric]:
+    """Every family of a snapshot as an OTel ``Metric`` (cumulative), not the info families
+    (``SeriesStore.write_info``), which are the scrape endpoint's."""
     now = time.time_ns()
-    return [to_metric(fam, now) for fam in (*store.live(), *store.snapshot().families) if not fam.scrape_only]
+    return [to_metric(fam, now) for fam in snapshot.families if not fam.scrape_only]
 
 
-def to_metric(fam: FamilyView, now: int) -> Metric:
+def to_metric(fam: Family, now: int) -> Metric:
     """One family as an OTel ``Metric`` (cumulative), its points stamped ``now``."""
     spec = fam.spec
     attrs = [(dict(fam.base + labels), value) for labels, value in fam.points]

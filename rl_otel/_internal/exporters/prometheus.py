@@ -42,7 +42,9 @@ from rl_otel._internal.exporters.exposition import Plan, Renderer, Rendering
 from rl_otel._internal.exporters.server import Limits, Server, serve
 from rl_otel._internal.exporters.textformat import EOF, OPENMETRICS, TEXT
 from rl_otel._internal.exporters.webconfig import WebConfig
-from rl_otel._internal.pipeline.store import SeriesStore, Snapshot
+from rl_otel._internal.pipeline.records import Family
+from rl_otel._internal.pipeline.snapshot import Snapshot
+from rl_otel._internal.pipeline.store import StoreSnapshot
 from rl_otel._internal.pipeline.worker import reset_in_forked_child
 
 _log = logging.getLogger("rl_otel")
@@ -58,13 +60,13 @@ _ESCAPINGS = ("allow-utf-8", "underscores", "dots", "values")
 
 @dataclass
 class _Stored:
-    """The store's snapshot rendered in one format: the bytes, and the rendering they were encoded from
+    """The stored part of a snapshot rendered in one format: the bytes, and the rendering they were encoded from
     (``?name[]=`` requests are cut from the families they name, never from the whole text)."""
 
-    snapshot: Snapshot | None
+    snapshot: StoreSnapshot | None
     body: bytes
     names: frozenset[str]
-    taken_ns: int = 0  # time.monotonic_ns() before the store was read: it holds every log() done by then
+    taken_ns: int = 0  # time.monotonic_ns() before the recorder was read: it holds every log() done by then
     rendering: Rendering | None = None
     gzip: tuple[bytes, zlib._Compress] | None = None  # (compressed prefix, compressor before its flush)
 
@@ -79,32 +81,36 @@ class _Stored:
         return "" if self.rendering is None else self.rendering.text_of(names)
 
 
+Collect = Callable[..., Snapshot]  # collect(settle=...): the recorder's one read
+
+
 class ScrapeRegistry:
-    """Serializes scrapes, guarantees one family per name in each one, and renders the store's families once
-    per store version. A prometheus_client collector registered on it (``register``, as on a prometheus_client
+    """Serializes scrapes, guarantees one family per name in each one, and renders the stored families once per
+    store version. ``collect(settle=...)`` is the recorder's read (:meth:`Recorder.collect`, or several recorders'
+    merged). A prometheus_client collector registered on it (``register``, as on a prometheus_client
     ``CollectorRegistry``: e.g. a ``PrometheusMetricReader`` given ``registry=``) is collected at every scrape,
-    after the store's families; prometheus_client is imported only then. ``on_error(reason)`` counts what a
-    scrape absorbed (and is what the endpoint counts its refusals with).
+    after rl_otel's families; prometheus_client is imported only then. ``on_error(reason)`` counts what a scrape
+    absorbed (and is what the endpoint counts its refusals with): counted outside the store, so a scrape never
+    writes what it reads.
 
-    A scrape reads the store's :class:`~rl_otel._internal.pipeline.store.Snapshot` and writes nothing (it waits,
-    bounded, for the metrics worker's pending jobs: ``wait_for_writes``). The snapshot's families are compiled
-    into a :class:`Plan` once per layout (set of series) and format, and each new version's values are filled into
-    it (:meth:`Renderer.fill`)."""
+    The snapshot's stored families are compiled into a :class:`Plan` once per layout (set of series) and format,
+    and each new version's values are filled into it (:meth:`Renderer.fill`); its live families are rendered at
+    every scrape."""
 
-    def __init__(self, on_duplicate: Callable[[str], None], store: SeriesStore | None = None,
+    def __init__(self, on_duplicate: Callable[[str], None], collect: Collect | None = None,
                  on_error: Callable[[str], None] = lambda reason: None,
-                 wait_for_writes: Callable[[], object] | None = None) -> None:
+                 clock: Callable[[], int] = time.time_ns) -> None:
         self._scrape_lock = threading.Lock()
         self._collectors_lock = threading.Lock()
         reset_in_forked_child(self)
         self._collectors: dict[Any, None] = {}  # registered prometheus_client collectors, in order
         self._on_duplicate = on_duplicate
         self.on_error = on_error
-        self._store = store
-        self._wait_for_writes = wait_for_writes  # a bounded wait for pending writers (the metrics worker)
+        self._collect = collect
+        self._clock = clock  # the store's clock: when a rendered snapshot's series expire
         self._renderer = Renderer()
         self._stored: dict[str, _Stored] = {}
-        self._plans: dict[str, tuple[int, Plan]] = {}  # format -> (snapshot layout, the plan compiled for it)
+        self._plans: dict[str, tuple[object, Plan]] = {}  # format -> (snapshot layout, the plan compiled for it)
 
     def _after_fork(self) -> None:
         self._scrape_lock = threading.Lock()  # the parent's may have been held by its scrape thread at the fork
@@ -131,20 +137,36 @@ class ScrapeRegistry:
         return b"".join(self.render_chunks(fmt, gzipped))
 
     def render_chunks(self, fmt: str = TEXT, gzipped: bool = False, names: set[str] | None = None,
-                     asked_ns: int | None = None) -> list[bytes]:
-        """:meth:`render` as a list of byte strings to send in turn: the store's cached bytes are not copied.
-        With ``names``, only the samples of those names (prometheus_client's ``restricted_registry``); only the
+                      asked_ns: int | None = None) -> list[bytes]:
+        """:meth:`render` as a list of byte strings to send in turn: the cached bytes are not copied. With
+        ``names``, only the samples of those names (prometheus_client's ``restricted_registry``); only the
         families writing them are cut from the cached rendering, whatever the size of the rest. ``asked_ns``
-        (``time.monotonic_ns()`` when the request arrived): a rendering of the store read after that is served
-        even if the store changed since - it holds every ``log()`` finished before the request - so scrapers
-        queued behind each other share one rendering."""
+        (``time.monotonic_ns()`` when the request arrived): a rendering of the stored families read after that
+        is served even if the store changed since - it holds every ``log()`` finished before the request - so
+        scrapers queued behind each other share one rendering."""
         with self._scrape_lock:
-            stored = self._render_store(fmt, asked_ns)
+            cached = self._stored.get(fmt)
+            shared = (cached is not None and asked_ns is not None and cached.taken_ns >= asked_ns
+                      and cached.snapshot is not None and cached.snapshot.valid(self._clock()))
+            taken_ns = time.monotonic_ns()
+            snapshot = None
+            if self._collect is not None:
+                try:
+                    # a shared rendering holds every write done before this request: nothing to wait for
+                    snapshot = self._collect(settle=not shared, on_error=self.on_error)
+                except Exception:  # never break a scrape: serve the registered collectors
+                    _log.exception("rl_otel: collecting the series failed")
+                    self.on_error("collect")
+            if shared or snapshot is None:
+                stored = cached if shared else _Stored(None, b"", frozenset())
+            else:
+                stored = self._render_stored(snapshot.stored, fmt, taken_ns)
+            assert stored is not None
             seen = set(stored.names)
             live = ""
-            if self._store is not None:
+            if snapshot is not None and snapshot.live:
                 try:
-                    views = self._store.live()
+                    views: Iterable[Family] = snapshot.live
                     if names is not None:
                         views = [v for v in views if not self._renderer.samples(v.spec).isdisjoint(names)]
                     live = self._renderer.render(views, fmt, seen, on_error=self.on_error).text
@@ -182,21 +204,11 @@ class ScrapeRegistry:
                 self.on_error("render")
         return "".join(out)
 
-    def _render_store(self, fmt: str, asked_ns: int | None = None) -> _Stored:
-        store = self._store
-        if store is None:
-            return _Stored(None, b"", frozenset())
+    def _render_stored(self, snapshot: StoreSnapshot, fmt: str, taken_ns: int) -> _Stored:
         cached = self._stored.get(fmt)
-        if (cached is not None and asked_ns is not None and cached.taken_ns >= asked_ns and cached.snapshot is not None
-                and (cached.snapshot.valid_until_ns is None or store.clock() < cached.snapshot.valid_until_ns)):
-            return cached  # read after the request arrived, and no series has expired since
-        taken_ns = time.monotonic_ns()
-        if self._wait_for_writes is not None:
-            self._wait_for_writes()  # jobs submitted before this scrape land first: no step served half-computed
+        if cached is not None and cached.snapshot is snapshot:
+            return cached
         try:
-            snapshot = store.snapshot()
-            if cached is not None and cached.snapshot is snapshot:
-                return cached
             rendering = self._rendered(snapshot, fmt)
             try:
                 body = rendering.text.encode()
@@ -204,13 +216,13 @@ class ScrapeRegistry:
                 rendering = _encodable_families(rendering, self.on_error)
                 body = rendering.text.encode()
         except Exception:  # never break a scrape: serve the live gauges and the registered collectors
-            _log.exception("rl_otel: collecting the series store failed")
+            _log.exception("rl_otel: rendering the stored series failed")
             self.on_error("collect")
             return _Stored(None, b"", frozenset())
         stored = self._stored[fmt] = _Stored(snapshot, body, rendering.names, taken_ns, rendering)
         return stored
 
-    def _rendered(self, snapshot: Snapshot, fmt: str) -> Rendering:
+    def _rendered(self, snapshot: StoreSnapshot, fmt: str) -> Rendering:
         """The snapshot's families rendered through the plan compiled for its layout, compiled again when series
         came or went. A plan kept writes every series of the snapshot, in order (a plan that leaves one out - a
         duplicate name, a family that failed - is compiled for each snapshot), so a new snapshot's values fill it

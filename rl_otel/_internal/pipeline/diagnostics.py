@@ -1,7 +1,9 @@
 """rl_otel's own troubles, made visible without ever stopping a training step.
 
-Every problem is counted in ``rl_telemetry_errors_total{sink, reason}`` (a store counter: it is scraped like any
-series) and logged once per ``(what, key)``. The memory of what was said is bounded per kind of warning, so a
+Every problem is counted in ``rl_telemetry_errors_total{sink, reason}`` and logged once per ``(what, key)``. The
+counts are kept here, not in the series store: a reader (a scrape, the OTLP push, a live gauge) counts what it
+absorbed without writing the store, and the recorder's ``collect()`` reads the counts as one more family
+(:meth:`Diagnostics.family`). The memory of what was said is bounded per kind of warning, so a
 burst of one kind (10,000 distinct bad keys) cannot use up the budget of the others: past ``per_kind`` keys of
 one kind, one line says that further ones of that kind are only counted. Keys are remembered by a bounded prefix
 and messages are truncated, so a hostile 1 MB key costs neither memory nor a 1 MB log line.
@@ -11,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
-from rl_otel._internal.pipeline.store import SeriesStore
+from rl_otel._internal.pipeline.records import Family, Labels, Point
 from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel.catalog import meta
 
@@ -25,8 +28,9 @@ _MESSAGE_CHARS = 500
 class Diagnostics:
     """Counts and warn-once logging of one Telemetry; thread-safe, never raises."""
 
-    def __init__(self, store: SeriesStore, *, per_kind: int = PER_KIND) -> None:
-        self._store = store
+    def __init__(self, *, per_kind: int = PER_KIND) -> None:
+        self._counts: dict[Labels, float] = {}
+        self._start_ns = time.time_ns()
         self._per_kind = per_kind
         self._seen: dict[str, set[str]] = {}
         self._full: set[str] = set()
@@ -40,7 +44,17 @@ class Diagnostics:
         """Add to ``rl_telemetry_errors_total{sink=where, reason=...}``: ``where`` is a tracker sink's name or one of
         rl_otel's own places (``input``, ``submit``, ``phase``, ``prometheus``, ``otlp``, ...; the label keeps its
         name, which rules and dashboards read: see the glossary in ``docs/architecture.md``)."""
-        self._store.increment(meta.ERRORS, (("sink", where), ("reason", reason)), amount)
+        labels = (("sink", where), ("reason", reason))
+        with self._lock:
+            self._counts[labels] = self._counts.get(labels, 0.0) + amount
+
+    def family(self, base: Labels) -> Family | None:
+        """``rl_telemetry_errors_total`` now (``None`` before the first error): what ``collect()`` serves."""
+        if not self._counts:
+            return None
+        with self._lock:
+            points = list(map(Point, self._counts, self._counts.values()))
+        return Family(meta.ERRORS, base, self._start_ns, points)
 
     def warn_once(self, what: str, key: str, message: str) -> bool:
         """Log ``message`` as a warning the first time ``(what, key)`` is seen; True if it was logged."""

@@ -72,8 +72,8 @@ class Router:
         return found
 
     def existing(self, key: str) -> Route | None:
-        """The route of a key that may already have a series, or None; unlike :meth:`route`, a key without a
-        catalog entry claims no fallback name (a ``None`` value has no series to make)."""
+        """The route of a key that may already have a series, or None. A read: unlike :meth:`route` it caches
+        nothing and claims no fallback name (``tel.value()`` and a ``None`` value have no series to make)."""
         found = self._cache.get(key)
         if found is not None:
             return found if isinstance(found, Route) else None
@@ -81,8 +81,7 @@ class Router:
             return None
         res = self._catalog.resolve(encodable(key))
         if res.known:
-            found = self.route(key)
-            return found if isinstance(found, Route) else None
+            return Route(res.spec, res.labels, True)
         with self._lock:
             owned = self._fallback_owner.get(res.spec.name) == res.key
         return Route(res.spec, (), False) if owned else None

@@ -4,14 +4,12 @@ rl_otel aggregates here instead of in OTel SDK instruments because the SDK drops
 (an alert must see a NaN loss), costs a few µs per attributed record (``benchmarks/bench_log.py``), and keeps a
 vanished sync-gauge series forever. The store is bounded (series cap per metric, optional TTL).
 
-Data flows one way. Writers - the thread that logged a step or ended a phase, or the metrics worker - call
-:meth:`SeriesStore.write` (and :meth:`~SeriesStore.increment` for rl_otel's own counters); readers - the scrape,
-the OTLP push, ``Telemetry.value()`` - take :meth:`SeriesStore.snapshot`, an immutable :class:`Snapshot` made
-once per store version, and never write. Expired series are left out of a snapshot and removed by the next
-write. Thread-safe: one lock guards all families.
-
-Collectors (``add_collector``) add live series computed at collection time (process and GPU memory); they run
-outside the lock and must be fast: anything slow (NVML) belongs in a poller thread with a cached value.
+It has one writer's method, :meth:`SeriesStore.write` (the recorder's ``record``; ``note_dropped`` and
+``write_info`` are its two special cases), and one reader's, :meth:`SeriesStore.freeze`: an immutable
+:class:`StoreSnapshot` of the stored series. Reading never changes the store: ``freeze`` takes the previous
+snapshot the reader kept and returns it again while nothing changed (the memo is the reader's, see
+``recorder.py``). Expired series are left out of a snapshot and removed by the next write. Thread-safe: one lock
+guards all families.
 """
 
 from __future__ import annotations
@@ -23,29 +21,11 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from rl_otel._internal.pipeline.histogram import BulkHistogram
+from rl_otel._internal.pipeline.records import Family, HistogramValue, Labels, Mark, Measurement, Point
 from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel.catalog import Kind, MetricSpec
 
-Labels = tuple[tuple[str, str], ...]  # (name, value) pairs in the catalog entry's order, without run/rank
-# what a writer hands the store: a float for gauges and counters; for histograms a float, a 1-d float array or
-# BucketCounts (bucketed against the entry's bounds)
-Measurement = tuple[MetricSpec, Labels, object]
-# a step's unlabelled, never-expiring series: (spec, value, keep_newest) - rl_step keeps the newest step's value,
-# the step's timestamp is always written
-Mark = tuple[MetricSpec, float, bool]
-Collector = Callable[[], Iterable[tuple[MetricSpec, Labels, float]]]
-
-
-class HistogramValue(NamedTuple):
-    """A histogram series frozen at collection time (what a scrape renders; ``Telemetry.value`` returns one):
-    ``counts`` per bucket, not cumulative, one more than the bounds (the last counts values above the highest
-    bound); ``sum``, ``count``, ``min``, ``max`` of the finite values observed (NaN/Inf are left out)."""
-
-    counts: list[int]
-    sum: float
-    count: int  # type: ignore[assignment]  # a field named like tuple.count: the public name, shadowing on purpose
-    min: float
-    max: float
+__all__ = ["HistogramValue", "SeriesStore", "StoreSnapshot"]
 
 
 @dataclass(slots=True)
@@ -59,85 +39,68 @@ class Series:
     step: int | None = None
 
 
-class FamilyView(NamedTuple):
-    """One family at collection time: ``points`` pairs a series' labels (besides the ``base`` ones, run and
-    rank; none for ``target_info``) with a float or a :class:`HistogramValue`. ``scrape_only``: an info family
-    (:meth:`SeriesStore.write_info`), which the OTLP push leaves out. (A NamedTuple: a snapshot makes one per
-    family.)"""
+class _ShapedFamily(NamedTuple):
+    """A family of a layout without its values: where its values sit in a snapshot's ``numbers`` (or ``hists``,
+    for a histogram family): ``first:stop``."""
 
     spec: MetricSpec
     base: Labels
     start_ns: int
-    points: list[tuple[Labels, float | HistogramValue]]
-    scrape_only: bool = False
+    scrape_only: bool
+    labels: list[Labels]
+    histogram: bool
+    first: int
+    stop: int
 
 
 class _Shape(NamedTuple):
     """The families and series of one layout, without their values: what snapshots of that layout share.
-    ``numbers``/``hists``: the gauge and counter (and info) families, and the histogram families, in order."""
+    ``numbers``/``hists``: the stored gauge and counter (and info) families, and the histogram families, whose
+    series' values a snapshot copies in that order."""
 
     layout: int
-    # spec, base, start_ns, scrape_only, labels, whether a histogram, its values' slice in numbers or hists
-    families: list[tuple[MetricSpec, Labels, int, bool, list[Labels], bool, int, int]]
+    families: list[_ShapedFamily]
     numbers: list[_Family]
     hists: list[_Family]
 
 
-class Snapshot:
-    """The stored families at one store version, immutable: what every reader reads.
+class StoreSnapshot:
+    """The stored families at one store version, immutable.
 
     ``numbers`` holds the values of the gauge, counter and info series, ``hists`` those of the histogram series
     (as :class:`HistogramValue` s), each in the order of :attr:`families`. ``layout`` is equal for two snapshots
     with the same families and series in the same order (a reader may keep what it compiled from one for the
-    next), ``None`` when expired series were left out (no reuse); ``valid_until_ns``: when the next series
-    expires (``None``: never, without a write)."""
+    next; any hashable), ``None`` when it cannot be reused (expired series left out); ``valid_until_ns``: when the
+    next series expires (``None``: never, without a write)."""
 
-    __slots__ = ("_by_name", "_families", "_shape", "hists", "layout", "numbers", "valid_until_ns", "version")
+    __slots__ = ("_families", "_shape", "hists", "layout", "numbers", "valid_until_ns", "version")
 
     def __init__(self, version: int, valid_until_ns: int | None, *, shape: _Shape | None = None,
                  numbers: list[float] | None = None, hists: list[HistogramValue] | None = None,
-                 families: tuple[FamilyView, ...] | None = None) -> None:
+                 families: tuple[Family, ...] | None = None, layout: object = None) -> None:
         self.version = version
         self.valid_until_ns = valid_until_ns
-        self.layout = None if shape is None else shape.layout
+        self.layout: object = shape.layout if shape is not None else layout
         self._shape = shape
         self.numbers: list[float] = numbers or []
         self.hists: list[HistogramValue] = hists or []
         self._families = families
-        self._by_name: dict[str, FamilyView] | None = None
 
     @property
-    def families(self) -> tuple[FamilyView, ...]:
-        """Every family with its series' values (made at the first read)."""
+    def families(self) -> tuple[Family, ...]:
+        """Every stored family with its series' values (made at the first read)."""
         if self._families is None:
             assert self._shape is not None  # made from a shape, or given its families
             numbers, hists = self.numbers, self.hists
             self._families = tuple([
-                FamilyView(spec, base, start_ns, list(zip(labels, (hists if hist else numbers)[a:b])), scrape_only)  # noqa: B905
-                for spec, base, start_ns, scrape_only, labels, hist, a, b in self._shape.families])
+                Family(f.spec, f.base, f.start_ns,
+                       list(map(Point, f.labels, (hists if f.histogram else numbers)[f.first:f.stop])), f.scrape_only)
+                for f in self._shape.families])
         return self._families
 
-    def family(self, name: str) -> FamilyView | None:
-        """The family named ``name``, or whose samples are (a counter's ``..._total``)."""
-        if self._by_name is None:
-            by_name: dict[str, FamilyView] = {}
-            for fam in reversed(self.families):  # the first family of a name wins
-                by_name[fam.spec.prometheus_name] = fam
-            for fam in reversed(self.families):
-                by_name[fam.spec.name] = fam
-            self._by_name = by_name
-        return self._by_name.get(name)
-
-    def value(self, name: str, labels: Mapping[str, object] | Labels | None = None) -> float | HistogramValue | None:
-        """One series' value: ``labels`` besides the base ones, as a dict or as pairs; ``None`` for none."""
-        fam = self.family(name)
-        if fam is None:
-            return None
-        want = {str(k): str(v) for k, v in (labels.items() if isinstance(labels, Mapping) else labels or ())}
-        for key, value in fam.points:
-            if len(key) == len(want) and dict(key) == want:
-                return value
-        return None
+    def valid(self, now_ns: int) -> bool:
+        """Whether no series of it has expired by ``now_ns``."""
+        return self.valid_until_ns is None or now_ns < self.valid_until_ns
 
 
 @dataclass
@@ -146,40 +109,37 @@ class _Family:
     expires: bool
     series: dict[Labels, Series] = field(default_factory=dict)  # keyed by the router's label pairs as they are
     start_ns: int = field(default_factory=time.time_ns)
-    base: Labels | None = None  # labels on every series besides its own: None for the store's (run, rank)
+    base: Labels | None = None  # labels on every series besides its own: None for the store's (run, role, rank)
     scrape_only: bool = False
     capped: bool = True  # new series past max_series_per_metric are refused (not for rl_otel's own dropped counts)
 
 
 class SeriesStore:
-    """All of rl_otel's series, keyed by metric name and label pairs.
+    """All of rl_otel's stored series, keyed by metric name and label pairs.
 
-    ``max_series_per_metric`` bounds each family; a new label set past the cap is dropped, counted in
-    ``dropped_spec`` and reported through ``on_drop(metric_name)`` (the caller warns once), called after the
-    store's lock is released. ``ttl_s`` expires series not written for that long (families marked
-    ``expires=False`` - liveness, self-monitoring - never expire), by ``clock``.
+    ``base_labels`` are on every series (run, role, rank). ``max_series_per_metric`` bounds each family; a new
+    label set past the cap is dropped, counted in ``dropped_spec`` and reported through ``on_drop(metric_name)``
+    (the caller warns once), called after the store's lock is released. ``ttl_s`` expires series not written for
+    that long (families written with ``expires=False`` - liveness, self-monitoring - never expire), by ``clock``.
     """
 
-    def __init__(self, base_labels: dict[str, str], *, max_series_per_metric: int, ttl_s: float | None,
+    def __init__(self, base_labels: Mapping[str, str], *, max_series_per_metric: int, ttl_s: float | None,
                  dropped_spec: MetricSpec, on_drop: Callable[[str], None],
                  clock: Callable[[], int] | None = None) -> None:
         # nanoseconds since the epoch (default: time.time_ns, looked up at each call): when a series was written,
         # and when it expires
         self.clock: Callable[[], int] = clock if clock is not None else _wall_clock
-        self._base: Labels = tuple(base_labels.items())
+        self.base: Labels = tuple(base_labels.items())
         self._max_series = max_series_per_metric
         self._ttl_ns = None if ttl_s is None else int(ttl_s * 1e9)
         self._next_expiry_ns: int | None = None  # no series expires before it (the next write removes those past)
         self._dropped_spec = dropped_spec
         self._on_drop = on_drop
         self._families: dict[str, _Family] = {}
-        self._start_ns = self.clock()
+        self.start_ns = self.clock()
         self._lock = threading.Lock()
-        self._collectors: tuple[Collector, ...] = ()  # copy-on-write: live() iterates without the lock
         self._version = 0  # bumped under the lock by every change of the stored series
         self._layout = 0  # bumped under the lock whenever a series comes or goes
-        self._snapshot: Snapshot | None = None
-        self._shape: _Shape | None = None  # the families and series of the last snapshot's layout
         self._capped: list[str] = []  # metrics that refused a new series under the lock, for on_drop after it
         reset_in_forked_child(self)
 
@@ -190,30 +150,21 @@ class SeriesStore:
     @property
     def version(self) -> int:
         """A counter bumped by every change: equal versions mean equal stored series (until a TTL deadline,
-        which :class:`Snapshot` reports)."""
+        which :class:`StoreSnapshot` reports)."""
         return self._version
-
-    def add_collector(self, collector: Collector) -> None:
-        """Call ``collector()`` at every collection for live ``(spec, labels, value)`` gauge items.
-
-        Its series are never stored: a series it stops returning vanishes from the next scrape. It runs on the
-        reader's thread outside the store's lock and must not raise (wrap it) nor block.
-        """
-        with self._lock:
-            self._collectors = (*self._collectors, collector)
 
     # -- writing ----------------------------------------------------------------------------------------------
 
     def write(self, measurements: Iterable[Measurement], *, step: int | None = None,
               gone: Iterable[tuple[MetricSpec, Labels]] = (), marks: Iterable[Mark] = (),
               expires: bool = True) -> list[tuple[MetricSpec, int]]:
-        """Store ``(spec, labels, value)`` measurements, under one lock acquisition (a reader sees all of them
-        or none). Returns ``(spec, n)`` for each histogram measurement that had ``n`` non-finite values left out.
+        """Store measurements under one lock acquisition (a reader sees all of them or none). Returns
+        ``(spec, n)`` for each histogram measurement that had ``n`` non-finite values left out.
 
         With ``step``, a series already holding a newer step's value keeps it (a gauge is not set back, a counter
         does not decrease, a histogram does not take the older step's values); ``step=None`` always writes.
         ``gone``: gauge series to remove (a ``None`` logged). ``marks``: the step's unlabelled series, which
-        never expire (see :data:`Mark`; only with ``step``). ``expires=False``: the series never expire."""
+        never expire (only with ``step``). ``expires=False``: the series never expire."""
         now = self.clock()
         left_out: list[tuple[MetricSpec, int]] = []
         with self._lock:
@@ -256,25 +207,17 @@ class SeriesStore:
             self._report_capped()
         return left_out
 
-    def increment(self, spec: MetricSpec, labels: Labels, amount: float = 1.0) -> None:
-        """Add to a counter series (rl_otel's own counters, which never expire)."""
+    def note_dropped(self, metric_name: str) -> None:
+        """Count a value refused before the store (``rl_telemetry_dropped_series_total{metric=...}``)."""
         now = self.clock()
         with self._lock:
             self._version += 1
-            self._add(spec, labels, amount, now)
-        if self._capped:
-            self._report_capped()
-
-    def note_dropped(self, metric_name: str) -> None:
-        """Count a value refused before the store (``rl_telemetry_dropped_series_total{metric=...}``)."""
-        self.increment(self._dropped_spec, (("metric", metric_name),))
+            self._add(self._dropped_spec, (("metric", metric_name),), 1.0, now)
 
     def write_info(self, spec: MetricSpec, labels: Labels, *, base_labels: bool = True) -> None:
         """Set a constant series (1.0, never expires, outside the series cap) whose labels state facts about the
         process: ``rl_otel_build_info{version}``, and ``target_info`` from the OTel resource (``base_labels=False``:
-        the series has only ``labels``). Info families are the scrape endpoint's: the OTLP push leaves them out -
-        over OTLP the resource travels as itself, and build_info is an instrument of the OTLP pipeline's meter
-        provider."""
+        the series has only ``labels``). Info families are the scrape endpoint's: the OTLP push leaves them out."""
         with self._lock:
             self._version += 1
             if spec.name not in self._families:
@@ -333,13 +276,13 @@ class SeriesStore:
 
     # -- reading ----------------------------------------------------------------------------------------------
 
-    def snapshot(self) -> Snapshot:
-        """The stored families frozen at the current version (made once per version and TTL deadline; the same
-        object until then), series past their TTL left out. Never writes."""
-        snap = self._snapshot
-        if snap is not None and snap.version == self._version and (
-                snap.valid_until_ns is None or self.clock() < snap.valid_until_ns):
-            return snap
+    def freeze(self, previous: StoreSnapshot | None = None) -> StoreSnapshot:
+        """The stored families now, series past their TTL left out. ``previous`` (the reader's last snapshot) is
+        returned itself while nothing changed, and its layout's shape reused while no series came or went. Reads
+        only: the store is the same before and after."""
+        now = self.clock()
+        if previous is not None and previous.version == self._version and previous.valid(now):
+            return previous
         with self._lock:
             now, ttl = self.clock(), self._ttl_ns
             valid_until = None
@@ -347,22 +290,20 @@ class SeriesStore:
                 oldest = min((s.time_ns for fam in self._families.values() if fam.expires
                               for s in fam.series.values()), default=None)
                 if oldest is not None and now - oldest > ttl:
-                    snap = self._snapshot = self._unexpired(now, ttl)
-                    return snap
+                    return self._unexpired(now, ttl)
                 valid_until = None if oldest is None else oldest + ttl + 1
-            shape = self._shape
+            shape = previous._shape if previous is not None else None
             if shape is None or shape.layout != self._layout:
-                shape = self._shape = self._new_shape()
-            snap = self._snapshot = Snapshot(
+                shape = self._new_shape()
+            return StoreSnapshot(
                 self._version, valid_until, shape=shape,
                 numbers=[s.value for fam in shape.numbers for s in fam.series.values()],  # type: ignore[misc]
                 hists=[_histogram_value(s.value) for fam in shape.hists  # type: ignore[arg-type]
                        for s in fam.series.values()])
-            return snap
 
     def _new_shape(self) -> _Shape:
         """The shape of the current layout (the caller holds the lock)."""
-        shapes: list[tuple[MetricSpec, Labels, int, bool, list[Labels], bool, int, int]] = []
+        shaped: list[_ShapedFamily] = []
         numbers: list[_Family] = []
         hists: list[_Family] = []
         at = [0, 0]
@@ -370,13 +311,13 @@ class SeriesStore:
             if fam.series:
                 hist = fam.spec.kind is Kind.HISTOGRAM
                 (hists if hist else numbers).append(fam)
-                start = at[hist]
+                first = at[hist]
                 at[hist] += len(fam.series)
-                shapes.append((fam.spec, self._base if fam.base is None else fam.base, fam.start_ns, fam.scrape_only,
-                               list(fam.series), hist, start, at[hist]))
-        return _Shape(self._layout, shapes, numbers, hists)
+                shaped.append(_ShapedFamily(fam.spec, self.base if fam.base is None else fam.base, fam.start_ns,
+                                            fam.scrape_only, list(fam.series), hist, first, at[hist]))
+        return _Shape(self._layout, shaped, numbers, hists)
 
-    def _unexpired(self, now: int, ttl: int) -> Snapshot:
+    def _unexpired(self, now: int, ttl: int) -> StoreSnapshot:
         """A snapshot without the series past their TTL, which stay in the store until the next write removes
         them (the caller holds the lock); it has no layout."""
         families, valid_until = [], None
@@ -387,22 +328,11 @@ class SeriesStore:
                 valid_until = first if valid_until is None else min(valid_until, first)
             if items:
                 hist = fam.spec.kind is Kind.HISTOGRAM
-                points = [(labels, _histogram_value(s.value) if hist else s.value)  # type: ignore[arg-type]
+                points = [Point(labels, _histogram_value(s.value) if hist else s.value)  # type: ignore[arg-type]
                           for labels, s in items]
-                families.append(FamilyView(fam.spec, self._base if fam.base is None else fam.base, fam.start_ns,
-                                           points, fam.scrape_only))  # type: ignore[arg-type]
-        return Snapshot(self._version, valid_until, families=tuple(families))
-
-    def live(self) -> list[FamilyView]:
-        """The collectors' series, computed now (outside the lock: collectors never touch the store)."""
-        live: dict[str, FamilyView] = {}
-        for collector in self._collectors:
-            for spec, labels, value in collector():
-                fam = live.get(spec.name)
-                if fam is None:
-                    fam = live[spec.name] = FamilyView(spec, self._base, self._start_ns, [])
-                fam.points.append((labels, value))
-        return list(live.values())
+                families.append(Family(fam.spec, self.base if fam.base is None else fam.base, fam.start_ns,
+                                       points, fam.scrape_only))
+        return StoreSnapshot(self._version, valid_until, families=tuple(families))
 
 
 _HISTOGRAM = Kind.HISTOGRAM

@@ -21,11 +21,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rl_otel._internal.exporters.file_sd import TargetsFile, targets_path
+from rl_otel._internal.exporters.otel_env import resolve_resource
 from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.exporters.textformat import target_info_labels
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
-from rl_otel._internal.pipeline.ingest import Pipeline
-from rl_otel._internal.pipeline.worker import Worker, reset_in_forked_child
+from rl_otel._internal.pipeline.recorder import Recorder
+from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel._internal.probes.live import LiveGauges
 from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
 from rl_otel._internal.runtime.config import PrometheusConfig, TelemetryConfig
@@ -38,22 +39,24 @@ from rl_otel.catalog import meta
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
 
-    from rl_otel._internal.exporters.otel_env import ResolvedResource
     from rl_otel._internal.tracing.phase import PhaseRuntime
-
-SCRAPE_WAIT_S = 2.0  # how long a scrape waits for submitted jobs before serving what is stored
 
 
 class Components:
     """What one Telemetry runs on. Build it with :meth:`build`; :meth:`close` once."""
 
-    def __init__(self, config: TelemetryConfig, resource: ResolvedResource, pipeline: Pipeline,
-                 worker: Worker) -> None:
+    def __init__(self, config: TelemetryConfig, recorder: Recorder) -> None:
         self.config = config
-        self._resource = resource
-        self.pipeline = pipeline
-        self.diagnostics: Diagnostics = pipeline.diagnostics
-        self.worker = worker
+        # explicit (init's resource=) > OTEL_SERVICE_NAME > OTEL_RESOURCE_ATTRIBUTES > rl_otel's defaults (the SDK
+        # Resource object itself is built when something needs it: see the resource property)
+        self._resource = resolve_resource(
+            {"service.name": "rl_otel", "service.version": __version__, "service.instance.id":
+                f"{config.host_name}/{config.run}/{config.role}/{config.rank}", "host.name": config.host_name},
+            {"rl.run": config.run, "rl.rank": config.rank, "rl.role": config.role,
+             "rl.local_rank": config.local_rank, "rl.world_size": config.world_size},
+            dict(config.resource))
+        self.recorder = recorder
+        self.diagnostics: Diagnostics = recorder.diagnostics
         self._tracer_provider: Any = config.tracer_provider  # the user's, or rl_otel's own (built when needed)
         self._lazy_lock = threading.Lock()
         self.registry: ScrapeRegistry | None = None
@@ -74,7 +77,7 @@ class Components:
         self._lazy_lock = threading.Lock()  # the parent's may have been held by another thread at the fork
         self._user_meter_lock = threading.Lock()
 
-    def build(self, *, on_term: Callable[[], None], on_int: Callable[[], None]) -> None:
+    def build(self, *, on_term: Callable[[], object], on_int: Callable[[], object]) -> None:
         """Create every resource the config asks for, in order; on a failure, close those made and re-raise."""
         with contextlib.ExitStack() as stack:
             self._build(stack, on_term, on_int)
@@ -89,8 +92,8 @@ class Components:
                 self._close_failed(step, exc)
         stack.callback(guarded)
 
-    def _build(self, stack: contextlib.ExitStack, on_term: Callable[[], None], on_int: Callable[[], None]) -> None:
-        config, store, diag = self.config, self.pipeline.store, self.diagnostics
+    def _build(self, stack: contextlib.ExitStack, on_term: Callable[[], object], on_int: Callable[[], object]) -> None:
+        config, recorder, diag = self.config, self.recorder, self.diagnostics
         # the OTel providers shut down last (phases may end while the rest closes), together: each may wait up to
         # its export timeout for an unreachable collector, so in sequence they would take a multiple of it
         stack.callback(self._shutdown_providers)
@@ -99,15 +102,15 @@ class Components:
         self.cpu = cpu = CpuProbe()
         self._closing(stack, "cpu_probe", cpu)
         # build_info and target_info (the OTel resource, Prometheus' convention) are ordinary store families
-        store.write_info(meta.BUILD_INFO, (("version", __version__),))
-        store.write_info(meta.TARGET_INFO, target_info_labels(self._resource.attributes), base_labels=False)
+        recorder.store.write_info(meta.BUILD_INFO, (("version", __version__),))
+        recorder.store.write_info(meta.TARGET_INFO, target_info_labels(self._resource.attributes), base_labels=False)
         if config.prometheus is not None:
             self.registry = ScrapeRegistry(on_duplicate=lambda name: diag.count("prometheus", "duplicate_family"),
-                                           store=store, on_error=lambda reason: diag.count("prometheus", reason),
-                                           wait_for_writes=self._wait_for_jobs)
+                                           collect=recorder.collect, clock=recorder.store.clock,
+                                           on_error=lambda reason: diag.count("prometheus", reason))
         pushes = config.otlp is not None and self._otlp(stack, config)
         if self.registry is not None or pushes:
-            self.live = LiveGauges(store.add_collector, cpu, lambda reason: diag.count("live", reason))
+            self.live = LiveGauges(recorder.add_collector, cpu, lambda reason: diag.count("live", reason))
         if self.registry is not None and config.prometheus is not None:
             self._serve(stack, self.registry, config.prometheus)
         if self.live is not None:
@@ -115,8 +118,8 @@ class Components:
         self.bridge = self._start_bridge()
         self._closing(stack, "trackers", self.bridge)
         if self.bridge.active:
-            self.pipeline.mirror = self.bridge.submit
-        self._closing(stack, "metrics_worker", self.worker)  # drains before the trackers close
+            recorder.mirror = self.bridge.submit
+        self._closing(stack, "metrics_worker", recorder.worker)  # drains before the trackers close
         # a signal handler when a SIGTERM would leave something behind: steps buffered for the trackers, or a
         # file_sd target that would keep a "target down" alert firing after the rank is gone
         # (built last, so no failure follows it here; close() itself puts the previous handlers back, at its end)
@@ -166,7 +169,7 @@ class Components:
                                          __version__)
                     self._phases = PhaseRuntime(
                         tracer=tracer, rank=self.config.rank, gpu=GpuProbe(), cpu=self.cpu,
-                        next_step=self.pipeline.steps.next, record=self.pipeline.record_phase,
+                        next_step=self.recorder.steps.next, record=self.recorder.record_phase,
                         fail=self._phase_failed)
                 runtime = self._phases
         return runtime
@@ -179,9 +182,8 @@ class Components:
         from rl_otel._internal.exporters import otlp
         from rl_otel._internal.exporters.otlp_push import store_metrics
 
-        diag = self.diagnostics
-        store = self.pipeline.store
-        reader = otlp.metric_reader(config.otlp, lambda: store_metrics(store), self.resource,
+        diag, recorder = self.diagnostics, self.recorder
+        reader = otlp.metric_reader(config.otlp, lambda: store_metrics(recorder.collect()), self.resource,
                                     on_error=lambda reason: diag.count("otlp", reason))
         if config.otlp.traces is not None and config.tracer_provider is None:
             self.tracer_provider.add_span_processor(
@@ -215,7 +217,7 @@ class Components:
             target = f"{host}:{endpoint.port}"
             path = targets_path(prom.file_sd, config.run, config.rank, role=config.role, host=config.host_name,
                                 target=target)
-            self.targets = TargetsFile(path, target, {"run": config.run, "rank": str(config.rank)})
+            self.targets = TargetsFile(path, target, config.base_labels)
             self._closing(stack, "targets_file", self.targets)
 
     def _start_bridge(self) -> Bridge | NullBridge:
@@ -235,12 +237,6 @@ class Components:
 
         return build_bridge(cfg.trackers, run=cfg.run, mirror=mirrors_to_trackers(cfg.rank, cfg.tracker_ranks),
                             on_error=sink_error, queue_size=cfg.sink_queue_size, close_timeout_s=cfg.close_timeout_s)
-
-    def _wait_for_jobs(self) -> None:
-        """A scrape waits (bounded) for the jobs submitted before it, which the metrics worker writes: no step is
-        served half-computed, and the scrape itself writes nothing."""
-        if self.worker.pending:
-            self.worker.flush(SCRAPE_WAIT_S)
 
     def _phase_failed(self, what: str) -> None:
         import logging

@@ -72,6 +72,12 @@ class TelemetryConfig:
     resource: tuple[tuple[str, object], ...] = ()  # init(resource=...): OTel resource attributes, over OTEL_*
     tracer_provider: Any = None  # init(tracer_provider=...): the user's, used instead of rl_otel's own
 
+    @property
+    def base_labels(self) -> dict[str, str]:
+        """The labels of every series this process serves: run, role and rank (two roles of one run, such as
+        Trinity's explorer and trainer, are told apart on every series)."""
+        return {"run": self.run, "role": self.role, "rank": str(self.rank)}
+
 
 def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
