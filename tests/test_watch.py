@@ -178,8 +178,8 @@ def test_corrupt_records_are_counted_on_the_endpoint_and_the_good_ones_served(tm
 
 
 def test_a_run_whose_files_stop_growing_is_closed_with_expire_after_and_comes_back_when_they_grow(tmp_path):
-    """``--expire-after``: a finished run leaves the scrape (its endpoint and targets file go), as a finished
-    training process does; a file that grows again starts the run anew."""
+    """``--expire-after``: a finished run leaves the scrape (its series go; the watcher's own target stays), as a
+    finished training process does; a file that grows again starts the run anew."""
     run = tmp_path / "runs" / "exp"
     run.mkdir(parents=True)
     lines = run / "metrics.jsonl"
@@ -188,9 +188,10 @@ def test_a_run_whose_files_stop_growing_is_closed_with_expire_after_and_comes_ba
     w = ThreadedWatcher([str(tmp_path / "runs")], expire_s=1.0, file_sd=str(sd))
     try:
         url = w.url("exp")
-        assert served(url, "rl_step") == 0.0 and list(sd.glob("*.json"))
+        assert served(url, "rl_step", run="exp") == 0.0 and len(list(sd.glob("*.json"))) == 1
         wait_for(lambda: ("exp", 0) not in w.watcher.targets(), what="the idle run closed")
-        assert not list(sd.glob("*.json"))
+        assert served(url, "rl_step", run="exp") is None
+        assert len(list(sd.glob("*.json"))) == 1  # the watcher's target: every run is served there
         with lines.open("a") as f:
             f.write('{"step": 1, "loss": 1.25}\n')
         url = w.url("exp")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.promtools import OPENMETRICS, PrometheusServer, key_samples, require_binary, scrape
+from tests.promtools import OPENMETRICS, PrometheusServer, key_samples, require_binary, samples, scrape
 from tests.test_watch_support import ThreadedWatcher, served, wait_for
 
 pytest.importorskip("tensorboard")
@@ -100,10 +100,10 @@ def _watch_cli(root: Path, fsd: Path, state: Path, *extra: str) -> subprocess.Po
 
 
 def _urls(fsd: Path, run: str) -> list[str]:
-    """The endpoints published for ``run`` in the file_sd directory, newest first (a killed watcher's file
-    stays behind: SIGKILL leaves no time to remove it)."""
+    """The endpoints published in the file_sd directory (one per watcher: it serves every run), newest first (a
+    killed watcher's file stays behind: SIGKILL leaves no time to remove it)."""
     urls = []
-    for path in sorted(fsd.glob(f"rl_otel-{run}-*.json"), key=lambda p: p.stat().st_mtime, reverse=True):
+    for path in sorted(fsd.glob("rl_otel-*.json"), key=lambda p: p.stat().st_mtime, reverse=True):
         try:
             (group,) = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -145,11 +145,15 @@ def _saved(state: Path, root: Path) -> bool:
 
 
 def _totals(url: str) -> tuple:
-    return (served(url, "rl_tokens_response_length_dist_count", run="exp"),
-            served(url, "rl_tokens_response_length_dist_sum", run="exp"),
-            served(url, "rl_training_steps_total", run="exp"),
-            served(url, "rl_critic_score", run="exp", stat="mean"),
-            served(url, "rl_actor_pg_loss", run="exp"))
+    """The run's histogram count and sum, counter and gauges, from one scrape."""
+    text = scrape(url)
+
+    def one(name: str, **labels: str) -> float | None:
+        return next((v for key, v in samples(text, name).items() if {"run": "exp", **labels}.items() <= set(key)),
+                    None)
+
+    return (one("rl_tokens_response_length_dist_count"), one("rl_tokens_response_length_dist_sum"),
+            one("rl_training_steps_total"), one("rl_critic_score", stat="mean"), one("rl_actor_pg_loss"))
 
 
 def _expected(last: int) -> tuple:
@@ -205,6 +209,45 @@ def test_a_watcher_killed_with_sigkill_and_restarted_loses_and_duplicates_nothin
     assert set(fsd.iterdir()) <= left_behind  # its own targets file removed
 
 
+def test_after_a_sigkill_and_a_restart_no_series_goes_back(tmp_path):
+    """The state file lags the kill (saved once, at the first poll, then never): the restarted watcher holds the
+    older values it saved, and reads the rest again. From its first scrape on it never serves an older step or
+    value than the killed one served: the run is served once its files are read up to what they held at the
+    restart (before: ``rl_step`` 5 where 6 had been served, and the gauges their step-5 values)."""
+    root, fsd, state = tmp_path / "runs", tmp_path / "sd", tmp_path / "state.json"
+    _write_steps(root, range(5))
+    first = _watch_cli(root, fsd, state, "--checkpoint-interval", "3600")
+    try:
+        wait_for(lambda: _step_served(fsd, "exp", 4), 30, "steps 0-4 served")
+        wait_for(lambda: _saved(state, root), 10, "the state saved at the first poll")
+        _write_steps(root, range(5, 10))  # read and served, never saved
+        url = wait_for(lambda: _step_served(fsd, "exp", 9), 30, "steps 5-9 served")
+        _check_totals(url, 9)  # the event file of steps 5-9 read too
+        before = _totals(url)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    for path in fsd.iterdir():
+        path.unlink()  # the killed watcher's target: the next one publishes its own
+    second = _watch_cli(root, fsd, state, "--checkpoint-interval", "3600")
+    try:
+        url = wait_for(lambda: (_urls(fsd, "exp") or [None])[0], 30, "the restarted watcher's endpoint")
+        seen = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (not seen or seen[-1] != before):
+            try:
+                totals = _totals(url)
+            except OSError:
+                continue
+            if totals[-1] is not None:  # the run is served: never less than before the kill
+                seen.append(totals)
+        assert seen and seen[-1] == before, seen[-3:]
+        assert all(a is not None and a >= b for totals in seen for a, b in zip(totals, before, strict=True)), seen
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(30)
+
+
 @pytest.mark.prometheus
 def test_a_backfilled_run_is_queryable_at_its_original_timestamps(tmp_path):
     from rl_otel.cli import main
@@ -245,7 +288,7 @@ def test_a_backfilled_run_is_queryable_at_its_original_timestamps(tmp_path):
         else:
             written.add(line.rsplit(" ", 2)[0])  # name{labels} without the value and timestamp
     assert written <= live_series, written - live_series
-    assert len(written) == 2 * 1 + len(TB_KEYS) + 4  # rl_step of each run, exp1's keys, exp2's four metrics
+    assert len(written) == 2 * 2 + len(TB_KEYS) + 4  # rl_step and its timestamp per run, exp1's keys, exp2's four
 
     data = tmp_path / "data"
     proc = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(out), str(data)],

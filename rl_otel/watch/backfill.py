@@ -2,15 +2,19 @@
 
 The output is what ``promtool tsdb create-blocks-from openmetrics out.om DATA_DIR`` turns into TSDB blocks: each
 family once (``# HELP``/``# TYPE``/``# UNIT`` as the live endpoint writes them, then all its samples), each
-series' samples in time order, timestamps in seconds, ``# EOF`` at the end. Names, labels and units are the live
-endpoint's for the same keys: each run's keys go through the pipeline's own :class:`Router` (catalog entry,
-labels, unit scale, the unknown-key cap and collision refusal, one router per run as one Telemetry has), and the
-headers and label strings are written by the exposition's own functions. ``rl_step`` is written at each step.
-TensorBoard events carry their ``wall_time``; a JSONL line needs a time field (``timestamp``, ``_timestamp``,
-``wall_time`` or ``time``), a line without one is left out (counted in the summary).
+series' samples in time order, timestamps in seconds, ``# EOF`` at the end.
 
-Memory stays bounded: one run is read at a time, and samples are spooled to a temporary file per family past
-:data:`SPOOL_LINES` held lines.
+It writes and reads as a live process does: each run and rank has a
+:class:`~rl_otel._internal.pipeline.recorder.Recorder` (its framework's catalog, labels, unit scale, the
+unknown-key cap and collision refusal), each point of its files is routed and recorded (``record``, the one write)
+in time order, and what the point changed is read back from ``collect()`` (the one read) and encoded by the
+endpoint's own :class:`~rl_otel._internal.exporters.exposition.Renderer`, each sample line stamped with the
+point's time. ``rl_step`` and ``rl_last_step_timestamp_seconds`` are written at each step. TensorBoard events carry
+their ``wall_time``; a JSONL line needs a time field (``timestamp``, ``_timestamp``, ``wall_time`` or ``time``), a
+line without one is left out (counted in the summary).
+
+Memory stays bounded by one run's points: runs are read one at a time, and samples are spooled to a temporary file
+per family past :data:`SPOOL_LINES` held lines.
 """
 
 from __future__ import annotations
@@ -19,16 +23,17 @@ import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import IO, Any
 
-from rl_otel._internal.exporters.textformat import OPENMETRICS, family_of, go_float, header, label_text
-from rl_otel._internal.pipeline.histogram import BulkHistogram
-from rl_otel._internal.pipeline.router import Route, Router
-from rl_otel._internal.pipeline.values import as_histogram
-from rl_otel.catalog import Catalog, Kind, MetricSpec, meta
+from rl_otel._internal.exporters.exposition import Renderer
+from rl_otel._internal.exporters.textformat import OPENMETRICS
+from rl_otel._internal.pipeline.recorder import Recorder
+from rl_otel._internal.pipeline.records import Family, Labels, Measurement
+from rl_otel._internal.pipeline.router import Refusal
+from rl_otel.catalog import Catalog, meta
 from rl_otel.watch import events, frameworks, jsonl, scan
 from rl_otel.watch.records import RecordTail
+from rl_otel.watch.served import ROLE
 
 SPOOL_LINES = 500_000
 
@@ -46,12 +51,10 @@ class Summary:
 
 
 class _Family:
-    def __init__(self, spec: MetricSpec) -> None:
-        self.spec = spec
-        name, typ, _unit = family_of(spec)
-        self.sample = name + "_total" if typ == "counter" else name
-        self.le = tuple(f"{float(b)}" for b in spec.buckets) if spec.kind is Kind.HISTOGRAM else ()
-        self.has_sum = bool(self.le) and float(spec.buckets[0]) >= 0
+    """One family of the output: its header (as the endpoint writes it) and its sample lines so far."""
+
+    def __init__(self, header: str) -> None:
+        self.header = header
         self.lines: list[str] = []
         self.spool: IO[str] | None = None
 
@@ -67,44 +70,69 @@ def backfill(paths: Sequence[str], out: str | os.PathLike, *, max_unknown_keys: 
     for found in scan.scan(paths):
         by_run.setdefault((found.run, found.rank), []).append(found)
     families: dict[str, _Family] = {}
+    renderer = Renderer()
     with tempfile.TemporaryDirectory(prefix="rl_otel-backfill-") as spool_dir:
         for (run, rank), files in sorted(by_run.items()):
             summary.runs += 1
-            router: Router | None = None
-            series: dict[tuple[str, tuple], dict[float, Any]] = {}
-            hists: dict[tuple[str, tuple], BulkHistogram] = {}
-            base = (("rank", str(rank)), ("run", run))
-            for found in files:
-                for step, ts, values in _points(found, summary, step_keys, time_keys):
-                    if router is None:
-                        named = frameworks.infer(values) if framework == "auto" else framework
-                        router = Router(catalog or frameworks.catalog_for(named), max_unknown_keys)
-                    if ts is None:
-                        summary.untimed += 1
-                        continue
-                    ts = round(ts, 3)
-                    series.setdefault((meta.STEP.name, base), {})[ts] = float(step) if step is not None else None
-                    families.setdefault(meta.STEP.name, _Family(meta.STEP))
-                    for key, value in values.items():
-                        route = router.route(key)
-                        if not isinstance(route, Route):
-                            summary.refused[key] = route.detail
-                            continue
-                        _add(route, value, ts, base, series, hists, families)
-            for (name, labels), points in series.items():
-                fam = families[name]
-                summary.series += 1
-                for ts in sorted(points):
-                    value = points[ts]
-                    if value is None:
-                        continue
-                    fam.lines.extend(_lines(fam, labels, value, ts))
-            held = sum(len(fam.lines) for fam in families.values())
-            if held > SPOOL_LINES:
+            points = [point for found in files for point in _points(found, summary, step_keys, time_keys)]
+            timed = [(ts, i, step, values) for i, (step, ts, values) in enumerate(points) if ts is not None]
+            summary.untimed += len(points) - len(timed)
+            if not timed:
+                continue
+            timed.sort(key=lambda p: (p[0], p[1]))  # time order (a restarted training's second file interleaves)
+            named = frameworks.infer(timed[0][3]) if framework == "auto" else framework
+            recorder = Recorder(catalog or frameworks.catalog_for(named),
+                                {"run": run, "role": ROLE, "rank": str(rank)}, max_unknown_keys=max_unknown_keys)
+            written: set[tuple[str, Labels]] = set()
+            for ts, _i, step, values in timed:
+                for key in values:
+                    route = recorder.router.route(key)
+                    if isinstance(route, Refusal):
+                        summary.refused.setdefault(key, route.detail)
+                touched = _record(recorder, values, step, round(ts, 3))
+                _encode(renderer, recorder, touched, f"{round(ts, 3):.3f}", families, written)
+            summary.series += len(written)
+            if sum(len(fam.lines) for fam in families.values()) > SPOOL_LINES:
                 for fam in families.values():
                     _spill(fam, spool_dir)
         summary.samples = _write(families, out)
     return summary
+
+
+def _record(recorder: Recorder, values: dict[str, Any], step: int | None, ts: float) -> dict[str, set[Labels]]:
+    """Record one point at its time (every series written, whatever its step: a backfill's order is time) and
+    return the series it changed, by family name."""
+    routed = recorder.ingest.route(values.items())
+    measurements = routed.measurements
+    if step is not None:
+        measurements += [Measurement(meta.STEP, (), float(step)), Measurement(meta.LAST_STEP_TIMESTAMP, (), ts)]
+    recorder.record(measurements, gone=routed.gone)
+    touched: dict[str, set[Labels]] = {}
+    for spec, labels, _value in measurements:
+        touched.setdefault(spec.name, set()).add(labels)
+    return touched
+
+
+def _encode(renderer: Renderer, recorder: Recorder, touched: dict[str, set[Labels]], stamp: str,
+            families: dict[str, _Family], written: set[tuple[str, Labels]]) -> None:
+    """The touched series as they are served now, each sample line stamped (the endpoint's encoder)."""
+    views = []
+    for fam in recorder.collect().stored.families:
+        wanted = touched.get(fam.spec.name)
+        if wanted:
+            points = [p for p in fam.points if p.labels in wanted]
+            if points:
+                views.append(Family(fam.spec, fam.base, fam.start_ns, points))
+                written.update((fam.spec.name, p.labels) for p in points)
+    if not views:
+        return
+    rendering = renderer.render(views, OPENMETRICS, set())
+    for part, text in zip(rendering.families(), rendering.family_texts(), strict=True):
+        lines = text.split("\n")
+        out = families.get(part.name)
+        if out is None:
+            out = families[part.name] = _Family("".join(f"{line}\n" for line in lines if line.startswith("#")))
+        out.lines.extend(f"{line} {stamp}" for line in lines if line and not line.startswith("#"))
 
 
 def _points(found: scan.Found, summary: Summary, step_keys: Sequence[str],
@@ -147,49 +175,6 @@ def _points(found: scan.Found, summary: Summary, step_keys: Sequence[str],
             return
 
 
-def _add(route: Route, value: Any, ts: float, base: tuple, series: dict, hists: dict,
-         families: dict[str, _Family]) -> None:
-    spec = route.spec
-    labels = tuple(sorted(base + route.labels))
-    families.setdefault(spec.name, _Family(spec))
-    if spec.kind is Kind.HISTOGRAM:
-        if value is None:
-            return
-        h = hists.get((spec.name, labels))
-        if h is None:
-            h = hists[(spec.name, labels)] = BulkHistogram(spec.buckets)
-        try:
-            h.add(float(value) * spec.scale if isinstance(value, (int, float)) else
-                  as_histogram(value, spec.buckets, spec.scale))
-        except Exception:
-            return
-        series.setdefault((spec.name, labels), {})[ts] = (list(h.counts), h.sum)
-        return
-    if isinstance(value, list):
-        return  # a distribution for a gauge: the live endpoint refuses it too
-    series.setdefault((spec.name, labels), {})[ts] = (None if value is None else
-                                                      float(value) * spec.scale if spec.scale != 1.0
-                                                      else float(value))
-
-
-def _lines(fam: _Family, labels: tuple, value: Any, ts: float) -> list[str]:
-    stamp = f"{ts:.3f}"
-    if not fam.le:
-        return [f"{fam.sample}{{{label_text(labels)}}} {go_float(value)} {stamp}"]
-    counts, total = value
-    before = label_text(p for p in labels if p[0] < "le")
-    after = label_text(p for p in labels if p[0] > "le")
-    head = f"{fam.sample}_bucket{{{before}{',' if before else ''}le=\""
-    tail = f"\"{',' if after else ''}{after}}} "
-    cumulative = list(accumulate(counts))
-    out = [f"{head}{le}{tail}{go_float(n)} {stamp}" for le, n in zip(fam.le, cumulative, strict=True)]
-    if fam.has_sum:
-        plain = label_text(labels)
-        out.append(f"{fam.sample}_count{{{plain}}} {go_float(cumulative[-1])} {stamp}")
-        out.append(f"{fam.sample}_sum{{{plain}}} {go_float(total)} {stamp}")
-    return out
-
-
 def _spill(fam: _Family, spool_dir: str) -> None:
     if not fam.lines:
         return
@@ -210,7 +195,7 @@ def _write(families: dict[str, _Family], out: str | os.PathLike) -> int:
             for fam in families.values():
                 if fam.spool is None and not fam.lines:
                     continue
-                f.write(header(fam.spec, OPENMETRICS))
+                f.write(fam.header)
                 if fam.spool is not None:
                     fam.spool.seek(0)
                     for line in fam.spool:

@@ -19,11 +19,14 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> None:
     """``rl-otel watch PATH... [--host H] [--port P] [--file-sd DIR] [--state FILE] [--framework F] ...``"""
     parser.add_argument("paths", nargs="+", metavar="PATH",
                         help="TensorBoard log directories, event files or JSONL metric files to follow")
-    parser.add_argument("--host", default="0.0.0.0", help="address each run's endpoint binds (default 0.0.0.0)")
+    parser.add_argument("--host", default="0.0.0.0", help="address the endpoint binds (default 0.0.0.0)")
     parser.add_argument("--port", type=int, default=9464,
-                        help="first port: each run and rank takes the next free one (0: any free port)")
+                        help="the port every run is served on (0: any free port; with --port-per-run the first "
+                             "port, each run and rank taking the next free one)")
     parser.add_argument("--port-search", type=int, default=100, help="ports tried after --port (default 100)")
-    parser.add_argument("--file-sd", metavar="DIR", help="publish each run's target for Prometheus file_sd_configs")
+    parser.add_argument("--port-per-run", action="store_true",
+                        help="an endpoint (and a file_sd target) per run and rank instead of one for all")
+    parser.add_argument("--file-sd", metavar="DIR", help="publish the target(s) for Prometheus file_sd_configs")
     parser.add_argument("--advertise-host", metavar="HOST", help="the host written in the file_sd targets")
     parser.add_argument("--state", metavar="FILE", type=Path,
                         help="state file (offsets, last values); default: <user cache>/rl_otel/watch-<hash>.json")
@@ -38,7 +41,7 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between saves of the state file, when something moved (1.0)")
     parser.add_argument("--step-key", action="append", metavar="KEY",
                         help="JSONL field holding the step (repeatable; default: step, _step, global_step, ...)")
-    parser.add_argument("--max-unknown-keys", type=int, default=None,
+    parser.add_argument("--max-unknown-keys", type=int, default=1_000,
                         help="keys without a catalog entry served per run (init's max_unknown_keys)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each file and run as it is found")
 
@@ -55,6 +58,7 @@ def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
 
 def watch_main(args: argparse.Namespace) -> int:
     """Run ``rl-otel watch`` until SIGTERM/SIGINT; 2 on a bad option."""
+    from rl_otel.errors import ConfigurationError
     from rl_otel.watch import frameworks, jsonl
     from rl_otel.watch.served import ServeOptions
     from rl_otel.watch.state import default_path
@@ -73,16 +77,21 @@ def watch_main(args: argparse.Namespace) -> int:
     if args.expire_after is not None and args.expire_after <= 0:
         print("rl-otel watch: --expire-after must be > 0 seconds", file=sys.stderr)
         return 2
-    init_options = {} if args.max_unknown_keys is None else {"max_unknown_keys": args.max_unknown_keys}
     serve = ServeOptions(host=args.host, port=args.port, port_search=args.port_search, file_sd=args.file_sd,
-                         advertise_host=args.advertise_host, framework=framework, init_options=init_options)
+                         advertise_host=args.advertise_host, framework=framework,
+                         max_unknown_keys=args.max_unknown_keys, port_per_run=args.port_per_run)
     options = WatchOptions(serve=serve, interval_s=args.interval, checkpoint_s=args.checkpoint_interval,
                            expire_s=args.expire_after,
                            state_path=None if args.no_state else (args.state or default_path(args.paths)),
                            step_keys=tuple(args.step_key) if args.step_key else jsonl.STEP_KEYS)
     print(f"rl-otel watch: following {', '.join(args.paths)}; state "
           f"{options.state_path or 'off'}", file=sys.stderr, flush=True)
-    run_until_signalled(Watcher(args.paths, options))
+    try:
+        watcher = Watcher(args.paths, options)
+    except ConfigurationError as exc:
+        print(f"rl-otel watch: {exc}", file=sys.stderr)
+        return 2
+    run_until_signalled(watcher)
     return 0
 
 

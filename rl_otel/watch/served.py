@@ -1,36 +1,50 @@
-"""One watched run and rank, served through its own :func:`rl_otel.init` Telemetry.
+"""One watched run and rank: a :class:`~rl_otel._internal.pipeline.recorder.Recorder` of its own, fed with what
+its files hold.
 
-:class:`RunTarget` logs the values read from the run's files with ``tel.log(values, step=...)`` - the same router,
-store, catalog and labels as a training process - and keeps what the state file needs to serve them again after
-a restart: the last ``[step, value]`` of each key and, for a histogram key, its counts as served. Its endpoint is
-started at the first values (``--framework auto`` infers the framework from them) or at once for a run restored
-from the state file. Nothing here raises: a Telemetry that cannot start (a port taken) is logged and tried again.
+:class:`RunTarget` records the values read from the run's files with ``recorder.log(values, step)`` - the same
+router, store, catalog and labels as a training process - and keeps what the state file needs to serve them again
+after a restart: the last ``[step, value]`` of each key and, for a histogram key, its counts as served. Its
+recorder is made at the first values (``--framework auto`` infers the framework from them) or at once for a run
+restored from the state file. The watcher serves every run's recorder from one endpoint (or, with
+``port_per_run``, each from an endpoint of its own, made here). Nothing here raises.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from rl_otel.catalog import Catalog, Kind
+from rl_otel._internal.exporters.otel_env import resolve_resource
+from rl_otel._internal.exporters.prometheus import ScrapeEndpoint
+from rl_otel._internal.exporters.textformat import target_info_labels
+from rl_otel._internal.pipeline.recorder import Recorder
+from rl_otel._internal.pipeline.records import HistogramValue
+from rl_otel._internal.runtime.config import PrometheusConfig
+from rl_otel._internal.runtime.serving import publish, scrape_registry
+from rl_otel._version import __version__
+from rl_otel.catalog import Catalog, Kind, meta
 from rl_otel.watch import frameworks
 from rl_otel.watch.state import RunState
 
 _log = logging.getLogger("rl_otel.watch")
 MAX_KEYS = 100_000  # keys remembered per run for the state file (all are still served)
+ROLE = "trainer"  # what a watched process is, until a framework's files say otherwise
 _RETRY_S = 10.0
 Point = tuple[int | None, float | None, dict[str, Any]]  # (step, wall time, {key: value}) as read from a file
 
 
 @dataclass
 class ServeOptions:
-    """How each run's endpoint is served (``host``/``port``/``port_search``/``file_sd``/``advertise_host`` as
-    in ``init(prometheus=...)``), the framework (a name, or ``auto``), and any other ``init()`` options."""
+    """Where the runs are served (``host``/``port``/``port_search``/``file_sd``/``advertise_host`` as in
+    ``init(prometheus=...)``): by default every run from one endpoint, each series labelled with its run, role
+    and rank; ``port_per_run``: an endpoint (and a file_sd target) per run and rank, as each training process
+    would have. ``framework``: a name, or ``auto``; ``max_unknown_keys``: per run, as ``init()``'s."""
 
     host: str = "0.0.0.0"
     port: int = 9464
@@ -38,18 +52,29 @@ class ServeOptions:
     file_sd: str | None = None
     advertise_host: str | None = None
     framework: str = "auto"
-    init_options: dict[str, Any] = field(default_factory=dict)
+    max_unknown_keys: int = 1_000
+    port_per_run: bool = False
+
+    def prometheus(self) -> PrometheusConfig:
+        """The endpoint's settings (the port search only from a given port)."""
+        return PrometheusConfig(host=self.host, port=self.port, file_sd=self.file_sd,
+                                advertise_host=self.advertise_host, port_search=self.port_search if self.port else 0)
 
 
 class RunTarget:
-    """The Telemetry of one ``(run, rank)`` and the state it persists."""
+    """The recorder of one ``(run, rank)`` and the state it persists. ``ready`` is False while a restored run
+    catches up with what its files gained since the state was saved: it is not served meanwhile, so no series
+    goes back to an older value (a restart may pause a series, never move it backwards)."""
 
     def __init__(self, state: RunState, options: ServeOptions, catalog: Catalog | None = None) -> None:
         self.state = state
         self.options = options
         self._given_catalog = catalog  # else the run's framework's (frameworks.catalog_for), once it is known
         self.catalog = catalog or frameworks.catalog_for(state.framework)
-        self.tel: Any = None
+        self.recorder: Recorder | None = None
+        self.ready = True
+        self.endpoint: ScrapeEndpoint | None = None  # port_per_run only
+        self._targets: Any = None
         self._next_try = 0.0
         self._hist_keys: dict[str, tuple[float, ...]] = {}
         self._hist_steps: dict[str, int | None] = {key: h[0] for key, h in state.hists.items()}
@@ -58,12 +83,13 @@ class RunTarget:
 
     @property
     def url(self) -> str | None:
-        return None if self.tel is None else self.tel.metrics_url
+        """The run's own endpoint (``port_per_run``), else ``None``."""
+        return None if self.endpoint is None else self.endpoint.url
 
     def start(self, keys: Iterable[str] = ()) -> bool:
-        """Start the Telemetry if it is not (framework: given, saved, or inferred from ``keys``); restore the saved
-        values into it. False when it cannot start now."""
-        if self.tel is not None:
+        """Make the recorder if there is none (framework: given, saved, or inferred from ``keys``) and restore the
+        saved values into it. False when it cannot start now (its own endpoint's port taken)."""
+        if self.recorder is not None:
             return True
         now = time.monotonic()
         if now < self._next_try:
@@ -74,31 +100,44 @@ class RunTarget:
             st.framework = frameworks.infer(keys) if given == "auto" else given
         if self._given_catalog is None:
             self.catalog = frameworks.catalog_for(st.framework)
-        prom: dict[str, Any] = {"host": self.options.host, "port": self.options.port, "add_local_rank": False,
-                                "port_search": self.options.port_search if self.options.port else 0}
-        if self.options.file_sd:
-            prom["file_sd"] = self.options.file_sd
-        if self.options.advertise_host:
-            prom["advertise_host"] = self.options.advertise_host
-        try:
-            import rl_otel
-
-            kwargs = {"handle_sigterm": False, **self.options.init_options}
-            kwargs["resource"] = {**(kwargs.get("resource") or {}), "rl.framework": st.framework,
-                                  "rl.source": "rl-otel watch"}
-            self.tel = rl_otel.init(run=st.run, rank=st.rank, prometheus=prom, catalog=self.catalog, **kwargs)
-        except Exception as exc:
-            self._next_try = now + _RETRY_S
-            _log.error("rl_otel watch: run %r rank %d cannot be served yet (%s); retrying in %.0f s", st.run, st.rank,
-                       exc, _RETRY_S)
+        recorder = Recorder(self.catalog, {"run": st.run, "role": ROLE, "rank": str(st.rank)},
+                            max_unknown_keys=self.options.max_unknown_keys)
+        resource = resolve_resource(
+            {"service.name": "rl_otel", "service.version": __version__, "service.instance.id":
+                f"{socket.gethostname()}/{st.run}/{ROLE}/{st.rank}"},
+            {"rl.run": st.run, "rl.rank": st.rank, "rl.role": ROLE, "rl.framework": st.framework,
+             "rl.source": "rl-otel watch"}, {})
+        recorder.store.write_info(meta.BUILD_INFO, (("version", __version__),))
+        recorder.store.write_info(meta.TARGET_INFO, target_info_labels(resource.attributes), base_labels=False)
+        if self.options.port_per_run and not self._serve(recorder, now):
             return False
+        self.recorder = recorder
         self._restore()
-        _log.info("rl_otel watch: run %r rank %d (framework %s) served at %s", st.run, st.rank, st.framework,
-                  self.tel.metrics_url)
+        _log.info("rl_otel watch: run %r rank %d (framework %s) served%s", st.run, st.rank, st.framework,
+                  f" at {self.url}" if self.url else "")
+        return True
+
+    def _serve(self, recorder: Recorder, now: float) -> bool:
+        st, prom = self.state, self.options.prometheus()
+        diag = recorder.diagnostics
+        try:
+            registry = scrape_registry(recorder.collect, lambda reason: diag.count("prometheus", reason),
+                                       recorder.store.clock)
+            self.endpoint = ScrapeEndpoint(registry, prom.host, prom.port, port_search=prom.port_search)
+            self._targets = publish(prom, self.endpoint, host_name=socket.gethostname(), run=st.run, rank=st.rank,
+                                    role=ROLE, labels=dict(recorder.store.base))
+        except Exception as exc:
+            if self.endpoint is not None:
+                self.endpoint.close()
+                self.endpoint = None
+            self._next_try = now + _RETRY_S
+            _log.error("rl_otel watch: run %r rank %d cannot be served yet (%s); retrying in %.0f s", st.run,
+                       st.rank, exc, _RETRY_S)
+            return False
         return True
 
     def feed(self, points: Iterable[Point]) -> None:
-        """Log the points read from a file, consecutive points of one step as one ``log()`` (a point without a
+        """Record the points read from a file, consecutive points of one step as one ``log()`` (a point without a
         step takes the run's highest step + 1, as ``log(step=None)`` would)."""
         step: int | None = None
         batch: dict[str, Any] = {}
@@ -125,11 +164,11 @@ class RunTarget:
                 continue
             if (key in remembered or len(remembered) < MAX_KEYS) and (value is None or isinstance(value, (int, float))):
                 remembered[key] = [step, value]
-        if self.tel is None and not self.start(values):
-            return  # the values are remembered: served (restored) once the Telemetry starts
+        if self.recorder is None and not self.start(values):
+            return  # the values are remembered: served (restored) once it starts
         try:
-            self.tel.log(values, step=step)
-        except Exception:  # log() does not raise; a watcher never stops for one run
+            self.recorder.log(values, step)  # type: ignore[union-attr]  # started above
+        except Exception:  # a watcher never stops for one run
             _log.debug("rl_otel watch: log failed", exc_info=True)
 
     def count_error(self, reason: str, n: int = 1) -> None:
@@ -137,22 +176,27 @@ class RunTarget:
         if n <= 0:
             return
         self.state.errors[reason] = self.state.errors.get(reason, 0) + n
-        if self.tel is not None:  # else counted when it starts (its restore counts the saved totals)
-            _count(self.tel, reason, n)
+        if self.recorder is not None:  # else counted when it starts (its restore counts the saved totals)
+            self.recorder.diagnostics.count("watch", reason, n)
 
     def snapshot(self) -> RunState:
-        """The run's state for the state file, the histograms read back from what the endpoint serves."""
-        if self.tel is not None:
+        """The run's state for the state file, the histograms read back from what is served."""
+        if self.recorder is not None:
             for key in list(self._hist_keys):
-                h = self.tel.value(key)
-                if h is not None and hasattr(h, "counts"):
+                h = self.recorder.value(key, {})
+                if isinstance(h, HistogramValue):
                     self.state.hists[key] = [self._hist_steps.get(key), [int(c) for c in h.counts], h.sum, h.count,
                                              h.min, h.max]
         return self.state
 
     def close(self) -> None:
-        if self.tel is not None:
-            self.tel.close()
+        """Stop the run's own endpoint and remove its targets file (``port_per_run``); idempotent."""
+        if self._targets is not None:
+            self._targets.close()
+            self._targets = None
+        if self.endpoint is not None:
+            self.endpoint.close()
+            self.endpoint = None
 
     def _is_histogram(self, key: str) -> bool:
         if key in self._hist_keys:
@@ -164,10 +208,12 @@ class RunTarget:
         return False
 
     def _restore(self) -> None:
-        """Serve the saved values again: each key at its own step, in step order, so the endpoint holds what it
+        """Record the saved values again: each key at its own step, in step order, so the recorder holds what it
         held before the restart (a histogram from its saved counts)."""
         from rl_otel.stats import BucketCounts
 
+        recorder = self.recorder
+        assert recorder is not None
         by_step: dict[int, dict[str, Any]] = {}
         for key, (step, value) in self.state.values.items():
             by_step.setdefault(step if step is not None else 0, {})[key] = value
@@ -177,17 +223,6 @@ class RunTarget:
                     bounds=tuple(self._hist_keys[key]), counts=np.asarray(counts, dtype=np.int64), sum=total,
                     count=count, min=lo, max=hi)
         for step in sorted(by_step):
-            self.tel.log(by_step[step], step=step)
+            recorder.log(by_step[step], step)
         for reason, n in self.state.errors.items():  # the totals, the errors counted before it started included
-            _count(self.tel, reason, n)
-
-
-def _count(tel: Any, reason: str, n: float) -> None:
-    """``rl_telemetry_errors_total{sink="watch", reason=...}`` += n. Telemetry has no public way to count an
-    error of its caller's; this reaches its diagnostics (see the report: a ``Telemetry.count_error`` is wanted)."""
-    diag = getattr(tel, "_diag", None)
-    if diag is not None:
-        try:
-            diag.count("watch", reason, n)
-        except Exception:
-            pass
+            recorder.diagnostics.count("watch", reason, n)

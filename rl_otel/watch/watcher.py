@@ -1,6 +1,13 @@
-"""The watch loop: find files, read what was appended, log it, save the state.
+"""The watch loop: find files, read what was appended, record it, save the state; and the one endpoint that serves
+every run.
 
-One thread does it all (:meth:`Watcher.run`, or :meth:`Watcher.poll` called by a test): every ``interval_s``
+Every run and rank has a recorder of its own (:class:`~rl_otel.watch.served.RunTarget`), and one scrape endpoint
+serves them all (:func:`~rl_otel._internal.pipeline.snapshot.merged`: each family once, every series labelled with
+its run, role and rank), so the watcher holds two server threads and a handful of descriptors whatever the number
+of runs in a shared log directory; ``port_per_run`` gives each run an endpoint of its own instead. Files are opened
+for each read only.
+
+One thread does the reading (:meth:`Watcher.run`, or :meth:`Watcher.poll` called by a test): every ``interval_s``
 (0.5 s) each followed file is stat'ed and what it gained is read, every ``rescan_s`` the watched paths are walked
 for new files (a restarted training's new event file, a new run directory), and every ``checkpoint_s`` the state
 file is saved if anything moved. A backlog (a finished run, a restart) is read in 8 MB steps without waiting.
@@ -12,13 +19,20 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl_otel._internal.exporters.file_sd import TargetsFile
+from rl_otel._internal.exporters.prometheus import ScrapeEndpoint
+from rl_otel._internal.pipeline.diagnostics import Diagnostics
+from rl_otel._internal.pipeline.snapshot import Snapshot, merged
+from rl_otel._internal.pipeline.store import StoreSnapshot
+from rl_otel._internal.runtime.serving import publish, scrape_registry
 from rl_otel.catalog import Catalog
 from rl_otel.watch import events, jsonl, scan, state
 from rl_otel.watch.records import RecordTail
@@ -57,7 +71,8 @@ class _Followed:
 
 class Watcher:
     """Follows TensorBoard event files and JSONL metric files under ``roots`` and serves their values (see the
-    module). ``close()`` saves the state and stops every run's endpoint."""
+    module). ``close()`` saves the state and stops serving. Raises ConfigurationError when the endpoint cannot
+    start (its port and the ``port_search`` next ones taken) or its targets file cannot be written."""
 
     def __init__(self, roots: Sequence[str], options: WatchOptions | None = None,
                  catalog: Catalog | None = None) -> None:
@@ -71,10 +86,52 @@ class Watcher:
         self._last_scan = self._last_save = float("-inf")
         self._no_tensorboard = False
         self._grew: dict[tuple[str, int], float] = {}  # run -> when its files last grew (for expire_s)
-        for key, rs in self.state.runs.items():  # restored runs serve their last values at once
+        self.diagnostics = Diagnostics()  # the shared endpoint's own errors
+        self.endpoint: ScrapeEndpoint | None = None
+        self._targets: TargetsFile | None = None
+        self._merged: tuple[tuple[object, ...], Snapshot] | None = None  # the last merged snapshot, by its parts
+        # a restored run is served once its files are read up to what they held at the restart (their sizes now)
+        self._catch_up: dict[str, int] = {}
+        for path in self.state.files:
+            try:
+                self._catch_up[path] = os.stat(path).st_size
+            except OSError:
+                pass
+        for key, rs in self.state.runs.items():  # restored runs: their last values, served once caught up
             target = self.runs[key] = RunTarget(rs, self.options.serve, self.catalog)
+            target.ready = False
             target.start()
             self._grew[key] = time.monotonic()
+        if not self.options.serve.port_per_run:
+            self._serve()
+
+    def _serve(self) -> None:
+        serve, diag = self.options.serve, self.diagnostics
+        prom = serve.prometheus()
+        registry = scrape_registry(self.collect, lambda reason: diag.count("prometheus", reason), time.time_ns)
+        self.endpoint = ScrapeEndpoint(registry, prom.host, prom.port, port_search=prom.port_search)
+        try:
+            self._targets = publish(prom, self.endpoint, host_name=socket.gethostname(), run="rl-otel-watch", rank=0,
+                                    role="watch", labels={})
+        except Exception:
+            self.endpoint.close()
+            raise
+        _log.info("rl_otel watch: serving every run at %s", self.endpoint.url)
+
+    def collect(self, *, settle: bool = False, on_error: Callable[[str], None] | None = None) -> Snapshot:
+        """Every ready run's families, merged (the endpoint's read), with the endpoint's own error counts."""
+        parts = [target.recorder.collect(on_error=on_error) for target in list(self.runs.values())
+                 if target.ready and target.recorder is not None]
+        errors = self.diagnostics.family(())
+        key = tuple(part.stored for part in parts)
+        last = self._merged
+        if last is not None and len(last[0]) == len(key) and all(a is b for a, b in zip(last[0], key, strict=True)):
+            stored = last[1].stored  # no run changed: the merged stored families of the last scrape
+            snap = Snapshot(stored, merged([Snapshot(_EMPTY, p.live, p.origin) for p in parts]).live)
+        else:
+            snap = merged(parts)
+            self._merged = (key, snap)
+        return Snapshot(snap.stored, (*snap.live, errors) if errors is not None else snap.live)
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -95,8 +152,12 @@ class Watcher:
             if now - self._last_scan >= self.options.rescan_s:
                 self._last_scan = now
                 self.rescan()
+                for path in [p for p in self._catch_up if p not in self.files]:  # gone since the state was saved
+                    del self._catch_up[path]
             for followed in list(self.files.values()):
                 more |= self._read(followed)
+            if not all(target.ready for target in self.runs.values()):
+                self._mark_ready()
             if self.options.expire_s is not None:
                 self._expire(time.monotonic() - self.options.expire_s)
             if time.monotonic() - self._last_save >= self.options.checkpoint_s:
@@ -104,6 +165,21 @@ class Watcher:
         except Exception:
             _log.exception("rl_otel watch: poll failed; going on")
         return more
+
+    def _mark_ready(self) -> None:
+        """Serve the restored runs none of whose files is still catching up."""
+        behind = {(f.found.run, f.found.rank) for f in map(self.files.get, self._catch_up) if f is not None}
+        for key, target in self.runs.items():
+            if not target.ready and key not in behind:
+                target.ready = True
+                _log.info("rl_otel watch: run %r rank %d caught up after the restart: served", key[0], key[1])
+
+    def _caught_up(self, path: str, offset: int, size: int) -> None:
+        """Whether a file read up to ``offset`` (its size now: ``size``) holds no more of what it held at the
+        restart (read up to that size, or to its end if it is shorter now: replaced or truncated)."""
+        at_restart = self._catch_up.get(path)
+        if at_restart is not None and offset >= min(at_restart, size):
+            del self._catch_up[path]
 
     def rescan(self) -> None:
         """Follow the files under the roots not followed yet (offsets from the state file when it knows them)."""
@@ -140,20 +216,30 @@ class Watcher:
                           self.options.expire_s)
 
     def targets(self) -> dict[tuple[str, int], str | None]:
-        """``{(run, rank): metrics URL}`` of the runs served (``None`` for one whose endpoint is not up)."""
-        return {key: target.url for key, target in self.runs.items()}
+        """``{(run, rank): metrics URL}`` of the runs served (the shared endpoint's URL, or each run's own with
+        ``port_per_run``; ``None`` for one not served yet: not started, or catching up after a restart)."""
+        shared = None if self.endpoint is None else self.endpoint.url
+        return {key: (target.url or shared) if target.ready and target.recorder is not None else None
+                for key, target in self.runs.items()}
 
     def close(self) -> None:
-        """Save the state and stop every run's endpoint (idempotent)."""
+        """Save the state and stop serving (idempotent)."""
         self.checkpoint(force=True)
         for target in self.runs.values():
             target.close()
+        if self._targets is not None:
+            self._targets.close()
+            self._targets = None
+        if self.endpoint is not None:
+            self.endpoint.close()
+            self.endpoint = None
 
     # -- one file ---------------------------------------------------------------------------------------------
 
     def _read(self, followed: _Followed) -> bool:
         found, fs, tail = followed.found, followed.fs, followed.tail
         if found.kind == "tfevents" and self._no_tensorboard:
+            self._catch_up.pop(found.path, None)
             return False
         try:
             st = os.stat(found.path)
@@ -170,6 +256,7 @@ class Watcher:
             fs.dev, fs.ino, tail.offset = st.st_dev, st.st_ino, 0
             self._dirty = True
         if st.st_size == tail.offset:
+            self._caught_up(found.path, tail.offset, st.st_size)
             return False
         try:
             points, corrupt, more = self._points(followed, st.st_size)
@@ -191,6 +278,7 @@ class Watcher:
         if fs.offset != tail.offset:
             fs.offset = tail.offset
             self._dirty = True
+        self._caught_up(found.path, tail.offset, st.st_size)
         return more
 
     def _points(self, followed: _Followed, size: int) -> tuple[list[Point], int, bool]:
@@ -230,6 +318,9 @@ class Watcher:
             self.state.runs[key] = rs
             target = self.runs[key] = RunTarget(rs, self.options.serve, self.catalog)
         return target
+
+
+_EMPTY = StoreSnapshot(0, None, families=())
 
 
 def run_until_signalled(watcher: Watcher) -> None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rl_otel._internal.exporters.file_sd import TargetsFile, targets_path
+from rl_otel._internal.exporters.file_sd import TargetsFile
 from rl_otel._internal.exporters.otel_env import resolve_resource
 from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.exporters.textformat import target_info_labels
@@ -30,6 +30,7 @@ from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel._internal.probes.live import LiveGauges
 from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
 from rl_otel._internal.runtime.config import PrometheusConfig, TelemetryConfig
+from rl_otel._internal.runtime.serving import publish, scrape_registry
 from rl_otel._internal.runtime.signals import SignalFlush
 from rl_otel._internal.trackers.bridge import Bridge, NullBridge
 from rl_otel._internal.trackers.sinks import SinkError
@@ -105,9 +106,8 @@ class Components:
         recorder.store.write_info(meta.BUILD_INFO, (("version", __version__),))
         recorder.store.write_info(meta.TARGET_INFO, target_info_labels(self._resource.attributes), base_labels=False)
         if config.prometheus is not None:
-            self.registry = ScrapeRegistry(on_duplicate=lambda name: diag.count("prometheus", "duplicate_family"),
-                                           collect=recorder.collect, clock=recorder.store.clock,
-                                           on_error=lambda reason: diag.count("prometheus", reason))
+            self.registry = scrape_registry(recorder.collect, lambda reason: diag.count("prometheus", reason),
+                                            recorder.store.clock)
         pushes = config.otlp is not None and self._otlp(stack, config)
         if self.registry is not None or pushes:
             self.live = LiveGauges(recorder.add_collector, cpu, lambda reason: diag.count("live", reason))
@@ -199,7 +199,7 @@ class Components:
         # An SDK instrument of our own keeps every collection flowing through the reader (the SDK skips readers
         # when it has no data of its own), and is OTLP's build-info series (the store's info families are the
         # scrape endpoint's).
-        info = {"run": config.run, "rank": str(config.rank), "version": __version__}
+        info = {**config.base_labels, "version": __version__}
         provider.get_meter("rl_otel", __version__).create_observable_gauge(
             meta.BUILD_INFO.name, callbacks=[lambda _options: [Observation(1, info)]],
             unit=meta.BUILD_INFO.unit, description=meta.BUILD_INFO.description)
@@ -211,13 +211,9 @@ class Components:
         self.endpoint = endpoint = ScrapeEndpoint(registry, prom.host, prom.port, web=prom.web,
                                                   port_search=prom.port_search)
         self._closing(stack, "endpoint", endpoint)
-        if prom.file_sd is not None:
-            host = prom.advertise_host or (config.host_name if prom.host in ("", "0.0.0.0", "::") else prom.host)
-            host = f"[{host}]" if ":" in host else host
-            target = f"{host}:{endpoint.port}"
-            path = targets_path(prom.file_sd, config.run, config.rank, role=config.role, host=config.host_name,
-                                target=target)
-            self.targets = TargetsFile(path, target, config.base_labels)
+        self.targets = publish(prom, endpoint, host_name=config.host_name, run=config.run, rank=config.rank,
+                               role=config.role, labels=config.base_labels)
+        if self.targets is not None:
             self._closing(stack, "targets_file", self.targets)
 
     def _start_bridge(self) -> Bridge | NullBridge:

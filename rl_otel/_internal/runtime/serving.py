@@ -1,0 +1,30 @@
+"""The scrape endpoint of a recorder (or of several, merged), and its file_sd targets file: what a Telemetry and
+``rl-otel watch`` both serve through."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from rl_otel._internal.exporters.file_sd import TargetsFile, targets_path
+from rl_otel._internal.exporters.prometheus import Collect, ScrapeEndpoint, ScrapeRegistry
+from rl_otel._internal.runtime.config import PrometheusConfig
+
+
+def scrape_registry(collect: Collect, count: Callable[[str], None], clock: Callable[[], int]) -> ScrapeRegistry:
+    """A registry serving ``collect(settle=, on_error=)``; what a scrape absorbs is counted as ``count(reason)``
+    (``rl_telemetry_errors_total{sink="prometheus"}``), a second family of one name as ``duplicate_family``."""
+    return ScrapeRegistry(on_duplicate=lambda name: count("duplicate_family"), collect=collect, on_error=count,
+                          clock=clock)
+
+
+def publish(prom: PrometheusConfig, endpoint: ScrapeEndpoint, *, host_name: str, run: str, rank: int, role: str,
+            labels: Mapping[str, str]) -> TargetsFile | None:
+    """The file_sd targets file of ``endpoint`` (``None`` when ``prom.file_sd`` is not set), its target group
+    labelled with ``labels``; raises ConfigurationError when it cannot be written."""
+    if prom.file_sd is None:
+        return None
+    host = prom.advertise_host or (host_name if prom.host in ("", "0.0.0.0", "::") else prom.host)
+    host = f"[{host}]" if ":" in host else host
+    target = f"{host}:{endpoint.port}"
+    path = targets_path(prom.file_sd, run, rank, role=role, host=host_name, target=target)
+    return TargetsFile(path, target, dict(labels))
