@@ -159,7 +159,8 @@ def test_one_family_failing_to_render_leaves_the_others_served():
     registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect, on_error=events.append)
     for fmt in (prom.TEXT, prom.OPENMETRICS):
         text = registry.render(fmt).decode()
-        assert 'rl_actor_pg_loss{rank="0",role="trainer",run="r"} 1.0' in text and 'rl_step{rank="0",role="trainer",run="r"} 3.0' in text
+        base = 'rank="0",role="trainer",run="r"'
+        assert f"rl_actor_pg_loss{{{base}}} 1.0" in text and f"rl_step{{{base}}} 3.0" in text
         assert "rl_critic_score" not in text
     assert "render" in events
 

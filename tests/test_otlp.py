@@ -89,7 +89,8 @@ def test_a_sick_collector_never_reaches_the_training_loop(sick):
 
         def failures() -> float:
             errors = samples(scrape(tel.metrics_url), "rl_telemetry_errors_total")
-            key = frozenset({"run": "sick", "role": "trainer", "rank": "0", "sink": "otlp", "reason": "export_failed"}.items())
+            key = frozenset({"run": "sick", "role": "trainer", "rank": "0", "sink": "otlp",
+                             "reason": "export_failed"}.items())
             return errors.get(key, 0.0)
 
         wait_until(lambda: failures() >= 1)

@@ -48,8 +48,8 @@ def test_no_duplicate_help_or_type_even_when_provoked(tel):
             assert [name for name, n in helps.items() if n > 1] == []
         assert promtool_check(text) == ""
     assert "rl_critic_loss 5.0" in text.replace('{rank="0",role="trainer",run="test"}', "")
-    assert re.search(r'rl_telemetry_errors_total\{rank="0",reason="duplicate_family",role="trainer",run="test",sink="prometheus"\}',
-                     text)
+    assert re.search(r'rl_telemetry_errors_total\{rank="0",reason="duplicate_family",role="trainer",run="test",'
+                     r'sink="prometheus"\}', text)
     assert text.count("target_info{") == 1 and 'rl_run="test"' in text  # rl_otel's, not the intruder's
 
 

@@ -101,7 +101,8 @@ def test_a_scrape_after_log_sees_the_new_values(tel):
         lr = step + (0.5 if accept else 0.0) + (0.25 if encoding else 0.0)
         tel.log({"actor/lr": lr}, step=step)
         text = fetch(tel.metrics_url, accept, encoding)
-        assert re.search(rf'^rl_actor_learning_rate\{{rank="0",role="trainer",run="test"\}} {lr}$', text, flags=re.M), text
+        assert re.search(rf'^rl_actor_learning_rate\{{rank="0",role="trainer",run="test"\}} {lr}$', text,
+                         flags=re.M), text
         assert re.search(rf'^rl_step\{{rank="0",role="trainer",run="test"\}} {float(step)}$', text, flags=re.M)
 
 
@@ -122,8 +123,8 @@ def test_live_gauges_are_fresh_at_every_scrape_between_steps(tel):
     seen = []
     for encoding in (None, "gzip", None, "gzip"):
         text = fetch(tel.metrics_url, None, encoding)
-        found = re.search(r'^rl_gpu_process_memory_allocated_bytes\{device_id="9",rank="0",role="trainer",run="test"\} (\S+)$', text,
-                          flags=re.M)
+        found = re.search(r'^rl_gpu_process_memory_allocated_bytes\{device_id="9",rank="0",role="trainer",'
+                          r'run="test"\} (\S+)$', text, flags=re.M)
         assert found is not None, text
         seen.append(float(found.group(1)))
         assert "rl_actor_learning_rate{" in text
@@ -159,7 +160,8 @@ def test_series_past_their_ttl_leave_a_cached_scrape():
     text = registry.render(TEXT)  # no write in between: the cache must not outlive the series
     assert b"rl_actor_learning_rate{" not in text and b"rl_step{" in text  # rl_step never expires
     recorder.record([Measurement(lr, (), 2.0)], step=1)
-    assert b'rl_actor_learning_rate{rank="0",role="trainer",run="ttl"} 2.0' in registry.render(TEXT)  # back at its next write
+    # back at its next write
+    assert b'rl_actor_learning_rate{rank="0",role="trainer",run="ttl"} 2.0' in registry.render(TEXT)
 
 
 def test_name_filters_are_served(tel):

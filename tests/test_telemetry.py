@@ -146,7 +146,8 @@ def test_run_and_rank_from_arguments_or_environment(monkeypatch):
     monkeypatch.setenv("RANK", "5")
     with rl_otel.init(run="r1", prometheus={"host": "127.0.0.1", "port": 0}) as t:
         t.log({"actor/lr": 0.1}, step=0)
-        assert ("rl_actor_learning_rate", frozenset({"run": "r1", "role": "trainer", "rank": "5"}.items())) in samples(t)
+        labels = frozenset({"run": "r1", "role": "trainer", "rank": "5"}.items())
+        assert ("rl_actor_learning_rate", labels) in samples(t)
     with rl_otel.init(run="r2", rank=2, prometheus={"host": "127.0.0.1", "port": 0}) as t:
         t.log({"actor/lr": 0.1}, step=0)
         families = list(text_string_to_metric_families(scrape(t.metrics_url)))
