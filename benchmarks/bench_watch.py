@@ -44,7 +44,7 @@ def write_events(path: Path, steps: range, keys: list[str], append: bool = False
     """Events as torch's SummaryWriter writes scalars (one Event per add_scalar); returns the values written."""
     from tensorboard.compat.proto.event_pb2 import Event
 
-    from rl_otel.sinks.tfevents import record
+    from rl_otel._internal.tfrecord import encode as record
 
     chunks = [] if append else [record(Event(file_version="brain.Event:2", wall_time=time.time()).SerializeToString())]
     for step in steps:

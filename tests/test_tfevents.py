@@ -1,4 +1,5 @@
-"""rl_otel's event file writer: byte-compatible with TensorBoard's framing, file naming and reader."""
+"""rl_otel's event file writer and its TFRecord framing (rl_otel/_internal/tfrecord.py, which the watcher reads
+with): byte-compatible with TensorBoard's framing, file naming and reader."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from rl_otel.sinks import tfevents
+from rl_otel._internal import tfrecord
 from rl_otel.sinks.tfevents import EventFileWriter
 
 
@@ -33,26 +34,26 @@ class _Bytes:
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=5000))
 def test_masked_crc_and_record_equal_tensorboards(data):
-    assert tfevents.masked_crc32c(data) == pywrap_tensorflow.masked_crc32c(data)
+    assert tfrecord.masked_crc32c(data) == pywrap_tensorflow.masked_crc32c(data)
     theirs = _Bytes()
     RecordWriter(theirs).write(data)
-    assert tfevents.record(data) == theirs.data
+    assert tfrecord.encode(data) == theirs.data
 
 
 def test_the_c_crc32c_is_used_when_installed():
     google_crc32c = pytest.importorskip("google_crc32c")
     if google_crc32c.implementation != "c":
         pytest.skip("google_crc32c's pure-python build: the writer uses TensorBoard's CRC")
-    assert tfevents.crc32c is google_crc32c.value
+    assert tfrecord.crc32c is google_crc32c.value
 
 
 def test_pure_python_fallback_frames_the_same(monkeypatch):
     import google_crc32c
 
     monkeypatch.setattr(google_crc32c, "implementation", "python")
-    fallback = tfevents._crc32c()
+    fallback = tfrecord._crc32c()
     assert fallback is pywrap_tensorflow.crc32c
-    assert fallback(b"rl_otel") == tfevents.crc32c(b"rl_otel")
+    assert fallback(b"rl_otel") == tfrecord.crc32c(b"rl_otel")
 
 
 def events(path):

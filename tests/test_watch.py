@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import struct
 import subprocess
 import sys
+import threading
 
 import pytest
 
-from rl_otel.sinks.tfevents import record
+from rl_otel._internal import tfrecord
+from rl_otel._internal.tfrecord import encode as record
 from rl_otel.watch import events, frameworks, jsonl, scan, state
 from rl_otel.watch.records import RecordTail
 from tests.test_watch_support import ThreadedWatcher, served, wait_for
@@ -107,6 +110,203 @@ def test_a_jsonl_line_without_its_newline_waits(tmp_path):
     with open(path, "ab") as f:
         f.write(b': 2}\n')
     assert tail.read(path.stat().st_size).lines == [b'{"step": 1, "x": 2}']
+
+
+def _drain(tail, path):
+    """Read ``path`` with ``tail`` as the watcher does (again at once while ``more``); its lines or records and
+    the corrupt count."""
+    got, corrupt = [], 0
+    while True:
+        found = tail.read(os.path.getsize(path))
+        got += found.lines if hasattr(found, "lines") else found.records
+        corrupt += found.corrupt
+        if not found.more:
+            return got, corrupt
+
+
+def test_a_partial_jsonl_line_rewritten_shorter_is_read_again(tmp_path):
+    """The tail remembers that a partial last line holds no newline (so it is not read again at each poll); a
+    writer that rewrites that line shorter (the file shrinks below what was looked at) is read from the line's
+    start again, not from where the old line's bytes ended."""
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"step": 0, "x": 1}\n{"step": 1, "x": 2, "y"')
+    tail = jsonl.LineTail(str(path))
+    assert tail.read(path.stat().st_size).lines == [b'{"step": 0, "x": 1}']
+    path.write_bytes(b'{"step": 0, "x": 1}\n{"step": 1}\n')
+    assert tail.read(path.stat().st_size).lines == [b'{"step": 1}']
+
+
+@pytest.mark.parametrize("megabytes", [9, 17])
+def test_a_long_jsonl_line_never_stalls_its_file(tmp_path, megabytes):
+    """A line longer than a read (8 MB) is read whole up to MAX_LINE (16 MB), a longer one skipped and counted
+    once; the 2,000 lines after it are read either way. Before: a line over 8 MB stalled the file for good, nothing
+    after it read, nothing counted."""
+    path = tmp_path / "m.jsonl"
+    long_line = json.dumps({"step": 1, "dist": [0.5] * (megabytes * 2**20 // 5)}).encode()
+    assert len(long_line) > jsonl.CHUNK and (len(long_line) > jsonl.MAX_LINE) == (megabytes > 16)
+    after = [json.dumps({"step": s, "loss": s / 10}).encode() for s in range(2, 2002)]
+    path.write_bytes(b'{"step": 0, "loss": 1}\n' + long_line + b"\n" + b"\n".join(after) + b"\n")
+    lines, corrupt = _drain(jsonl.LineTail(str(path)), path)
+    kept = megabytes <= 16
+    assert lines == [b'{"step": 0, "loss": 1}', *([long_line] if kept else []), *after]
+    assert corrupt == (0 if kept else 1)
+
+
+def test_an_overlong_jsonl_line_is_skipped_as_it_grows_without_reading_it_again_or_holding_it(tmp_path, monkeypatch):
+    """A 40 MB line written 1 MB at a time, read after each write (a poll): every byte is read once, the line is
+    counted once, as soon as it is over MAX_LINE, and never held whole; a restarted tail (a new watcher, the offset
+    from the state file) goes on at the line's start, not in its middle."""
+    import tracemalloc
+
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"step": 0, "loss": 1}\n{"dist": [')
+    tail = jsonl.LineTail(str(path))
+    read = []
+    real_read = jsonl._read
+    monkeypatch.setattr(jsonl, "_read", lambda p, offset, n: read.append(n) or real_read(p, offset, n))
+    lines, corrupt, counted_at = [], 0, None
+    tracemalloc.start()
+    try:
+        with open(path, "ab") as f:
+            for mb in range(40):
+                f.write(b"0.5, " * (2**20 // 5))
+                f.flush()
+                got, bad = _drain(tail, path)
+                lines += got
+                corrupt += bad
+                if bad and counted_at is None:
+                    counted_at = mb + 1
+            f.write(b'0.5]}\n{"step": 2, "loss": 0.5}\n')
+        got, bad = _drain(tail, path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    lines += got
+    corrupt += bad
+    assert lines == [b'{"step": 0, "loss": 1}', b'{"step": 2, "loss": 0.5}'] and corrupt == 1
+    assert counted_at == jsonl.MAX_LINE // 2**20 + 1  # counted as soon as it is known to be over the limit
+    assert sum(read) <= path.stat().st_size + 2**20  # before: 8 MB read again at every poll
+    assert peak < 3 * 2**20  # a 1 MB read at a time (before: up to 8 MB per poll); the 40 MB line never held
+
+    restarted = jsonl.LineTail(str(path), offset=len(b'{"step": 0, "loss": 1}\n'))
+    monkeypatch.setattr(jsonl, "_read", real_read)
+    assert _drain(restarted, path) == ([b'{"step": 2, "loss": 0.5}'], 1)
+
+
+def _header(length: int) -> bytes:
+    head = struct.pack("<Q", length)
+    return head + struct.pack("<I", tfrecord.masked_crc32c(head))
+
+
+@pytest.mark.parametrize("length", [2**63, 2**40, 64 * 2**20 + 1])
+def test_a_tfrecord_length_no_event_has_is_counted_and_the_records_after_it_read(tmp_path, length):
+    """A header whose CRC holds but whose length no event has (over 64 MB; 2**63 never comes) is counted and the
+    reader looks for the next valid header: the 2,000 events after it are read. Before: the file stalled for good,
+    waiting for bytes that never come, nothing counted."""
+    events_ = [_event(s, loss=s / 10) for s in range(2000)]
+    path = tmp_path / "events.out.tfevents.4.host"
+    path.write_bytes(record(events_[0]) + _header(length) + b"".join(record(e) for e in events_[1:]))
+    records, corrupt = _drain(RecordTail(str(path)), path)
+    assert records == events_ and corrupt == 1
+
+
+def test_a_plausible_false_tfrecord_length_does_not_swallow_the_records_it_spans(tmp_path):
+    """A header whose CRC holds, its length (1 MB) plausible but false: the complete records inside its span are
+    read and the false header counted, at once (before: the reader waited for 1 MB more, at the file's end for
+    good); and a record whose data CRC fails with a false length likewise does not hide the records after it."""
+    events_ = [_event(s, loss=s / 10) for s in range(200)]
+    path = tmp_path / "events.out.tfevents.5.host"
+    path.write_bytes(_header(2**20) + b"".join(record(e) for e in events_))
+    assert _drain(RecordTail(str(path)), path) == (events_, 1)
+
+    rest = b"".join(record(e) for e in events_)
+    path.write_bytes(_header(len(rest) // 2) + b"\0" * 4 + rest)  # the false record is complete, its data CRC bad
+    assert _drain(RecordTail(str(path)), path) == (events_, 1)
+
+
+def test_damage_longer_than_a_read_is_counted_once_and_skipped_once(tmp_path):
+    """Garbage over many reads is one corrupt record, its bytes looked through once (before: counted again at
+    every read it spanned)."""
+    path = tmp_path / "events.out.tfevents.6.host"
+    events_ = [_event(s, loss=s / 10) for s in range(5)]
+    garbage = bytes(random.Random(0).getrandbits(8) for _ in range(50_000))
+    path.write_bytes(record(events_[0]) + garbage + b"".join(record(e) for e in events_[1:]))
+    tail = RecordTail(str(path))
+    records, corrupt = [], 0
+    while True:
+        batch = tail.read(path.stat().st_size, chunk=4096)
+        records += batch.records
+        corrupt += batch.corrupt
+        if not batch.more:
+            break
+    assert records == events_ and corrupt == 1
+
+
+def test_oversized_records_and_lines_are_counted_on_the_endpoint_and_what_follows_served(tmp_path):
+    """``rl-otel watch`` end to end: a 17 MB JSONL line and an event with length 2**63 are each counted in
+    ``rl_telemetry_errors_total{reason="corrupt_record"}``, and the 2,000 steps written after them served."""
+    root = tmp_path / "runs"
+    (root / "lines").mkdir(parents=True)
+    (root / "events").mkdir()
+    huge = json.dumps({"step": 0, "dist": [0.5] * (17 * 2**20 // 5)})
+    (root / "lines" / "metrics.jsonl").write_text(
+        huge + "\n" + "".join(json.dumps({"step": s, "loss": s / 10}) + "\n" for s in range(1, 2001)))
+    (root / "events" / "events.out.tfevents.7.host").write_bytes(
+        record(event_pb2.Event(file_version="brain.Event:2").SerializeToString()) + _header(2**63)
+        + b"".join(record(_event(s, loss=s / 10)) for s in range(1, 2001)))
+    w = ThreadedWatcher([str(root)])
+    try:
+        for run in ("lines", "events"):
+            url = w.url(run)
+            wait_for(lambda u=url: served(u, "rl_step") == 2000.0, what=f"{run}: the steps after the oversized one")
+            assert served(url, "rl_telemetry_errors_total", sink="watch", reason="corrupt_record") == 1.0
+    finally:
+        w.close()
+
+
+def _steps_in(directory) -> list[int]:
+    """The steps of the scalar events in the one event file under ``directory``, as the watcher reads it now."""
+    (path,) = directory.glob("events.out.tfevents.*")
+    records, _ = _drain(RecordTail(str(path)), path)
+    return [found[0] for found in map(events.scalars, records) if found]
+
+
+def test_tensorboardx_flush_writes_only_what_its_thread_took_and_flush_secs_or_close_write_the_rest(tmp_path):
+    """What docs/watch.md says of tensorboardX (AReaL's writer), held against the installed version:
+    ``add_scalar`` queues the event (``max_queue``, 10) for the writer's thread, which writes it into the file's
+    buffer; ``flush()`` flushes that buffer only, so events the thread has not taken yet stay out of the file; the
+    thread flushes its buffer every ``flush_secs`` (120 s by default); a later ``flush()``, ``close()``, or a short
+    ``flush_secs`` bring the rest. (torch's SummaryWriter.flush() waits for its queue.)"""
+    tbx = pytest.importorskip("tensorboardX")
+    taken = threading.Event()
+    writer = tbx.SummaryWriter(str(tmp_path / "a"), flush_secs=3600)
+    # private: the EventsWriter the writer's thread writes with, held back as a busy process holds its thread back
+    events_writer = writer._get_file_writer().event_writer._ev_writer
+    real, written = events_writer.write_event, []
+    events_writer.write_event = lambda e: (taken.wait(), real(e), written.append(e.step))
+    try:
+        for step in range(5):
+            writer.add_scalar("loss", step / 10, step)
+        writer.flush()
+        assert _steps_in(tmp_path / "a") == []  # flush() returned; the thread had taken none of them
+        taken.set()
+        wait_for(lambda: len(written) == 5, what="the writer's thread wrote the five events")
+        assert _steps_in(tmp_path / "a") == []  # written into its buffer, which it flushes flush_secs after the last
+        writer.flush()
+        assert _steps_in(tmp_path / "a") == [0, 1, 2, 3, 4]
+    finally:
+        taken.set()
+        writer.close()
+
+    short = tbx.SummaryWriter(str(tmp_path / "b"), flush_secs=1)  # no flush() called: the thread flushes each second
+    closed = tbx.SummaryWriter(str(tmp_path / "c"), flush_secs=3600)
+    for step in range(5):
+        short.add_scalar("loss", step / 10, step)
+        closed.add_scalar("loss", step / 10, step)
+    wait_for(lambda: _steps_in(tmp_path / "b") == [0, 1, 2, 3, 4], what="flush_secs=1 wrote every event")
+    closed.close()
+    assert _steps_in(tmp_path / "c") == [0, 1, 2, 3, 4]
+    short.close()
 
 
 @pytest.mark.parametrize(("rel", "run", "rank"), [

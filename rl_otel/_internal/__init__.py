@@ -4,6 +4,7 @@
 The layers, bottom up (``docs/architecture.md``; the rule is checked by ``tests/test_architecture.py``):
 
 - ``checks``: the configuration checks every option shares;
+- ``tfrecord``, ``atomic``: TFRecord framing (written and read) and atomic file replacement, for every layer;
 - ``pipeline``: values → router → store (and the bounded worker), importing only the catalog;
 - ``exporters``, ``tracing``, ``probes``, ``trackers``: where data leaves or comes from (the Prometheus endpoint,
   OTLP, phase spans, memory probes, the tracker bridge), importing the pipeline, never the facade;

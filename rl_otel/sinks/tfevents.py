@@ -3,12 +3,13 @@
 TensorBoard's own ``EventFileWriter`` hands every event to a thread of its own, which frames it with a pure-Python
 ``masked_crc32c`` (~3.4 ms for a 20 KB event, holding the GIL: the training loop waits for it). The sink already
 runs on the tracker bridge's worker thread, so a second thread buys nothing; this writer frames records itself
-with ``google_crc32c`` (C) and hands each one to the OS at once, one ``write`` per event (a few microseconds): a
-process killed by SIGKILL, the OOM killer or a segfault loses no event that ``add_event`` returned from, stall or
-not (a buffer flushed by the next event after ``flush_secs`` lost every step of a stall).
+with ``google_crc32c`` (C; :mod:`rl_otel._internal.tfrecord`) and hands each one to the OS at once, one ``write``
+per event (a few microseconds): a process killed by SIGKILL, the OOM killer or a segfault loses no event that
+``add_event`` returned from, stall or not (a buffer flushed by the next event after ``flush_secs`` lost every step
+of a stall).
 
 The file is what TensorBoard writes and reads: ``events.out.tfevents.<time>.<host>.<pid>.<uid><suffix>``, TFRecord
-framing (``<Q`` data length, masked CRC32C of those 8 bytes, the data, masked CRC32C of the data), and an Event with
+framing (:mod:`rl_otel._internal.tfrecord`, which the watcher reads back with), and an Event with
 ``file_version="brain.Event:2"`` first.
 """
 
@@ -18,43 +19,11 @@ import contextlib
 import itertools
 import os
 import socket
-import struct
 import time
-from collections.abc import Callable
 
-_LENGTH = struct.Struct("<Q")
-_CRC = struct.Struct("<I")
-_MASK_DELTA = 0xA282EAD8
+from rl_otel._internal.tfrecord import encode
+
 _uid = itertools.count()  # TensorBoard's writer numbers its files per process likewise; "xb" settles a clash
-
-
-def _crc32c() -> Callable[[bytes], int]:
-    """google_crc32c's C build, else TensorBoard's pure-Python CRC (correct, ~1000x slower)."""
-    try:
-        import google_crc32c
-    except ImportError:
-        pass
-    else:
-        if google_crc32c.implementation == "c":
-            return google_crc32c.value
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import crc32c
-
-    return crc32c
-
-
-crc32c = _crc32c()
-
-
-def masked_crc32c(data: bytes) -> int:
-    """TFRecord's masked CRC32C: the CRC rotated right by 15 bits plus a constant, modulo 2**32."""
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-
-
-def record(data: bytes) -> bytes:
-    """One TFRecord: length, its masked CRC, the data, the data's masked CRC."""
-    length = _LENGTH.pack(len(data))
-    return b"".join((length, _CRC.pack(masked_crc32c(length)), data, _CRC.pack(masked_crc32c(data))))
 
 
 class EventFileWriter:
@@ -94,7 +63,7 @@ class EventFileWriter:
         if self._broken is not None:
             raise self._broken
         try:
-            view = memoryview(record(event))
+            view = memoryview(encode(event))
             while view:  # an unbuffered write may write less than asked (a nearly full disk)
                 view = view[self._write(view):]
         except BaseException as exc:

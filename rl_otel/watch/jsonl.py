@@ -7,7 +7,8 @@ joined with ``/`` (as :meth:`rl_otel.Telemetry.log` joins them), the step comes 
 Numbers, booleans, ``null`` (no value this step) and lists of numbers (a distribution) are kept; strings and other
 values are not metrics and are left out quietly.
 
-:class:`LineTail` returns the complete lines after its offset: a line without its newline yet waits.
+:class:`LineTail` returns the complete lines after its offset: a line without its newline yet waits; a line over
+:data:`MAX_LINE` is skipped and counted, and the lines after it are read.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import Any
 
 STEP_KEYS = ("step", "_step", "global_step", "train/global_step", "trainer/global_step", "iteration")
 TIME_KEYS = ("timestamp", "_timestamp", "wall_time", "time")
-CHUNK = 8 * 2**20
-MAX_LINE = 16 * 2**20  # a longer "line" is no metric record: skipped and counted
+CHUNK = 8 * 2**20  # bytes read per call: a backlog is read in bounded steps
+MAX_LINE = 16 * 2**20  # a longer "line" is no metric record: skipped (never held whole) and counted
 
 
 @dataclass
@@ -34,31 +35,71 @@ class Lines:
 
 
 class LineTail:
-    """The complete lines of one file, from ``offset`` (resumed from a state file) on."""
+    """The complete lines of one file, from ``offset`` (resumed from a state file) on.
+
+    ``offset`` is where the next unread line starts; a line longer than a read looks for its end from where the
+    last read stopped (it is not read again from its start at each poll), and is read whole once its newline is
+    there. A line over :data:`MAX_LINE` is counted once, as soon as it is known to be that long, and skipped to
+    its newline a chunk at a time without being kept; the offset stays at its start until then, so a watcher
+    restarted meanwhile does not take the rest of it for a line (it counts the line again instead). Setting
+    ``offset`` (a file replaced or truncated is read again from 0) forgets what the tail knew.
+    """
 
     def __init__(self, path: str, offset: int = 0) -> None:
         self.path = path
-        self.offset = offset
+        self._offset = offset
+        self._seen = 0  # bytes from the offset known to hold no newline
+        self._skipping = False  # the line at the offset is over MAX_LINE (counted): skip to its newline
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    @offset.setter
+    def offset(self, value: int) -> None:
+        self._offset, self._seen, self._skipping = value, 0, False
 
     def read(self, size: int, chunk: int = CHUNK) -> Lines:
-        """Complete lines between the offset and ``size``, at most about ``chunk`` bytes of them."""
+        """Complete lines between the offset and ``size``, at most about ``chunk`` bytes of them read."""
         out = Lines()
-        if size <= self.offset:
+        if size < self._offset + self._seen:  # shrank below what was looked at (rewritten): look again
+            self.offset = self._offset
+        start = self._offset + self._seen
+        if size <= start:
             return out
-        want = min(size - self.offset, chunk)
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            buf = f.read(want)
-        cut = buf.rfind(b"\n") + 1
-        if cut == 0:
-            if len(buf) >= min(chunk, MAX_LINE) and size - self.offset > MAX_LINE:
-                self.offset += len(buf)  # a "line" longer than any record: skip what was read (counted once)
+        buf = _read(self.path, start, min(size - start, chunk))
+        first = buf.find(b"\n")
+        if first < 0:  # the line at the offset goes on past what was read
+            self._seen += len(buf)
+            if self._seen > MAX_LINE and not self._skipping:
+                self._skipping = True
                 out.corrupt += 1
+            out.more = bool(buf) and start + len(buf) < size
             return out
-        out.lines = buf[:cut].splitlines()
-        self.offset += cut
-        out.more = want == chunk and self.offset < size
+        if self._seen:  # the line at the offset began before this read: it ends here
+            stop = start + first  # its newline
+            if stop - self._offset <= MAX_LINE:
+                out.lines.append(_read(self.path, self._offset, stop - self._offset))
+            elif not self._skipping:
+                out.corrupt += 1
+            self.offset = start = stop + 1
+            buf = buf[first + 1:]
+        cut = buf.rfind(b"\n") + 1
+        lines = buf[:cut].splitlines()
+        if cut > MAX_LINE:  # only with a chunk larger than MAX_LINE can one of them be too long
+            out.corrupt += sum(len(line) > MAX_LINE for line in lines)
+            lines = [line for line in lines if len(line) <= MAX_LINE]
+        out.lines.extend(lines)
+        self.offset = start + cut
+        self._seen = len(buf) - cut  # the start of the next line, not read again until its newline comes
+        out.more = start + len(buf) < size
         return out
+
+
+def _read(path: str, offset: int, n: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(n)
 
 
 def parse(line: bytes, step_keys: Sequence[str] = STEP_KEYS,

@@ -1,24 +1,32 @@
-"""TFRecord framing read from a byte offset of a file that may still be growing.
+"""TFRecord files read from a byte offset of a file that may still be growing.
 
-A record is ``<Q`` length, the masked CRC32C of those 8 bytes, the data, the masked CRC32C of the data
-(:func:`rl_otel.sinks.tfevents.record` writes the same). :class:`RecordTail` returns the complete records after
-its offset and moves the offset past them: a record whose bytes are not all written yet (the writer is mid-write,
-or was killed mid-write) is left for the next read. A record whose data CRC fails is skipped and counted; a
-header whose CRC fails cannot be trusted for its length, so the reader looks for the next valid header and counts
-the bytes skipped as one corrupt record. Nothing here raises on a file's content.
+The framing is :mod:`rl_otel._internal.tfrecord`'s (the event file writer writes with it). :class:`RecordTail`
+returns the complete records after its offset and moves the offset past them: a record whose bytes are not all
+written yet (the writer is mid-write, or was killed mid-write) is left for the next read. Nothing here raises on a
+file's content, and no file stalls on it:
+
+- a header whose CRC fails cannot be trusted for its length: the bytes from there to the next valid header are
+  skipped and counted as one corrupt record;
+- a header whose CRC holds but whose length is over :data:`MAX_RECORD` (a crafted or damaged length such as
+  2**63, never written whole) is treated the same: counted, and the next valid header looked for, instead of
+  waiting forever for bytes that will not come;
+- a length that holds but is not yet all in the file is waited for, unless a complete valid record already lies
+  inside its span (then the length is false: counted, and the reader goes on at that record);
+- a record whose data CRC fails is counted and skipped: to where its length says when a valid header follows
+  there, else to the next valid header (a false length must not swallow the good records it spans).
+
+Memory: a read holds at most one chunk (8 MB), or one record up to :data:`MAX_RECORD`; skipped bytes are read a
+chunk at a time and not kept. Each read starts at the offset: damaged bytes already passed are not read again.
 """
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 
-from rl_otel.sinks.tfevents import masked_crc32c
+from rl_otel._internal.tfrecord import FOOTER_SIZE, HEADER_SIZE, data_at, find_header, length_at
 
-_HEADER = struct.Struct("<QI")
-_CRC = struct.Struct("<I")
 CHUNK = 8 * 2**20  # bytes read per call: a backlog is read in bounded steps
-MAX_RECORD = 64 * 2**20  # a longer record is skipped unread (no scalar event is that large)
+MAX_RECORD = 64 * 2**20  # a longer length is no event rl_otel reads (a scalar event is ~100 bytes): not trusted
 
 
 @dataclass
@@ -31,48 +39,79 @@ class Batch:
 
 
 class RecordTail:
-    """The records of one TFRecord file, from ``offset`` (resumed from a state file) on."""
+    """The records of one TFRecord file, from ``offset`` (resumed from a state file) on. Setting ``offset`` (a
+    file replaced or truncated is read again from 0) forgets what the tail knew about the bytes there."""
 
     def __init__(self, path: str, offset: int = 0) -> None:
         self.path = path
-        self.offset = offset
+        self._offset = offset
+        self._lost = False  # the bytes at the offset follow damage already counted: look for a valid header
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    @offset.setter
+    def offset(self, value: int) -> None:
+        self._offset = value
+        self._lost = False
 
     def read(self, size: int, chunk: int = CHUNK) -> Batch:
         """Complete records between the offset and ``size`` (the file's current size), at most about ``chunk``
         bytes of them; the offset moves past what was consumed (records and corrupt bytes)."""
         batch = Batch()
-        if size <= self.offset:
+        if size <= self._offset:
             return batch
-        want = min(size - self.offset, chunk)
-        buf = _read(self.path, self.offset, want)
-        pos = 0
+        want = min(size - self._offset, chunk)
+        buf = _read(self.path, self._offset, want)
         end = len(buf)
-        while end - pos >= _HEADER.size:
-            length, length_crc = _HEADER.unpack_from(buf, pos)
-            if masked_crc32c(buf[pos:pos + 8]) != length_crc:
+        pos = 0
+        lost = self._lost
+        while True:
+            if lost:
+                pos = find_header(buf, pos, MAX_RECORD)
+                if end - pos < HEADER_SIZE:
+                    break  # none in what was read: go on from here next time, still lost
+                lost = False
+            if end - pos < HEADER_SIZE:
+                break
+            length = length_at(buf, pos)
+            if length is None or length > MAX_RECORD:
                 batch.corrupt += 1
-                pos = _resync(buf, pos + 1)
+                pos, lost = pos + 1, True
                 continue
-            stop = pos + _HEADER.size + length + _CRC.size
+            stop = pos + HEADER_SIZE + length + FOOTER_SIZE
             if stop > end:
-                if length > MAX_RECORD and self.offset + stop <= size:
-                    pos = stop  # skipped unread
-                    continue
-                if pos == 0 and self.offset + stop <= size and stop > want:
-                    buf = _read(self.path, self.offset, stop)  # one record larger than a chunk: read it whole
+                if self._offset + stop <= size:  # in the file, beyond this read
+                    if pos > 0:
+                        break  # the next read starts at it
+                    buf = _read(self.path, self._offset, stop)  # one record larger than a chunk: read it whole
                     end = len(buf)
                     if stop > end:
                         break
                 else:
-                    break  # the rest of the record is not written yet: wait for it
-            data = buf[pos + _HEADER.size:stop - _CRC.size]
-            if masked_crc32c(data) == _CRC.unpack_from(buf, stop - _CRC.size)[0]:
+                    found = _next_record(buf, pos + HEADER_SIZE)
+                    if found is None:
+                        break  # the rest of the record is not written yet: wait for it
+                    batch.corrupt += 1  # a whole record inside its span: the length is false
+                    pos = found
+                    continue
+            data = data_at(buf, pos + HEADER_SIZE, length)
+            if data is not None:
                 batch.records.append(data)
+                pos = stop
+                continue
+            batch.corrupt += 1
+            if end - stop < HEADER_SIZE or _header_ok(buf, stop):
+                pos = stop  # the length held (damaged data): the next record follows it
             else:
-                batch.corrupt += 1
-            pos = stop
-        self.offset += pos
-        batch.more = pos > 0 and want == chunk and self.offset < size  # a backlog: read on without waiting
+                found = find_header(buf, pos + 1, MAX_RECORD)
+                if found >= stop:
+                    batch.corrupt += 1  # nothing inside its span: the length held, and what follows is damaged too
+                pos, lost = found, end - found < HEADER_SIZE
+        self._lost = lost
+        self._offset += pos
+        batch.more = pos > 0 and want == chunk and self._offset < size  # a backlog: read on without waiting
         return batch
 
 
@@ -82,12 +121,20 @@ def _read(path: str, offset: int, n: int) -> bytes:
         return f.read(n)
 
 
-def _resync(buf: bytes, pos: int) -> int:
-    """The position of the next header whose length CRC holds, else where one could still start (the last 11
-    bytes may be the beginning of a header whose rest is not read yet)."""
-    last = len(buf) - _HEADER.size
-    while pos <= last:
-        if masked_crc32c(buf[pos:pos + 8]) == _CRC.unpack_from(buf, pos + 8)[0]:
+def _header_ok(buf: bytes, pos: int) -> bool:
+    length = length_at(buf, pos)
+    return length is not None and length <= MAX_RECORD
+
+
+def _next_record(buf: bytes, start: int) -> int | None:
+    """The position of the first complete record with valid CRCs at or after ``start``, else ``None``."""
+    pos = start
+    while True:
+        pos = find_header(buf, pos, MAX_RECORD)
+        if len(buf) - pos < HEADER_SIZE:
+            return None
+        length = length_at(buf, pos)
+        assert length is not None  # find_header checked it
+        if pos + HEADER_SIZE + length + FOOTER_SIZE <= len(buf) and data_at(buf, pos + HEADER_SIZE, length) is not None:
             return pos
         pos += 1
-    return max(pos, 0)

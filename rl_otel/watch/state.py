@@ -1,12 +1,12 @@
 """The watcher's state file: per file the byte offset read up to, per run and rank the last value of each key.
 
-Written atomically (a temporary file in the same directory, flushed and fsynced, then ``os.replace``), so a
-watcher killed at any moment (SIGKILL included) finds either the previous state or the new one, never half of
-one. Offsets and values are written together, from the one thread that reads the files, so they always agree:
-after a restart the watcher serves the saved values, then reads on from the saved offsets. Records read after
-the last save are read again: they carry the same steps and values, so a gauge or counter takes the same value
-(nothing is duplicated on the endpoint, a counter never goes back), and a histogram restarts from its counts as
-saved, before those records were added.
+Written atomically (:mod:`rl_otel._internal.atomic`: a temporary file in the same directory, flushed and fsynced,
+then ``os.replace``), so a watcher killed at any moment (SIGKILL included) finds either the previous state or the
+new one, never half of one. Offsets and values are written together, from the one thread that reads the files, so
+they always agree: after a restart the watcher serves the saved values, then reads on from the saved offsets.
+Records read after the last save are read again: they carry the same steps and values, so a gauge or counter takes
+the same value (nothing is duplicated on the endpoint, a counter never goes back), and a histogram restarts from its
+counts as saved, before those records were added.
 
 Why last values and not a re-read from the start: a finished run's files can be GBs, and the endpoint must serve
 every key's last value at once after a restart, not after minutes of reading history.
@@ -19,10 +19,11 @@ import json
 import logging
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rl_otel._internal.atomic import atomic_write
 
 _log = logging.getLogger("rl_otel.watch")
 VERSION = 1
@@ -106,19 +107,8 @@ def save(state: State, path: Path) -> bool:
     """Write ``state`` to ``path`` atomically; False (logged) when it cannot be written."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(state.to_json(), f, separators=(",", ":"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        with atomic_write(path) as f:
+            json.dump(state.to_json(), f, separators=(",", ":"))
         return True
     except Exception as exc:
         _log.warning("rl_otel watch: state file %s not written: %s", path, exc)

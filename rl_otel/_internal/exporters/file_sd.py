@@ -1,14 +1,14 @@
 """Publish the endpoint in a Prometheus ``file_sd_configs`` targets file, so ranks on ephemeral ports are found.
 
 Each process writes its own file, ``<dir>/rl_otel-<run>-<role>-rank<rank>-<id>.json``: run and role readable (other
-than ASCII letters, digits, ``_.-`` replaced by ``_``), ``<id>`` a short hash of the exact run, role, rank, host name
-and the target itself (host:port), so two processes never write one file - not Trinity's explorer and trainer (one
-run, both rank 0), not two runs whose names read alike (``实验`` and ``测试``), not two ranks of one host. Prometheus
-reads them all with ``files: [<dir>/*.json]``. A file is replaced atomically (written to a
-temporary file in the same directory, then ``os.replace``): Prometheus watches the directory and must never
-read half a file. ``close()`` removes it, so a finished run's targets disappear instead of turning ``up == 0``.
-The target group's labels ``run`` and ``rank`` make ``up`` (which the endpoint cannot label itself) per rank;
-scrape with ``honor_labels: true`` so the series' own run/rank (the same values) are kept as they are.
+than ASCII letters, digits, ``_.-`` replaced by ``_``), ``<id>`` a short hash of the exact run, role, rank, host
+name and the target itself (host:port), so two processes never write one file - not Trinity's explorer and trainer
+(one run, both rank 0), not two runs whose names read alike (``实验`` and ``测试``), not two ranks of one host.
+Prometheus reads them all with ``files: [<dir>/*.json]``. A file is replaced atomically
+(:mod:`rl_otel._internal.atomic`): Prometheus watches the directory and must never read half a file. ``close()``
+removes it, so a finished run's targets disappear instead of turning ``up == 0``. The target group's labels ``run``
+and ``rank`` make ``up`` (which the endpoint cannot label itself) per rank; scrape with ``honor_labels: true`` so
+the series' own run/rank (the same values) are kept as they are.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import json
 import logging
 import os
 import re
-import tempfile
 from pathlib import Path
 
+from rl_otel._internal.atomic import atomic_write
 from rl_otel.errors import ConfigurationError
 
 _log = logging.getLogger("rl_otel")
@@ -64,20 +64,11 @@ class TargetsFile:
         self._pid = os.getpid()  # a forked child's close() leaves the file to the process that serves the target
 
     def _write(self, text: str) -> None:
-        """Write ``text`` to a temporary file beside the target, then ``os.replace`` it: never half a file."""
-        path = self.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        """Replace the file with ``text`` atomically (Prometheus never reads half a file), readable by the
+        Prometheus server's user."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(self.path, mode=0o644) as f:
+            f.write(text)
 
     def close(self) -> None:
         """Remove the file, unless another process has replaced it since (a restarted rank owns it now), or this
