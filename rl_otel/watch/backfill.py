@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from rl_otel._internal.atomic import atomic_write
 from rl_otel._internal.exporters.exposition import Renderer
 from rl_otel._internal.exporters.textformat import OPENMETRICS
 from rl_otel._internal.pipeline.recorder import Recorder
@@ -185,32 +186,21 @@ def _spill(fam: _Family, spool_dir: str) -> None:
 
 
 def _write(families: dict[str, _Family], out: str | os.PathLike) -> int:
-    """Each family's header and samples, then ``# EOF``; written to a temporary file and renamed into place."""
-    out = os.fspath(out)
+    """Each family's header and samples, then ``# EOF``, replacing ``out`` atomically; returns the samples."""
     samples = 0
-    directory = os.path.dirname(os.path.abspath(out))
-    fd, tmp = tempfile.mkstemp(prefix=".backfill.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for fam in families.values():
-                if fam.spool is None and not fam.lines:
-                    continue
-                f.write(fam.header)
-                if fam.spool is not None:
-                    fam.spool.seek(0)
-                    for line in fam.spool:
-                        f.write(line)
-                        samples += 1
-                    fam.spool.close()
-                if fam.lines:
-                    f.write("\n".join(fam.lines) + "\n")
-                    samples += len(fam.lines)
-            f.write("# EOF\n")
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_write(out, mode=0o644) as f:
+        for fam in families.values():
+            if fam.spool is None and not fam.lines:
+                continue
+            f.write(fam.header)
+            if fam.spool is not None:
+                fam.spool.seek(0)
+                for line in fam.spool:
+                    f.write(line)
+                    samples += 1
+                fam.spool.close()
+            if fam.lines:
+                f.write("\n".join(fam.lines) + "\n")
+                samples += len(fam.lines)
+        f.write("# EOF\n")
     return samples

@@ -271,7 +271,8 @@ class Watcher:
             return False
         followed.failed = False
         target = self._target(found)
-        self._grew[(found.run, found.rank)] = time.monotonic()
+        if tail.offset != fs.offset or points:  # it grew (a partial line or record waiting is no growth)
+            self._grew[(found.run, found.rank)] = time.monotonic()
         if points:
             target.feed(points)
         target.count_error("corrupt_record", corrupt)
