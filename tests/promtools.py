@@ -71,7 +71,7 @@ def key_samples(url: str, key: str, run: str) -> dict[frozenset, float]:
 
     resolved = default_catalog().resolve(key).to_dict()
     found = samples(scrape(url), resolved["prometheus_name"])
-    return {frozenset(kv for kv in k if kv[0] not in ("run", "rank")): v for k, v in found.items()
+    return {frozenset(kv for kv in k if kv[0] not in ("run", "role", "rank")): v for k, v in found.items()
             if ("run", run) in k}
 
 
