@@ -139,12 +139,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+request = pickle.loads(sys.stdin.buffer.read())
 exporter = InMemorySpanExporter()
 provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
-trace.set_tracer_provider(provider)
-
-request = pickle.loads(sys.stdin.buffer.read())
+if request.get("global_provider", True):
+    trace.set_tracer_provider(provider)
 worker_cls = pickle.loads(request["payload"])
 import roll.pipeline.base_worker as base_worker
 patched_before = hasattr(base_worker.state_offload_manger, "__rl_otel_original__")
@@ -178,6 +178,35 @@ request = pickle.dumps({{"payload": cluster.payload, "worker_config": cluster.wo
 env = dict(__import__("os").environ, RANK="3", WORLD_SIZE="4", CLUSTER_NAME="actor_train")
 out = subprocess.run([sys.executable, {worker_main!r}], input=request, capture_output=True, env=env, timeout=120)
 sys.stderr.write(out.stderr.decode())
+print(out.stdout.decode())
+'''
+
+
+# A driver whose tracker configures tracing (tracker_kwargs: {tracing: {exporter: jsonl, path: ...}}) and nothing
+# else: a user phase (tel.phase), a ROLL phase run in the driver, and a Cluster whose worker runs a ROLL phase in
+# another process and directory, with no global TracerProvider anywhere (the issue's setup).
+TRACED_DRIVER = '''
+import json, os, pickle, subprocess, sys
+import roll.utils.context_managers as cm
+from roll.pipeline.base_worker import Strategy
+from roll.utils.tracking import tracker_registry
+from rl_otel.integrations.roll import register
+register()
+tracker = tracker_registry["rl_otel"]({{"exp_name": "roll-traced"}}, prometheus={{"host": "127.0.0.1", "port": 0}},
+                                      tracing={{"exporter": "jsonl", "path": "spans.jsonl"}})
+with tracker.telemetry.phase("actor_train", "compute_log_probs", step=1):
+    pass
+with cm.state_offload_manger(Strategy(), {{}}, "reference/compute_log_probs"):
+    pass
+from roll.distributed.executor.cluster import Cluster
+cluster = Cluster("actor_train", "roll.pipeline.base_worker.ActorWorker", None, {{"cluster": "actor_train"}})
+request = pickle.dumps({{"payload": cluster.payload, "worker_config": cluster.worker_config, "fail": False,
+                        "global_provider": False}})
+env = dict(os.environ, RANK="3", WORLD_SIZE="4", CLUSTER_NAME="actor_train")
+out = subprocess.run([sys.executable, {worker_main!r}], input=request, capture_output=True, env=env, timeout=120,
+                     cwd={worker_cwd!r})
+sys.stderr.write(out.stderr.decode())
+tracker.finish()
 print(out.stdout.decode())
 '''
 
@@ -326,3 +355,30 @@ def test_registering_the_tracker_turns_roll_phases_into_spans(roll_root):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(roll_root), str(REPO)])}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_tracing_in_the_tracker_exports_roll_phases_with_the_users_phases(roll_root, tmp_path):
+    """A user configures tracing once, in tracker_kwargs: tel.phase()'s spans, a ROLL phase of the driver and a
+    ROLL phase of a worker process (another directory, no global TracerProvider) land in the one jsonl file."""
+    cwd, worker_cwd = tmp_path / "driver", tmp_path / "worker"
+    cwd.mkdir()
+    worker_cwd.mkdir()
+    code = TRACED_DRIVER.format(worker_main=str(roll_root / "worker_main.py"), worker_cwd=str(worker_cwd))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(roll_root), str(REPO)])}
+    env.pop("RANK", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    worker = json.loads([line for line in proc.stdout.splitlines() if line.strip()][-1])
+    assert worker["patched_after"] and not (worker_cwd / "spans.jsonl").exists()  # the path is the driver's
+    spans = [json.loads(line) for line in (cwd / "spans.jsonl").read_text().splitlines()]
+    roots = {(s["name"], s["resource"]["attributes"]["rl.role"]): s for s in spans if s["parent_id"] is None}
+    assert set(roots) == {("actor_train/compute_log_probs", "trainer"), ("reference/compute_log_probs", "trainer"),
+                          ("actor_train/train_step", "actor_train")}
+    worker_root = roots[("actor_train/train_step", "actor_train")]
+    assert worker_root["attributes"] == {"cluster": "actor_train", "phase": "train_step", "rank": 3}
+    assert worker_root["resource"]["attributes"]["rl.run"] == "roll-traced"
+    assert worker_root["resource"]["attributes"]["rl.rank"] == 3
+    for root in roots.values():  # each phase's parts are its children, in the same file
+        children = {s["name"] for s in spans if s["parent_id"] == root["context"]["span_id"]}
+        assert {"onload", "execute"} <= children, (root["name"], children)
+    assert worker["result"]["inside"] == "execute"  # current in the worker's block, as with ROLL's own provider

@@ -17,7 +17,7 @@ import pytest
 from rl_otel import default_catalog
 from tests._child import finish_ranks
 from tests._readers import tensorboard_scalars
-from tests.promtools import free_port_pair, samples, scrape
+from tests.promtools import free_port, free_port_pair, samples, scrape
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = {"prometheus": {"host": "127.0.0.1", "port": 0}}
@@ -322,7 +322,7 @@ def read_line(proc: subprocess.Popen, timeout: float = 120) -> str:
 
 def test_ranks_without_a_run_name_share_one_run_label_though_started_seconds_apart(tmp_path):
     """Rank 1 starts training in a later second than rank 0 (a per-rank timestamp would differ): both derive one
-    label from what the launch shares (the output directory's name, the launcher's rendezvous)."""
+    label from what the launch shares (the output directory's name, the launch's identity)."""
     launch = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port_pair()),
               "TORCHELASTIC_RUN_ID": "none", "CUDA_VISIBLE_DEVICES": ""}
     procs = []
@@ -353,3 +353,40 @@ def test_ranks_without_a_run_name_share_one_run_label_though_started_seconds_apa
     finally:
         outs = finish_ranks(procs)
     assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outs]
+
+
+# One rank as torchrun starts it, whose TrainingArguments leave run_name None: it reports the run label its callback
+# derived and ends.
+TORCHRUN_RANK = """
+import json, sys
+from transformers import TrainerControl, TrainerState, TrainingArguments
+from rl_otel.integrations.transformers import RLOtelCallback
+
+args = TrainingArguments(output_dir=sys.argv[1], report_to=[], use_cpu=True)
+callback = RLOtelCallback(prometheus={"host": "127.0.0.1", "port": 0})
+callback.on_train_begin(args, TrainerState(), TrainerControl())
+print("RUN " + json.dumps({"rank": callback.telemetry.config.rank, "run": callback.telemetry.config.run}), flush=True)
+callback.close()
+"""
+
+
+def test_two_torchrun_launches_on_one_port_and_directory_never_share_a_run(tmp_path):
+    """The same command run twice (days apart in the issue): torchrun with one master port, one output directory,
+    no run name. The ranks of each launch share a label; the two launches do not."""
+    script, port = tmp_path / "rank.py", free_port()
+    script.write_text(TORCHRUN_RANK)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("RL_OTEL_RUN", None)
+    launches = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                               "--master_addr", "127.0.0.1", "--master_port", str(port), str(script),
+                               str(tmp_path / "grpo-out")], capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        reports = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("RUN ")]
+        assert sorted(r["rank"] for r in reports) == [0, 1], proc.stdout
+        launches.append({r["run"] for r in reports})
+    first, second = launches
+    assert len(first) == len(second) == 1, launches  # one label per launch
+    assert first != second, "two launches share a run label"
+    assert all(run.startswith("grpo-out-") for run in first | second)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rl_otel import ConfigurationError
-from rl_otel._internal.runtime.ranks import ProcessRanks, env_ranks
+from rl_otel._internal.runtime.ranks import ProcessRanks, env_ranks, launch_identity, port_lane
 from tests._readers import tensorboard_scalars
 from tests.promtools import samples, scrape
 
@@ -95,3 +96,63 @@ def test_a_port_is_a_base_offset_by_the_local_rank():
     assert [port(True, r) for r in (0, 1)] == [9464, 9465]  # the default port too
     assert port({"port": 9464, "add_local_rank": False}, 1) == 9464
     assert port({"port": 0}, 1) == 0
+
+
+def test_a_launch_is_identified_by_its_launchers_store_one_token_per_launch():
+    """torchrun's agent hosts a TCPStore at MASTER_ADDR:MASTER_PORT for its launch: its ranks read one token there
+    (on every node); a later launch on the same port - a new store - reads another, though its environment is
+    the same (the issue: MASTER_ADDR:MASTER_PORT alone named both launches alike)."""
+    dist = pytest.importorskip("torch.distributed")
+
+    def env(rank: int, port: int) -> dict[str, str]:
+        return {"WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # the first launch's agent
+    port = store.port
+    first = [launch_identity(env(rank, port)) for rank in (0, 1)]
+    assert first[0] == first[1] and first[0].startswith("store:")
+    assert launch_identity(env(0, port)) == first[0]  # a restarted rank of the same launch: the same
+    del store
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)  # the next launch, same port
+    second = [launch_identity(env(rank, port)) for rank in (0, 1)]
+    assert second[0] == second[1] != first[0]
+    del store
+    assert launch_identity({"WORLD_SIZE": "1"}) is None and launch_identity({}) is None
+
+
+# A launcher without a store (no torch loaded, nothing at MASTER_PORT): it starts two ranks, which report their
+# launch identity.
+LAUNCHER = """
+import json, os, subprocess, sys
+env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], TORCHELASTIC_RUN_ID="none")
+code = "from rl_otel._internal.runtime.ranks import launch_identity; print(launch_identity())"
+print(json.dumps([subprocess.run([sys.executable, "-c", code], env={**env, "RANK": str(rank)}, capture_output=True,
+                                 text=True, check=True).stdout.strip() for rank in (0, 1)]))
+"""
+
+
+def test_without_a_store_a_launch_is_its_launcher_process():
+    """Two launches from two launcher processes, on the same master port: each launcher's ranks agree, the
+    launches differ."""
+    from tests.promtools import free_port
+
+    port, env = str(free_port()), {**os.environ, "PYTHONPATH": str(ROOT)}
+    launches = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", LAUNCHER, port], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        launches.append(json.loads(proc.stdout))
+    (a0, a1), (b0, b1) = launches
+    assert a0 == a1 and b0 == b1 and a0 != b0
+    assert a0.startswith("launcher:") and f"127.0.0.1:{port}" in a0
+
+
+def test_each_local_rank_searches_its_own_lane_of_ports():
+    """A taken port moves only its rank: rank r of L on a host tries port + r + k*L, within port_search."""
+    assert list(port_lane(9464, 0, 2, 100)) == list(range(9464, 9565, 2))
+    assert [b + 1 for b in port_lane(9464, 1, 2, 4)] == [9465, 9467, 9469]
+    assert list(port_lane(9464, 0, 1, 3)) == [9464, 9465, 9466, 9467]  # one process per host: the next ports
+    assert list(port_lane(65530, 3, 4, 100)) == [65530]  # the port served (+ LOCAL_RANK) stays <= 65535
+    assert list(port_lane(0, 1, 2, 100)) == [0]

@@ -13,11 +13,12 @@ dotted name by itself).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
 from rl_otel._internal.runtime.options import INTEGRATION_OPTIONS, OPTIONS, load_config_file, merge
@@ -26,8 +27,8 @@ from rl_otel.errors import ConfigurationError
 if TYPE_CHECKING:
     from rl_otel.telemetry import Telemetry
 
-# On a taken port an integration serves on one of the next PORT_SEARCH ports (unless the options set port_search):
-# telemetry is never the reason a training run dies
+# On a taken port an integration serves on one of the next PORT_SEARCH ports (unless the options set port_search),
+# in steps of LOCAL_WORLD_SIZE: telemetry is never the reason a training run dies
 PORT_SEARCH = 100
 _DEFAULT_PORT = 9464
 _log = logging.getLogger("rl_otel")
@@ -100,15 +101,16 @@ def _checked(where: str, options: Mapping[str, Any], run: str | None) -> tuple[d
 
 def launch_run_name(stem: str | None = None) -> str | None:
     """A run label every rank of one multi-process launch derives alike, for a framework that names no run:
-    ``<stem>-<8 hex digits>`` from the launcher's rendezvous (``TORCHELASTIC_RUN_ID``, else ``MASTER_ADDR`` and
-    ``MASTER_PORT``), never a rank's own clock. ``None`` outside such a launch, or when ``$RL_OTEL_RUN`` names
-    the run: :func:`rl_otel.init`'s default applies."""
-    env = os.environ
-    if env.get("RL_OTEL_RUN") or env.get("WORLD_SIZE", "1").strip() in ("", "0", "1"):
+    ``<stem>-<8 hex digits>`` from :func:`~rl_otel._internal.runtime.ranks.launch_identity` (the launcher's
+    store, else the launcher process), never a rank's own clock, and never the same for two launches (a
+    rendezvous address alone is: torchrun's default ``MASTER_PORT`` is the same every time). ``None`` outside
+    such a launch, or when ``$RL_OTEL_RUN`` names the run: :func:`rl_otel.init`'s default applies."""
+    from rl_otel._internal.runtime.ranks import launch_identity
+
+    if os.environ.get("RL_OTEL_RUN"):
         return None
-    run_id = env.get("TORCHELASTIC_RUN_ID", "")
-    launch = run_id if run_id and run_id != "none" else f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
-    if launch == ":":
+    launch = launch_identity()
+    if launch is None:
         return None
     digest = hashlib.sha256(f"{stem}|{launch}".encode()).hexdigest()[:8]
     return f"{stem or 'run'}-{digest}"
@@ -118,12 +120,13 @@ def telemetry_from_options(where: str, run: str | None, options: Mapping[str, An
                            stem: str | None = None, framework: str | None = None) -> Telemetry:
     """``rl_otel.init(run=run, **options)`` for an integration: options checked by :func:`check_options` (an
     unknown one refused by name, ``port_search`` on by default, a warning naming the port served on when the
-    configured one was taken). Without a run name (``run`` option, ``run``, the config file, ``$RL_OTEL_RUN``),
-    the ranks of one launch share :func:`launch_run_name` (``stem``: e.g. the framework's output directory
-    name). ``framework`` (``"slime"``, ...): the run's keys resolve in that framework's catalog
-    (:func:`rl_otel.catalog.default_catalog`) unless the options give a ``catalog``, and ``target_info`` says it
-    (the resource attribute ``rl.framework``)."""
-    import rl_otel
+    configured one was taken). With several ranks on a host (``LOCAL_WORLD_SIZE`` > 1) the search keeps each
+    rank to its own lane of ports, ``port + LOCAL_RANK + k * LOCAL_WORLD_SIZE``, so a taken port moves only the
+    rank it belongs to (:func:`~rl_otel._internal.runtime.ranks.port_lane`). Without a run name (``run``
+    option, ``run``, the config file, ``$RL_OTEL_RUN``), the ranks of one launch share :func:`launch_run_name`
+    (``stem``: e.g. the framework's output directory name). ``framework`` (``"slime"``, ...): the run's keys
+    resolve in that framework's catalog (:func:`rl_otel.catalog.default_catalog`) unless the options give a
+    ``catalog``, and ``target_info`` says it (the resource attribute ``rl.framework``)."""
     from rl_otel.catalog import default_catalog
 
     options, file = _checked(where, options, run)
@@ -133,15 +136,75 @@ def telemetry_from_options(where: str, run: str | None, options: Mapping[str, An
         if resource is None or isinstance(resource, Mapping):
             options["resource"] = {"rl.framework": framework, **(resource or {})}
     run = options.pop("run", None) or run or (None if file.get("run") else launch_run_name(stem))
-    tel = rl_otel.init(run, **options) if run is not None else rl_otel.init(**options)
-    _say_port(where, tel)
+    lane = _lane(options.get("prometheus", file.get("prometheus")))
+    tel = _init_in_lane(run, options, lane) if lane is not None else _init(run, options)
+    _say_port(where, tel, lane)
     return tel
 
 
-def _say_port(where: str, tel: Telemetry) -> None:
-    asked = tel.config.prometheus.port if tel.config.prometheus is not None else 0
+def _init(run: str | None, options: Mapping[str, Any]) -> Telemetry:
+    import rl_otel
+
+    return rl_otel.init(run, **options) if run is not None else rl_otel.init(**options)
+
+
+class _Lane(NamedTuple):
+    """A port search in steps of ``LOCAL_WORLD_SIZE`` (see :func:`~rl_otel._internal.runtime.ranks.port_lane`)."""
+
+    port: int  # the configured base port (before LOCAL_RANK)
+    local_rank: int
+    local_world_size: int
+    search: int  # port_search: how far past its own port a rank may serve
+    prometheus: Mapping[str, Any]  # the prometheus option (given, or the config file's)
+
+
+def _lane(prom: Any) -> _Lane | None:
+    """The lane search for the checked ``prometheus`` option, or ``None`` where ``init()``'s own search (steps of
+    1) is the same thing: one process per host, ``add_local_rank`` off, port 0, no search."""
+    from rl_otel._internal.runtime.ranks import env_ranks, local_world_size
+
+    if not isinstance(prom, Mapping) or prom.get("add_local_rank") is False:
+        return None
+    port, search, size = prom.get("port", _DEFAULT_PORT), prom.get("port_search", 0), local_world_size()
+    if not port or not search or size < 2:
+        return None
+    return _Lane(port, env_ranks().local_rank, size, search, prom)
+
+
+def _init_in_lane(run: str | None, options: Mapping[str, Any], lane: _Lane) -> Telemetry:
+    """``init()`` on this rank's lane: its own port, else the port ``LOCAL_WORLD_SIZE`` further, and so on."""
+    from rl_otel._internal.runtime.ranks import port_lane
+    from rl_otel.errors import PortInUseError
+
+    bases = port_lane(lane.port, lane.local_rank, lane.local_world_size, lane.search)
+    for base in bases:
+        try:
+            return _init(run, {**options, "prometheus": {**lane.prometheus, "port": base, "port_search": 0}})
+        except PortInUseError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, OSError) and cause.errno != errno.EADDRINUSE:
+                raise  # not a taken port (a host that cannot be bound): the next port fails alike
+    ports = ", ".join(str(b + lane.local_rank) for b in bases[:4]) + (", ..." if len(bases) > 4 else "")
+    raise PortInUseError(f"prometheus ports {ports} (the lane of LOCAL_RANK {lane.local_rank}: {lane.port} + "
+                         f"{lane.local_rank} + k*{lane.local_world_size}, up to port_search {lane.search} past its "
+                         "own) are all in use; pass prometheus={'port': 0, 'file_sd': DIR}, another port, or a "
+                         "larger port_search")
+
+
+def _say_port(where: str, tel: Telemetry, lane: _Lane | None) -> None:
+    prom = tel.config.prometheus
     url = tel.metrics_url
     served = urlsplit(url).port if url else None
-    if asked and served is not None and served != asked:
-        _log.warning("rl_otel: %s: prometheus port %d is taken; serving on port %d instead (%s)", where, asked,
-                     served, url)
+    if prom is None or served is None:
+        return
+    asked = prom.port if lane is None else lane.port + lane.local_rank
+    if asked and served != asked:
+        where_to_scrape = ""
+        if lane is not None:
+            last = lane.port + lane.search + lane.local_world_size - 1
+            where_to_scrape = (f"; the {lane.local_world_size} ranks of this host serve on port {lane.port} + "
+                               f"LOCAL_RANK, a rank whose port is taken moving on in steps of "
+                               f"{lane.local_world_size} (all within {lane.port}..{min(last, 65535)}): scrape "
+                               "them through file_sd (prometheus file_sd: DIR), which names each rank's port")
+        _log.warning("rl_otel: %s: prometheus port %d is taken; serving on port %d instead (%s)%s", where, asked,
+                     served, url, where_to_scrape)

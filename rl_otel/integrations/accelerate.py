@@ -25,7 +25,7 @@ rank (``tracker.log(values, step)``, or ``tracker.tracker`` for the :class:`rl_o
 Call it instead of ``accelerator.log`` (on rank 0 both reach the same tracker). It starts on first use on any
 rank and mirrors to no tracker except on rank 0 (``tracker_ranks=``). A tracker that
 ``end_training`` does not finish is closed at process exit. The options are checked when the tracker is built; a
-taken port is served on the next free one (a warning names it).
+taken port is served on a free one further on, in steps of ``LOCAL_WORLD_SIZE`` (a warning names it).
 """
 
 from __future__ import annotations

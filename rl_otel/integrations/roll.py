@@ -14,6 +14,10 @@ and in the YAML (``tracker_kwargs`` are :func:`rl_otel.init` options; ``trackers
       prometheus: {port: 9464}
       trackers: {tensorboard: {log_dir: ./tb}}
 
+- **Phases as spans**: ``tracker_kwargs: {tracing: {exporter: jsonl, path: spans.jsonl}}`` (or ``otlp``,
+  ``console``) exports ``Telemetry.phase()``'s spans and ROLL's own phases (``state_offload_manger``, in the driver
+  and in every worker of the clusters built after the tracker) alike: configured once, here
+  (:mod:`rl_otel.integrations.roll_phases`).
 - **Resume**: with ``resume_from_checkpoint``, ROLL's ``resume_metrics`` replays the saved ``log_history`` through
   ``log()`` from a thread pool, possibly while the first resumed steps are logged (the DPO pipeline logs before
   its first ``do_checkpoint`` waits for the replay). The mirrored trackers get every replayed step; on the
@@ -29,11 +33,15 @@ and in the YAML (``tracker_kwargs`` are :func:`rl_otel.init` options; ``trackers
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import MutableMapping
-from typing import Any, cast
+from collections.abc import Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any, cast
 
 from rl_otel.integrations import telemetry_from_options
+
+if TYPE_CHECKING:
+    from rl_otel.telemetry import Telemetry
 
 NAME = "rl_otel"
 
@@ -50,6 +58,7 @@ class RLOtelTracker:
         run = config.get("exp_name") if isinstance(config, dict) else None
         self.telemetry = telemetry_from_options("ROLL's tracker_kwargs", run, kwargs)
         self._pipeline_thread = threading.get_ident()  # ROLL builds the tracker where the pipeline runs
+        trace_roll_phases(self.telemetry, kwargs)
 
     def log(self, values: dict, step: int | None, **kwargs: Any) -> None:
         """One step's metrics (extra keyword arguments ROLL may pass are ignored). Never raises. A call from
@@ -65,6 +74,31 @@ class RLOtelTracker:
         """Flush the mirrored trackers and stop serving. Idempotent. ROLL itself never calls it: the Telemetry
         does the same at interpreter exit."""
         self.telemetry.close()
+
+
+def trace_roll_phases(telemetry: Telemetry, options: Mapping[str, Any]) -> None:
+    """When the tracker's options configure tracing (``tracing``, or ``tracer_provider`` in code), ROLL's phases
+    become spans where ``telemetry``'s phases go: in this process on ``telemetry.tracer_provider``, in the workers
+    of Clusters built later on a Telemetry of their own with the same run and ``tracing`` (a ``jsonl`` path made
+    absolute: a worker may run elsewhere); a ``SpanExporter`` object cannot travel to them, so they keep their
+    own provider then. See :func:`rl_otel.integrations.roll_phases.use_tracing`."""
+    config = telemetry.config
+    if config.tracing is None and config.tracer_provider is None:
+        return
+    from rl_otel.integrations import roll_phases
+
+    # tracker_kwargs only: ROLL passes its pipeline config as config=, so they cannot name an rl_otel config file
+    tracing, resource = options.get("tracing"), options.get("resource")
+    worker: dict[str, Any] | None = None
+    if isinstance(tracing, (str, Mapping)):
+        if isinstance(tracing, Mapping):
+            tracing = dict(tracing)
+            if tracing.get("path") is not None:
+                tracing["path"] = os.path.abspath(os.fspath(tracing["path"]))
+        worker = {"run": config.run, "tracing": tracing, "prometheus": False, "handle_sigterm": False}
+        if isinstance(resource, Mapping):
+            worker["resource"] = dict(resource)
+    roll_phases.use_tracing(telemetry.tracer_provider, worker)
 
 
 def register(registry: MutableMapping[str, Any] | None = None, name: str = NAME, *, phases: bool = True) -> None:

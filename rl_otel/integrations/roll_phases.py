@@ -14,8 +14,16 @@ code::
     from rl_otel.integrations.roll import register
     register()                 # the tracker, and roll_phases.install(): phases in every worker ROLL's Cluster starts
 
-and turn on a TracerProvider in the workers: ROLL's own (``system_envs: {ROLL_OTEL_ENABLED: "1"}``, the spans then
-nest under ROLL's ``worker.<method>`` > ``exec`` spans, in the driver's trace) or your OTel setup's global one.
+Where the spans go: configure tracing once, in the tracker (``tracker_kwargs: {tracing: {exporter: jsonl, path:
+spans.jsonl}}``, or ``otlp``, ``console``): ROLL's phases then go where ``Telemetry.phase()``'s go
+(:func:`use_tracing`, which the tracker calls). In the driver they use the tracker's
+``Telemetry.tracer_provider``; each worker of a Cluster built after the tracker (ROLL builds the tracker first)
+starts a Telemetry of its own for its spans only (no endpoint, no tracker; run and tracing options the tracker's,
+a ``jsonl`` path made absolute, role the worker's ``CLUSTER_NAME``, rank its ``RANK``), so one jsonl file, or
+one collector, gets the driver's phases and every worker's. A worker batches its spans and writes them every few
+seconds and when it exits. Without tracing in the tracker, the phases use the worker's TracerProvider: ROLL's own
+(``system_envs: {ROLL_OTEL_ENABLED: "1"}``, the spans then nest under ROLL's ``worker.<method>`` > ``exec`` spans,
+in the driver's trace) or your OTel setup's global one.
 
 How the patch reaches ROLL's workers: they are Ray actors, in other processes, started by
 ``roll.distributed.executor.cluster.Cluster`` from the worker class it is given (usually a dotted name from the
@@ -49,7 +57,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -62,10 +70,14 @@ CLUSTER_PARAMETERS = ("name", "worker_cls", "resource_manager", "worker_config")
 TRACER_NAME = "rl_otel.roll"
 _ORIGINAL = "__rl_otel_original__"
 _PATCHED_CLASS = "_rl_otel_phases"
+_WORKER_OPTIONS = "_rl_otel_worker_options"  # on a worker_class: init() options of the worker's tracing Telemetry
 _log = logging.getLogger("rl_otel")
 _lock = threading.Lock()
 _warned: set[str] = set()
 _tracer_provider: Any = None  # None: the process's global TracerProvider (ROLL's get_tracer where loaded)
+_worker_options: dict[str, Any] | None = None  # use_tracing()'s, for the workers of Clusters built later
+_worker_telemetry: Any = None  # this worker process's tracing-only Telemetry (see _start_worker_tracing)
+_worker_lock = threading.Lock()
 
 
 class RollIncompatibleError(RuntimeError):
@@ -102,8 +114,9 @@ def install(tracer_provider: Any = None, *, clusters: bool = True) -> bool:
     """Make ROLL's ``state_offload_manger`` make phase spans: in this process (:func:`install_here`) and, with
     ``clusters``, in every worker process a ``Cluster`` built after this call starts (:func:`patch_cluster`).
     Call it in the driver before the pipeline is built. ``tracer_provider``: where this process's spans go
-    (default: the global one; workers always use theirs). Idempotent. Returns whether this process is patched;
-    a ROLL that differs from the contract is warned about once and left as it is."""
+    (default: the global one; workers use theirs, or the tracker's tracing: :func:`use_tracing`). Idempotent.
+    Returns whether this process is patched; a ROLL that differs from the contract is warned about once and left
+    as it is."""
     here = install_here(tracer_provider)
     if clusters:
         patch_cluster()
@@ -144,6 +157,17 @@ def install_here(tracer_provider: Any = None) -> bool:
             except Exception:
                 continue
     return True
+
+
+def use_tracing(tracer_provider: Any, worker_options: Mapping[str, Any] | None = None) -> None:
+    """Make this process's phases spans of ``tracer_provider`` (a tracker's ``Telemetry.tracer_provider``), and
+    the workers of every Cluster built after this call start a Telemetry from ``worker_options``
+    (:func:`rl_otel.init` options, plain data: they travel with the worker class) and make their phases spans of
+    its provider. ``worker_options`` ``None``: the workers keep their own TracerProvider (see the module)."""
+    global _tracer_provider, _worker_options
+    with _lock:
+        _tracer_provider = tracer_provider
+        _worker_options = dict(worker_options) if worker_options is not None else None
 
 
 def uninstall() -> None:
@@ -375,7 +399,8 @@ def worker_class(worker_cls: Any) -> Any:
     if worker_cls.__dict__.get(_PATCHED_CLASS):
         return worker_cls
     namespace = {"__init__": _worker_init, "__module__": worker_cls.__module__,
-                 "__qualname__": worker_cls.__qualname__, "__doc__": worker_cls.__doc__, _PATCHED_CLASS: True}
+                 "__qualname__": worker_cls.__qualname__, "__doc__": worker_cls.__doc__, _PATCHED_CLASS: True,
+                 _WORKER_OPTIONS: _worker_options}
     return type(worker_cls)(worker_cls.__name__, (worker_cls,), namespace)
 
 
@@ -383,6 +408,9 @@ def _worker_init(self: Any, *args: Any, **kwargs: Any) -> None:
     """The ``__init__`` of :func:`worker_class`'s subclasses (module level: Ray pickles it by reference)."""
     try:
         install_here()
+        options = getattr(type(self), _WORKER_OPTIONS, None)
+        if options is not None:
+            _start_worker_tracing(options)
     except Exception as exc:  # never the reason a worker fails to start
         _warn_once("worker", f"rl_otel: ROLL's phases make no spans in this worker ({type(exc).__name__}: {exc})")
     for klass in type(self).__mro__:
@@ -390,6 +418,18 @@ def _worker_init(self: Any, *args: Any, **kwargs: Any) -> None:
             base_init: Any = super(klass, self).__init__  # type: ignore[arg-type]  # klass is type(self)'s base
             base_init(*args, **kwargs)
             return
+
+
+def _start_worker_tracing(options: Mapping[str, Any]) -> None:
+    """This worker's phases as spans of a Telemetry built from ``options`` (once per process: a process may hold
+    several workers); it closes at exit, writing the spans it still holds."""
+    global _worker_telemetry, _tracer_provider
+    with _worker_lock:
+        if _worker_telemetry is None:
+            import rl_otel
+
+            _worker_telemetry = rl_otel.init(**{"role": os.environ.get("CLUSTER_NAME") or "worker", **options})
+        _tracer_provider = _worker_telemetry.tracer_provider
 
 
 def _warn_once(what: str, message: str) -> None:

@@ -14,15 +14,15 @@ pops ``total_flos`` from the shared logs dict first. Each ``on_log`` is logged a
 keys (``rewards/{func}/mean``, ``kl``, ``clip_ratio/...``, ``eval_*``) resolve through the catalog, transformers'
 own (``loss``, ``learning_rate``, ``train_runtime``) too. The run is ``run`` if given, else
 ``TrainingArguments.run_name``, else ``$RL_OTEL_RUN``; with none of them (transformers 5 leaves ``run_name``
-``None``) the ranks of a launch share ``<output_dir name>-<hash of the launcher's rendezvous>``, and a single
-process gets :func:`rl_otel.init`'s timestamp.
+``None``) the ranks of a launch share ``<output_dir name>-<hash of the launch>``, a label no other launch gets
+(:func:`rl_otel.integrations.launch_run_name`), and a single process gets :func:`rl_otel.init`'s timestamp.
 
 - **Several processes** (``torchrun``, ``accelerate launch``): every rank serves its own endpoint on the port +
   ``LOCAL_RANK`` (9464, 9465, ... on a host), with its series labelled ``rank``; rank 0 alone mirrors to the
   trackers (``tracker_ranks=`` changes it), the others have no tracker sink.
 - **Mistakes and taken ports**: the options are checked when the callback is built (a misspelled option raises
-  there, before the model is loaded). A taken port is served on the next free one, named in a warning; no hook
-  raises.
+  there, before the model is loaded). A taken port is served on a free one further on (in steps of
+  ``LOCAL_WORLD_SIZE``: the other ranks keep theirs), named in a warning; no hook raises.
 - **Lifetime**: the endpoint starts at ``on_train_begin`` (or the first ``on_log``, for an ``evaluate()`` before
   training) and outlives ``train()``: the summary and a later ``evaluate()`` are served. ``on_train_end`` flushes
   the trackers. The Telemetry closes at :meth:`RLOtelCallback.close`, when the callback is garbage-collected (the
