@@ -131,6 +131,9 @@ LABEL_CASES: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
         "vllm/num_requests_waiting": ("rl_skyrl_vllm_requests", {"split": "vllm", "kind": "waiting"}),
         "generate/trajectory_time_env_p90": ("rl_skyrl_generate_trajectory_time_seconds",
                                              {"split": "generate", "operation": "env", "stat": "p90"}),
+        # the released skyrl 0.3.0's spelling of the end-to-end time (issue 35)
+        "eval/all/generate/trajectory_completion_time_p90": (
+            "rl_skyrl_generate_trajectory_completion_time_seconds", {"split": "eval_all_generate", "stat": "p90"}),
     },
     "prime_rl": {
         "train/primeintellect/gsm8k/all/solver/rewards/correct_answer/p10": (
