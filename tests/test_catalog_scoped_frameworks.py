@@ -470,6 +470,20 @@ def test_other_frameworks_train_keys_are_no_openrlhf_extra_log():
         assert res is None or res.spec.source != "openrlhf", (key, res.spec.name)
 
 
+def test_openrlhf_own_keys_are_never_read_as_a_reward_function_extra_log():
+    """Every key OpenRLHF's own code writes (a fixture key without a free part) has an entry of its own: the
+    extra-log catch-all described ``train/is_filter_ratio`` (0.11.2's IS-correction filter share) and the DPO,
+    reward-model and SFT trainers' ``train/acc``, ``train/chosen_reward``, ... as a reward function's extra log."""
+    catalog = default_catalog("openrlhf")
+    own_keys = [k for k in load("openrlhf") if not k.placeholders]
+    mislabelled = {k.key: res.spec.name for k in own_keys
+                   if (res := catalog.resolve(k.key)).spec.name == "rl_openrlhf_reward_extra"}
+    assert mislabelled == {}
+    assert {"train/is_filter_ratio", "train/acc", "train/chosen_reward", "train/loss_mean"} <= {k.key for k in own_keys}
+    extra = catalog.resolve("train/math_accuracy")  # a real extra log still is one
+    assert (extra.spec.name, dict(extra.labels)) == ("rl_openrlhf_reward_extra", {"metric": "math_accuracy"})
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # prime-rl
 # ---------------------------------------------------------------------------------------------------------------
