@@ -74,6 +74,37 @@ def load(framework: str) -> list[FixtureKey]:
     return out
 
 
+# prime-rl's processes, by the source path of a fixture row (a row naming both is written by both)
+_PRIME_RL_WRITERS = {"trainer": "src/prime_rl/trainer/", "orchestrator": "src/prime_rl/orchestrator/"}
+
+
+def writer_lines(framework: str) -> dict[str, dict[str, float]]:
+    """The fixture's keys as each process of ``framework`` writes them into the one file they share, one line each
+    (prime-rl's trainer and orchestrator append to one metrics.jsonl), ``{process: {key: value}}``; ``{}`` for a
+    framework written by one process. Each key's value is its line number in the fixture."""
+    if framework != "prime_rl":
+        return {}
+    keys = load(framework)
+    return {writer: {k.key: float(k.line) for k in keys if path in k.source}
+            for writer, path in _PRIME_RL_WRITERS.items()}
+
+
+def watched_keys(framework: str) -> list[str]:
+    """The keys ``rl-otel watch`` routes for ``framework``: the fixture's, and for a file several processes share,
+    each process's line as the watcher parses it (prime-rl's ``time/step`` becomes ``trainer/time/step`` and
+    ``orchestrator/time/step``)."""
+    import json
+
+    from rl_otel.watch import jsonl
+
+    out = dict.fromkeys(k.key for k in load(framework))
+    for line in writer_lines(framework).values():
+        parsed = jsonl.parse(json.dumps({"step": 1, **line}).encode())
+        assert parsed is not None
+        out.update(dict.fromkeys(parsed[2]))
+    return list(out)
+
+
 def header(framework: str) -> str:
     """The fixture's leading comment lines (versions, commit)."""
     lines = (DATA / f"{framework}.tsv").read_text(encoding="utf-8").splitlines()

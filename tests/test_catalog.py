@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -9,7 +8,7 @@ from rl_otel.catalog import Catalog, Kind, MetricSpec, default_catalog, strip_re
 from rl_otel.catalog.naming import check_name, fallback_spec_name
 from tests.promtools import promtool_check
 
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+SEED_DOC_KEYS = Path(__file__).resolve().parent / "data" / "seed_doc_keys.txt"
 CATALOG = default_catalog()
 
 
@@ -19,19 +18,28 @@ def test_every_seed_key_has_an_entry(seed_keys):
     assert len(seed_keys) > 400
 
 
-def test_seed_fixture_covers_every_key_the_seed_files_name(seed_keys):
-    """The fixture is the seeds' key list: re-extract ROLL's keys from the seed files when they are beside us."""
-    if not SEEDS.is_dir():
-        pytest.skip("../shared/seeds not beside this checkout")
-    text = "".join(p.read_text() for p in SEEDS.glob("roll-*.txt"))
-    named = set(re.findall(r"(?<![\w/{])((?:val|critic|actor|tokens|system|time|memory)/[A-Za-z0-9_{}/@]+)", text))
-    filled = {k.replace("{metric_infix}", "actor_train/train_step").replace("{device_id}", "0") for k in named}
+def _seed_doc_keys() -> dict[str, list[str]]:
+    """``{document: [keys it names]}`` (tests/data/seed_doc_keys.txt: the seed documents' key lists, shipped)."""
+    out: dict[str, list[str]] = {}
+    for line in SEED_DOC_KEYS.read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            doc, key = line.split("\t")
+            out.setdefault(doc, []).append(key)
+    return out
+
+
+def test_seed_fixture_covers_every_key_the_seed_documents_name(seed_keys):
+    """The fixture (seed_keys.txt) is the seed documents' keys with their templates filled: it covers every key
+    ROLL's and Trinity-RFT's metric references name (their lists ship in tests/data, so this runs in any clone)."""
+    named = _seed_doc_keys()
+    assert len(named["roll"]) == 89 and len(named["trinity"]) == 28
+    filled = {k.replace("{metric_infix}", "actor_train/train_step").replace("{device_id}", "0") for k in named["roll"]}
     assert filled - set(seed_keys) == set()
-    trinity = (SEEDS / "trinity-rft-monitor-metrics.en.txt").read_text()
+    assert set(named["trinity"]) - set(seed_keys) == set()
     for example in ("rollout/accuracy/mean", "eval/gsm8k-eval/accuracy/mean@4", "bench/gsm8k-eval/accuracy/best@4",
                     "eval/dummy/accuracy/std@2/min", "experience_pipeline/group_advantages/reward_mean/mean",
                     "sample/model_version/mean", "sample/task_count", "timing_per_token_ms/update_critic"):
-        assert example in trinity and example in seed_keys
+        assert example in named["trinity"]
 
 
 def test_no_two_seed_keys_share_a_series(seed_keys):

@@ -16,6 +16,7 @@ is in the tables below; the tests of one framework's particulars follow them, on
 from __future__ import annotations
 
 import importlib
+import json
 import re
 
 import pytest
@@ -23,7 +24,7 @@ import pytest
 from rl_otel.catalog import SCOPED_FRAMEWORKS, Catalog, Kind, default_catalog
 from rl_otel.catalog.concepts import CONCEPTS, Source
 from rl_otel.catalog.spec import MetricSpec
-from tests.frameworks import ALL_FRAMEWORKS, UNITS, FixtureKey, header, load
+from tests.frameworks import ALL_FRAMEWORKS, UNITS, FixtureKey, header, load, watched_keys, writer_lines
 from tests.promtools import promtool_check, samples, scrape
 
 NAMES = ("openrlhf", "slime", "areal", "nemo_rl", "skyrl", "prime_rl")
@@ -131,6 +132,9 @@ LABEL_CASES: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
         "vllm/num_requests_waiting": ("rl_skyrl_vllm_requests", {"split": "vllm", "kind": "waiting"}),
         "generate/trajectory_time_env_p90": ("rl_skyrl_generate_trajectory_time_seconds",
                                              {"split": "generate", "operation": "env", "stat": "p90"}),
+        # the released skyrl 0.3.0's spelling of the end-to-end time (issue 35)
+        "eval/all/generate/trajectory_completion_time_p90": (
+            "rl_skyrl_generate_trajectory_completion_time_seconds", {"split": "eval_all_generate", "stat": "p90"}),
     },
     "prime_rl": {
         "train/primeintellect/gsm8k/all/solver/rewards/correct_answer/p10": (
@@ -149,7 +153,8 @@ LABEL_CASES: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
         "eval/aime2024/effective/agent/pass^8": (
             "rl_prime_rl_eval_pass_all_k_ratio", {"env": "aime2024", "split": "effective", "role": "agent", "k": "8"}),
         "mismatch_kl/reverse-text/max": ("rl_prime_rl_mismatch_kl", {"env": "reverse-text", "stat": "max"}),
-        "time/step": ("rl_prime_rl_time_seconds", {"operation": "step"}),
+        "time/step": ("rl_prime_rl_time_unattributed_seconds", {"operation": "step"}),
+        "orchestrator/time/step": ("rl_prime_rl_time_seconds", {"component": "orchestrator", "operation": "step"}),
     },
 }
 
@@ -360,11 +365,11 @@ def test_concept_sources_name_own_families_with_their_labels(name):
 
 
 def test_the_concepts_each_framework_logs_have_sources_its_keys_feed(framework):
-    name, keys = framework
+    name, _keys = framework
     module = _module(name)
     assert set(module.CONCEPT_SOURCES) >= EXPECTED_CONCEPTS[name], EXPECTED_CONCEPTS[name] - set(
         module.CONCEPT_SOURCES)
-    resolved = [r for k in keys if (r := _own(name, k.key)) is not None]
+    resolved = [r for key in watched_keys(name) if (r := _own(name, key)) is not None]  # as rl-otel watch reads them
     unfed = []
     for concept, sels in module.CONCEPT_SOURCES.items():
         for sel in sels:
@@ -467,12 +472,89 @@ def test_other_frameworks_train_keys_are_no_openrlhf_extra_log():
         assert res is None or res.spec.source != "openrlhf", (key, res.spec.name)
 
 
+def test_openrlhf_own_keys_are_never_read_as_a_reward_function_extra_log():
+    """Every key OpenRLHF's own code writes (a fixture key without a free part) has an entry of its own: the
+    extra-log catch-all described ``train/is_filter_ratio`` (0.11.2's IS-correction filter share) and the DPO,
+    reward-model and SFT trainers' ``train/acc``, ``train/chosen_reward``, ... as a reward function's extra log."""
+    catalog = default_catalog("openrlhf")
+    own_keys = [k for k in load("openrlhf") if not k.placeholders]
+    mislabelled = {k.key: res.spec.name for k in own_keys
+                   if (res := catalog.resolve(k.key)).spec.name == "rl_openrlhf_reward_extra"}
+    assert mislabelled == {}
+    assert {"train/is_filter_ratio", "train/acc", "train/chosen_reward", "train/loss_mean"} <= {k.key for k in own_keys}
+    extra = catalog.resolve("train/math_accuracy")  # a real extra log still is one
+    assert (extra.spec.name, dict(extra.labels)) == ("rl_openrlhf_reward_extra", {"metric": "math_accuracy"})
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # prime-rl
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def test_prime_rl_time_step_says_it_is_two_quantities():
-    spec = default_catalog("prime_rl").resolve("time/step").spec
-    assert "trainer" in spec.description.lower() and "orchestrator" in spec.description.lower()
-    assert "same" in spec.description or "one metrics.jsonl" in spec.description
+def _prime_rl_line(writer: str, step: int, when: float, value: float) -> str:
+    """One line of ``writer``'s time dict as prime-rl's FileMonitor appends it (its fixture keys, ``time/step`` =
+    ``value``)."""
+    line = {k: v for k, v in writer_lines("prime_rl")[writer].items() if k.startswith("time/")}
+    return json.dumps({"step": step, "time": when, **line, "time/step": value}) + "\n"
+
+
+def test_prime_rl_trainer_and_orchestrator_lines_are_told_apart():
+    """Both processes write time/step and time/save_ckpt to one metrics.jsonl: a line's other keys tell its writer,
+    and each writer's time keys are served with its component (a line of neither or both stays as it is)."""
+    from rl_otel.watch import jsonl
+
+    catalog = default_catalog("prime_rl")
+    for writer, line in writer_lines("prime_rl").items():
+        assert {"time/step", "time/save_ckpt"} <= set(line), writer
+        parsed = jsonl.parse(json.dumps({"step": 1, "time": 1.0, **line}).encode())
+        assert parsed is not None
+        times = {key: catalog.resolve(key) for key in parsed[2] if "time/" in key}
+        assert len(times) >= 4
+        assert {(r.spec.name, dict(r.labels)["component"]) for r in times.values()} == {
+            ("rl_prime_rl_time_seconds", writer)}, times
+        steps = [dict(r.labels) for r in times.values() if dict(r.labels)["operation"] == "step"]
+        assert steps == [{"component": writer, "operation": "step"}]
+    both = {**writer_lines("prime_rl")["trainer"], **writer_lines("prime_rl")["orchestrator"]}
+    parsed = jsonl.parse(json.dumps({"step": 1, **both}).encode())
+    assert parsed is not None and "time/step" in parsed[2]  # one line holding both processes' marks: not told
+    assert catalog.resolve("time/step").spec.name == "rl_prime_rl_time_unattributed_seconds"
+
+
+def test_prime_rl_backfill_keeps_both_processes_step_times(tmp_path):
+    """backfill kept one sample per millisecond of the two processes' time/step (one series); each now has its own,
+    every sample kept."""
+    from rl_otel.watch.backfill import backfill
+
+    run = tmp_path / "outputs" / "run1"
+    run.mkdir(parents=True)
+    start = 1_700_000_000.0
+    lines = [_prime_rl_line(w, s, start + 10 * s, (100 if w == "orchestrator" else 1) + s)
+             for s in range(5) for w in ("trainer", "orchestrator")]  # the two lines of a step in the same ms
+    (run / "metrics.jsonl").write_text("".join(lines))
+    out = tmp_path / "out.om"
+    backfill([str(tmp_path / "outputs")], out, framework="prime_rl")
+    found: dict[str, list[float]] = {}
+    for m in re.finditer(r'^rl_prime_rl_time_seconds\{(.*)\} (\S+) \S+$', out.read_text(), re.M):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        if labels["operation"] == "step":
+            found.setdefault(labels["component"], []).append(float(m.group(2)))
+    assert found == {"trainer": [1.0, 2.0, 3.0, 4.0, 5.0], "orchestrator": [100.0, 101.0, 102.0, 103.0, 104.0]}
+
+
+def test_prime_rl_watch_serves_both_processes_step_times(tmp_path):
+    from tests.test_watch_support import ThreadedWatcher, served, wait_for
+
+    run = tmp_path / "outputs" / "run1"
+    run.mkdir(parents=True)
+    path = run / "metrics.jsonl"
+    with path.open("a") as f:  # the orchestrator's line last: it alone was served before
+        f.write(_prime_rl_line("trainer", 0, 1.0, 7.0) + _prime_rl_line("orchestrator", 0, 1.0, 3.0))
+    w = ThreadedWatcher([str(tmp_path / "outputs")], framework="auto")
+    try:
+        url = w.url("run1")
+        name = "rl_prime_rl_time_seconds"
+        wait_for(lambda: served(url, name, component="orchestrator", operation="step") == 3.0, what="orchestrator")
+        assert served(url, name, component="trainer", operation="step") == 7.0
+        assert served(url, "target_info", rl_framework="prime_rl") == 1.0
+    finally:
+        w.close()

@@ -19,7 +19,7 @@ with built_in():  # rl_otel's own entries: checked by tests/test_catalog.py, not
     from rl_otel.catalog import live, meta, roll, trinity, trl, verl
 
 __all__ = ["ALLOWED_LABELS", "FRAMEWORKS", "Catalog", "Kind", "MetricSpec", "Resolution", "default_catalog",
-           "every_entry", "framework_name", "strip_reducer_tag"]
+           "every_entry", "framework_name", "left_out", "strip_reducer_tag"]
 
 # ROLL tags a metric with the reducer its workers use (``actor/pg_loss@sum``; roll/utils/functionals.py:reduce_metrics
 # knows mean, max, min, p50, p99, std, sum); Trinity's ``mean@4`` is no tag.
@@ -160,6 +160,7 @@ FRAMEWORKS = (*SHARED_FRAMEWORKS, *SCOPED_FRAMEWORKS)
 _ALIASES = {"transformers": "trl", "trinity-rft": "trinity", "trinity_rft": "trinity", "nemo-rl": "nemo_rl",
             "prime-rl": "prime_rl", "skyrl-train": "skyrl", "skyrl_train": "skyrl"}
 _CATALOGS: dict[str | None, Catalog] = {}  # by framework (None: the shared one; "*": every_entry())
+_LEFT_OUT: dict[str, tuple[MetricSpec, ...]] = {}  # by scoped framework: the shared entries its catalog leaves out
 
 
 def framework_name(name: str) -> str:
@@ -193,8 +194,10 @@ def default_catalog(framework: str | None = None) -> Catalog:
     """The catalog a run's keys resolve in.
 
     Without ``framework`` (or for ROLL, veRL, TRL, Trinity-RFT): the entries of those four frameworks and
-    rl_otel's own series. For a scoped framework (:data:`SCOPED_FRAMEWORKS`): its own entries first, then those,
-    so its keys mean what they mean there. Raises ``ValueError`` for an unknown framework name.
+    rl_otel's own series. For a scoped framework (:data:`SCOPED_FRAMEWORKS`): its own entries first, then those
+    but the ones whose keys its own entries also match (:func:`left_out`), so its keys mean what they mean there
+    and every entry of the catalog is served under its own name. Raises ``ValueError`` for an unknown framework
+    name.
     """
     name = None if framework is None else framework_name(framework)
     if name in SHARED_FRAMEWORKS:
@@ -206,8 +209,28 @@ def default_catalog(framework: str | None = None) -> Catalog:
             found = Catalog(base)
         else:
             own = Catalog(framework_module(name).SPECS)
-            # a shared entry of a key the framework's own entries cover would win the lookup (a literal key before
-            # any template): the framework's meaning of the key is the one that holds in its runs
-            found = Catalog((*own.specs, *(s for s in base if s.templated or own.lookup(s.key) is None)))
+            # A shared entry with a key the framework's own entries also match would take that key from them (a
+            # literal key before any template) or be shadowed by them on it and served under their name (prime-rl's
+            # batch/{env} took TRL's batch/row_tokens_mean): the framework's meaning of its keys holds in its runs,
+            # so such an entry is left out whole. Its keys are its examples (every alternative of an enumerated
+            # placeholder; a literal key is its own example).
+            left = tuple(s for s in base if _overlaps(own, s))
+            gone = {id(s) for s in left}
+            found = Catalog((*own.specs, *(s for s in base if id(s) not in gone)))
+            _LEFT_OUT[name] = left
         _CATALOGS[name] = found
     return found
+
+
+def left_out(framework: str) -> tuple[MetricSpec, ...]:
+    """The shared entries (ROLL's, veRL's, TRL's, Trinity-RFT's, rl_otel's) that ``default_catalog(framework)``
+    leaves out because the framework's own entries match some of their keys (none for a shared framework)."""
+    name = framework_name(framework)
+    if name in SHARED_FRAMEWORKS:
+        return ()
+    default_catalog(name)
+    return _LEFT_OUT[name]
+
+
+def _overlaps(own: Catalog, spec: MetricSpec) -> bool:
+    return any(own.lookup(key) is not None for key in spec.examples)

@@ -47,8 +47,21 @@ def render(catalog: Catalog) -> str:
             lines.append(f"| `{_cell(s.key)}` | `{s.prometheus_name}` | {s.kind.value} | {_cell(unit)} | {labels} "
                          f"| {_cell(s.description)} |")
         lines.append("")
+        lines += _left_out(source)
     lines += _concepts()
     return "\n".join(lines)
+
+
+def _left_out(source: str) -> list[str]:
+    """The note under a scoped framework's table: the shared entries its runs' catalog leaves out."""
+    from rl_otel.catalog import SCOPED_FRAMEWORKS, left_out
+
+    if source not in SCOPED_FRAMEWORKS or not left_out(source):
+        return []
+    entries = ", ".join(f"`{_cell(s.key)}` (`{s.prometheus_name}`)" for s in left_out(source))
+    return [f"Runs of {_title(source)} resolve their keys in `default_catalog(\"{source}\")`: the entries above, then "
+            f"the shared ones but these, whose keys the entries above also match (there a key means what "
+            f"{_title(source)} means by it): {entries}.", ""]
 
 
 def _concepts() -> list[str]:

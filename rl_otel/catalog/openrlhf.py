@@ -1,4 +1,5 @@
-"""OpenRLHF's metrics (OpenRLHF 0.11.0, PPO trainer, sync and async), as written to TensorBoard and wandb.
+"""OpenRLHF's metrics (OpenRLHF 0.11.0 and 0.11.2, PPO trainer, sync and async, and the train/* keys of its DPO,
+reward-model and SFT trainers that the extra-log entry would otherwise take), as written to TensorBoard and wandb.
 
 Read off OpenRLHF's code (tests/data/frameworks/openrlhf.tsv). ``openrlhf/utils/logging_utils.py`` prefixes every key
 of the PPO trainer's status dict with ``train/`` and every eval key with ``eval/`` (eval keys already start with
@@ -53,6 +54,12 @@ SPECS = (
     gauge("train/kl", "rl_openrlhf_kl",
           "KL to the reference policy: per-sequence token mean of the approx KL (k1/k2/k3) averaged over sequences "
           "when KL is in the reward (0 without a reference), or the per-token KL loss term with kl.use_loss.", _S),
+    gauge("train/is_filter_ratio", "rl_openrlhf_is_filter_ratio",
+          "Only with the train/rollout importance-sampling correction (is_correction_level token or seq; OpenRLHF "
+          "0.11.2 and later): fraction of the units (tokens, or sequences at seq level) whose gated statistic (the "
+          "ratio pi_train/pi_rollout, or a binary-KL or TV divergence) fell outside the threshold band and were "
+          "dropped (mask mode) or clamped (clip mode), token-weighted mean over micro-batches, ranks and epochs; "
+          "near 1, the step's policy gradient is about zero.", _S),
     gauge("train/logprobs_diff", "rl_openrlhf_logprobs_diff",
           "Mean of actor log-prob - reference log-prob over response tokens (per-sequence token means averaged "
           "over sequences, or the micro-batch token mean with kl.use_loss); 0 without a reference or KL coef.", _S),
@@ -126,6 +133,23 @@ SPECS = (
           "Fraction of all eval samples truncated at max tokens.", _S),
     gauge("eval/eval_num_samples", "rl_openrlhf_eval_samples",
           "Number of eval samples generated (prompts x n_samples_per_prompt).", _S, unit="{sample}"),
+    # The preference (train_dpo, train_rm) and SFT (train_sft) trainers' train/* keys that are no extra log: written
+    # by the same loggers, they would otherwise land in the extra-log entry below. Logged every logging_steps
+    # optimizer steps: the last micro-batch's values (mean over ranks) and the *_mean over the accumulation window.
+    gauge("train/acc", "rl_openrlhf_preference_accuracy",
+          "DPO and reward-model training: fraction of the last micro-batch's preference pairs whose chosen "
+          "response scored above the rejected one (DPO: the implicit reward; reward model: its score), mean over "
+          "ranks.", _S),
+    gauge("train/acc_mean", "rl_openrlhf_preference_accuracy_mean",
+          "DPO and reward-model training: rank 0's train/acc averaged over the micro-batches of the optimizer step "
+          "(gradient accumulation).", _S),
+    gauge("train/{kind:chosen|reject}_reward", "rl_openrlhf_preference_reward",
+          "DPO and reward-model training: reward of the chosen or rejected responses, mean over the last "
+          "micro-batch and the ranks: DPO's implicit reward beta x (policy - reference log-probability of the "
+          "response), or the reward model's score.", _S),
+    gauge("train/loss_mean", "rl_openrlhf_train_loss_mean",
+          "DPO and reward-model training: rank 0's preference loss; SFT: rank 0's language-model (NLL) loss; "
+          "averaged over the micro-batches of the optimizer step.", _S),
     # An extra_logs entry of the reward function/agent (e.g. math_accuracy): last, after every own train/* key.
     gauge(f"train/{_EXTRA}", "rl_openrlhf_reward_extra",
           "An extra_logs entry returned by the reward function or agent (metric: its name), one scalar per "

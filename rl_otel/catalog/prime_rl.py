@@ -6,8 +6,10 @@ version it produces: ``perf/*``, ``optim/*``, tensor statistics, ``time/*``, ``s
 orchestrator (step = the batch it ships: rollout statistics under ``train/{env}/{subset}/...``, ``progress/*``,
 ``time/*``, ``off_policy/*``, ``batch/*``, ``curriculum/*``, and ``eval/{env}/...``). Under the ``rl`` entrypoint
 both append to the SAME ``metrics.jsonl``, and both write ``time/step`` and ``time/save_ckpt`` with different
-meanings. Trainer statistics are distributions over tokens, samples or micro-batches (mean, median, std, min, max);
-orchestrator statistics are over episodes or an agent's traces (mean, max, min, p10, p90).
+meanings: :data:`LINE_WRITERS` tells their lines apart (``rl-otel watch`` reads the trainer's ``time/step`` as
+``trainer/time/step``, served with ``component="trainer"``). Trainer statistics are distributions over tokens,
+samples or micro-batches (mean, median, std, min, max); orchestrator statistics are over episodes or an agent's
+traces (mean, max, min, p10, p90).
 
 A key resolves here only in a prime-rl run's catalog (``default_catalog("prime_rl")``): ``loss/*``, ``time/*``,
 ``train/*`` and ``eval/*`` are spelled like other frameworks' keys with other meanings. ``perf/throughput``, which
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from rl_otel.catalog.define import GIB, counter, gauge
 from rl_otel.catalog.spec import MetricSpec
+from rl_otel.catalog.writers import SharedFile, Writer
 
 _S = "prime_rl"
 _P = "rl_prime_rl_"
@@ -29,6 +32,17 @@ _ROLLOUT = "{stat:mean|max|min|p10|p90}"  # the orchestrator's statistics over e
 # subset (all: every rollout that arrived; effective: the admitted, clean, trainable ones)
 _SCOPE = "{stage:train|eval}/{env:.+?}/{split:all|effective}"
 _AGENT = _SCOPE + "/{role}"  # one agent's traces (single-agent envs: role="agent")
+
+
+# The trainer and the orchestrator append to the same metrics.jsonl and both write time/step and time/save_ckpt
+# (src/prime_rl/trainer/rl/train.py, trainer/sft/train.py: one time dict with time/forward_backward;
+# src/prime_rl/orchestrator/orchestrator.py: one dict with time/pack and time/wait_for_policy); the component names
+# are the labels prime-rl's shared W&B mode gives the two processes (WANDB_SHARED_LABEL).
+LINE_WRITERS = SharedFile(
+    prefix="time/", shared=frozenset({"time/step", "time/save_ckpt"}),
+    writers=(Writer("trainer", frozenset({"time/forward_backward"})),
+             Writer("orchestrator", frozenset({"time/pack", "time/wait_for_policy"}))))
+_COMPONENTS = "|".join(w.component for w in LINE_WRITERS.writers)
 
 
 def _g(key: str, name: str, description: str, *, unit: str = "1", scale: float = 1.0,
@@ -101,11 +115,17 @@ _TRAINER = (
     _g(f"routing_confidence/{_TENSOR}", "moe_routing_confidence",
        "Trainer, MoE only: a statistic over layers, micro-batches and ranks of the per-layer mean router "
        "confidence."),
-    _g("time/{operation}", "time_seconds",
-       "Seconds of one part of a step: trainer wait_for_batch, load_data, forward_backward, broadcast_weights; "
-       "orchestrator pack, wait_for_policy; in both processes (one metrics.jsonl, told apart only by the line's "
-       "other keys) step (trainer: the whole trainer step; orchestrator: sink-to-sink seconds between two shipped "
-       "batches) and save_ckpt (each process's own checkpoint save, 0 on other steps).", unit="s"),
+    _g(f"{{component:{_COMPONENTS}}}/time/{{operation}}", "time_seconds",
+       "Seconds of one part of a step, by the process that logged it (component, prime-rl's own name for it: "
+       "trainer or orchestrator; rl-otel watch tells their lines of the one metrics.jsonl apart by their other "
+       "keys and reads time/<operation> as <component>/time/<operation>): trainer wait_for_batch, load_data, "
+       "forward_backward, broadcast_weights; orchestrator pack, wait_for_policy; both step (trainer: the whole "
+       "trainer step; orchestrator: sink-to-sink seconds between two shipped batches) and save_ckpt (each "
+       "process's own checkpoint save, 0 on other steps).", unit="s"),
+    _g("time/{operation}", "time_unattributed_seconds",
+       "A time/<operation> key whose process is not told (logged as it is, or a metrics.jsonl line with neither or "
+       "both processes' marks): the trainer's and the orchestrator's step and save_ckpt share its series; prime-rl's "
+       "own lines are read as rl_prime_rl_time_seconds{component}.", unit="s"),
     _g("system/ckpt_disk_{kind:free|used|total}_gib", "checkpoint_disk_bytes",
        "Trainer: free, used or total space of the checkpoint directory's filesystem.", unit="By", scale=GIB,
        tracker_unit="GiBy"),
@@ -213,7 +233,9 @@ CONCEPT_SOURCES: dict[str, tuple[str, ...]] = {
     "response_length": (
         f'{_P}episode_tokens{{stage="train", env="agg", split="effective", kind="output", stat="mean"}}',),
     "throughput": (f"{_P}perf_tokens_per_second",),
-    "step_duration": (f'{_P}time_seconds{{operation="step"}}',),
+    # the trainer's step as rl-otel watch reads prime-rl's lines, else a time/step of no told process
+    "step_duration": (f'{_P}time_seconds{{component="trainer", operation="step"}}',
+                      f'{_P}time_unattributed_seconds{{operation="step"}}'),
     "eval_score": (f'{_P}eval_avg_at_k{{split="effective"}}',),
     "gpu_memory_peak": (f"{_P}perf_peak_memory_reserved_bytes",),
     "learning_rate": (f"{_P}optim_learning_rate",),

@@ -1,5 +1,5 @@
-"""SkyRL's metrics (NovaSky-AI/SkyRL @ a9564572, package ``skyrl`` 0.3.0), as its trainers pass them to
-``skyrl.train.utils.tracking.Tracking.log``.
+"""SkyRL's metrics (NovaSky-AI/SkyRL @ a9564572, package ``skyrl`` 0.3.0 in the repository, and the released
+``skyrl`` 0.3.0 of PyPI, tag skyrl-v0.3.0), as its trainers pass them to ``skyrl.train.utils.tracking.Tracking.log``.
 
 Read off SkyRL's code (tests/data/frameworks/skyrl.tsv): the sync ``RayPPOTrainer`` and the fully async trainer,
 with their evaluation, vLLM-scraper and Ray GPU-monitor keys. Worker keys (``policy/*``, ``critic/*``) are
@@ -161,6 +161,14 @@ _GENERATE = (
        "generate_trajectory_time_seconds",
        "Per-trajectory time split (completion: end-to-end generation; llm, env, other: its parts), mean, 90th "
        "percentile or max over trajectories.", unit="s"),
+    # the released skyrl 0.3.0 (tag skyrl-v0.3.0) logs only the end-to-end time, under the name #1900 changed to
+    # trajectory_time_completion_* after the release: one more family, as a key of two spellings cannot give one
+    # family the same labels
+    _g(f"{_ROLLOUT}/trajectory_completion_time_{{stat:mean|p90|max}}", "generate_trajectory_completion_time_seconds",
+       "skyrl 0.3.0 (later releases: generate/trajectory_time_completion_*): per-trajectory end-to-end generation "
+       "seconds (the agent loop's e2e_time, from its start to its output), mean, 90th percentile or max over the "
+       "trajectories of the batch (split: the training batch, the kept or dropped groups, or all eval "
+       "trajectories).", unit="s"),
     _g("generate/batch_num_seq", "generate_batch_sequences",
        "Sequences in the training batch (before DP padding).", unit="{sample}"),
     _g("generate/batch_padded_seq_len", "generate_batch_padded_sequence_length",

@@ -9,9 +9,14 @@ part); a run whose keys no framework places is ``unknown`` and resolves in the d
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
+from typing import TypeVar
 
-from rl_otel.catalog import FRAMEWORKS, SCOPED_FRAMEWORKS, Catalog, default_catalog, framework_name
+from rl_otel.catalog import FRAMEWORKS, SCOPED_FRAMEWORKS, Catalog, default_catalog, framework_module, framework_name
+from rl_otel.catalog.writers import SharedFile
+
+V = TypeVar("V")
 
 
 def normalize(name: str) -> str:
@@ -54,3 +59,20 @@ def _canonical(source: str) -> str:
         return framework_name(source.strip())
     except ValueError:
         return source.strip()
+
+
+def attribute(values: dict[str, V]) -> dict[str, V]:
+    """The values of one line of a metrics file, with the keys that several processes writing that file share
+    renamed by the process whose line it is (prime-rl's trainer and orchestrator both write ``time/step`` to one
+    ``metrics.jsonl``: ``trainer/time/step``, ``orchestrator/time/step``; see :mod:`rl_otel.catalog.writers`). Any
+    other line is returned as it is."""
+    for shared in _shared_files():
+        values = shared.attribute(values)
+    return values
+
+
+@functools.cache
+def _shared_files() -> tuple[SharedFile, ...]:
+    """The ``LINE_WRITERS`` of the frameworks' catalog modules (imported once, at the first JSONL line)."""
+    found = (getattr(framework_module(name), "LINE_WRITERS", None) for name in SCOPED_FRAMEWORKS)
+    return tuple(f for f in found if isinstance(f, SharedFile))

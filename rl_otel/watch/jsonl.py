@@ -5,7 +5,9 @@ written to a file all look alike: ``{"step": 12, "loss": 0.3, "reward": {"mean":
 joined with ``/`` (as :meth:`rl_otel.Telemetry.log` joins them), the step comes from the first of
 :data:`STEP_KEYS` present, a timestamp from :data:`TIME_KEYS` (used by ``backfill``; neither is a metric).
 Numbers, booleans, ``null`` (no value this step) and lists of numbers (a distribution) are kept; strings and other
-values are not metrics and are left out quietly.
+values are not metrics and are left out quietly. A line of a file several processes append to, with keys they share
+(prime-rl's trainer and orchestrator: ``time/step``), has those keys named by its writer
+(:func:`rl_otel.watch.frameworks.attribute`: ``trainer/time/step``).
 
 :class:`LineTail` returns the complete lines after its offset: a line without its newline yet waits; a line over
 :data:`MAX_LINE` is skipped and counted, and the lines after it are read.
@@ -18,6 +20,8 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from rl_otel.watch import frameworks
 
 STEP_KEYS = ("step", "_step", "global_step", "train/global_step", "trainer/global_step", "iteration")
 TIME_KEYS = ("timestamp", "_timestamp", "wall_time", "time")
@@ -124,7 +128,7 @@ def parse(line: bytes, step_keys: Sequence[str] = STEP_KEYS,
             raw = values.pop(key)
             if ts is None and isinstance(raw, (int, float)) and not isinstance(raw, bool) and math.isfinite(raw):
                 ts = float(raw)
-    return step, ts, values
+    return step, ts, frameworks.attribute(values)
 
 
 def _flatten(obj: dict, prefix: str) -> Iterator[tuple[str, Any]]:

@@ -8,7 +8,10 @@ Accepted forms (all normalize to a tuple of :class:`TrackerSpec`)::
     trackers=["stdout", {"name": "tensorboard", "log_dir": "tb"}]                   # a list
 
 Secrets (``api_key``, ``login_kwargs``, ...) are kept for the sink that needs them and redacted everywhere else:
-``TrackerSpec``'s repr, :func:`redact`, and :func:`secret_values` for scrubbing error messages.
+``TrackerSpec``'s repr, :func:`redact`, and :func:`secret_values` for scrubbing error messages. A secret is known by
+its option's name (``hf_token``, ``slackWebhookUrl``, ``sentry_dsn``, ``connection_string``), and a URL or a
+connection string under any name has its credential parts redacted (userinfo, secret query parameters, a webhook's
+path, ``AccountKey=``/``Password=`` pairs: ``embedded_secrets``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rl_otel._internal.trackers import embedded_secrets
 from rl_otel._internal.trackers.sinks import registered_sinks
 from rl_otel.errors import ConfigurationError
 
@@ -40,7 +44,13 @@ _NOT_SECRET_BEFORE = {
                       "sort", "metric", "data", "dataset", "cache", "group", "primary", "foreign", "dict", "lookup",
                       "partition", "sample", "target", "extra", "tools", "truth", "index", "sequence", "batch"}),
 }
-REDACTED = "***"
+# a name of a value that is or holds its credential whole: a webhook URL (its path is the secret), a DSN (Sentry's
+# key, a database's password), a connection string (Azure's AccountKey=, a database's Password=); the word may be
+# followed by a URL word (slackWebhookUrl, SENTRY_DSN, discord_webhook_endpoint)
+_CREDENTIAL_URLS = frozenset({"webhook", "webhooks", "dsn", "connstr"})
+_URL_WORDS = frozenset({"url", "urls", "uri", "uris", "endpoint", "address", "link"})
+_CONNECTION_STRING = (frozenset({"connection", "conn"}), frozenset({"string", "str"}))
+REDACTED = embedded_secrets.REDACTED
 
 
 def _is_secret(key: object) -> bool:
@@ -49,6 +59,11 @@ def _is_secret(key: object) -> bool:
     if key.lower() in SECRET_KEYS:
         return True
     words = [w.lower() for w in _WORDS.findall(key) if not w.isdigit()]
+    if len(words) > 1 and words[-2] in _CONNECTION_STRING[0] and words[-1] in _CONNECTION_STRING[1]:
+        return True
+    stem = words[:-1] if len(words) > 1 and words[-1] in _URL_WORDS else words
+    if stem and stem[-1] in _CREDENTIAL_URLS:
+        return True
     if len(words) > 1 and words[-1] in _QUALIFIERS:
         words.pop()
     if not words or words[-1] not in _SECRET_LAST:
@@ -58,16 +73,20 @@ def _is_secret(key: object) -> bool:
 
 
 def redact(value: Any) -> Any:
-    """A copy of ``value`` with every secret-named entry (any depth) replaced by ``"***"``."""
+    """A copy of ``value`` with every secret-named entry (any depth) replaced by ``"***"``, and the credential parts
+    of every URL elsewhere (``postgres://user:***@host``) too."""
     if isinstance(value, Mapping):
         return {k: REDACTED if _is_secret(k) else redact(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact(v) for v in value]
+    if isinstance(value, str):
+        return embedded_secrets.mask(value, _is_secret)
     return value
 
 
 def secret_values(value: Any, found: set[str] | None = None) -> set[str]:
-    """Every string found under a secret-named entry (at any depth), for scrubbing messages."""
+    """Every string found under a secret-named entry (at any depth), and the credential parts of every URL
+    elsewhere, for scrubbing messages."""
     found = set() if found is None else found
     if isinstance(value, Mapping):
         for k, v in value.items():
@@ -78,6 +97,8 @@ def secret_values(value: Any, found: set[str] | None = None) -> set[str]:
     elif isinstance(value, (list, tuple)):
         for v in value:
             secret_values(v, found)
+    elif isinstance(value, str):
+        found.update(embedded_secrets.credentials(value, _is_secret))
     return found
 
 
