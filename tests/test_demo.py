@@ -362,3 +362,19 @@ def test_log_before_init_says_what_to_do():
     with pytest.raises(AttributeError, match=r"call tel = rl_otel.init\(run=...\) once, then tel.log\(...\)"):
         rl_otel.log({"reward": 1.0})  # type: ignore[attr-defined]
     assert not hasattr(rl_otel, "phase") and not hasattr(rl_otel, "no_such_name")
+
+
+def test_ctrl_c_while_training_ends_it_without_a_traceback(tmp_path):
+    """A newcomer who stops the demo early sees one line, not a KeyboardInterrupt traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "rl_otel.cli", "demo", "--steps", "200", "--port", "0",
+                             "--no-trackers"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stderr:  # the progress line of the first step: training is under way
+        lines.append(line)
+        if "step 1/200" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, "".join(lines) + rest
+    assert "Traceback" not in rest and rest.strip().endswith("rl-otel demo: stopped (Ctrl-C)"), rest
