@@ -9,4 +9,4 @@ RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/wh
         -c requirements-test.txt -e '.[torch,tensorboard,otlp]'
 ENV RL_OTEL_RUN=compose-demo
 EXPOSE 9464
-CMD ["rl-otel", "demo", "--port", "9464", "--repeat", "0", "--linger", "240"]
+CMD ["rl-otel", "demo", "--host", "0.0.0.0", "--port", "9464", "--repeat", "0", "--linger", "240"]

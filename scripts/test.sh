@@ -7,9 +7,11 @@
 #      again on every run, so a missing install step fails here instead of hiding behind a leftover package.
 #      Nothing is installed into the python3 you run this with. RL_OTEL_REUSE_VENV=1 keeps an existing one
 #      (for a maintainer's second run; .ci/run never sets it).
-#   3. Pinned packages only: requirements-test.txt (torch==2.13.0, the CPU build on these machines) and the
-#      frameworks of requirements-frameworks.txt with --no-deps; scripts/check_env.py then checks that every
-#      installed package is pinned and the frameworks import.
+#   3. Pinned packages only: requirements-test.txt and the frameworks of requirements-frameworks.txt with
+#      --no-deps; scripts/check_env.py then checks that every installed package is pinned and the frameworks import.
+#      torch==2.13.0 is the CPU build on a machine without an NVIDIA GPU (scripts/torch_index.py adds PyTorch's CPU
+#      index: about 200 MB instead of the CUDA build's several GB), PyPI's CUDA build on one with a GPU
+#      (RL_OTEL_TORCH=cpu or =pypi chooses).
 #   4. ruff, mypy, then pytest (extra arguments go to pytest). Every step prints its elapsed time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,8 +45,12 @@ py="$venv/bin/python"
 pip=("$py" -m pip install --disable-pip-version-check --progress-bar off)
 
 step "pinned packages: requirements-test.txt and this checkout (-e '.[dev]')"
-# torch first and alone, so a pin that is not the CPU build fails before the rest downloads
-"${pip[@]}" -c requirements-test.txt torch
+# torch first and alone, with the index that gives this machine's build (the CPU one without an NVIDIA GPU); the
+# rest then finds torch installed, so only this step asks that index
+# (its lines are words without spaces: --extra-index-url URL, or nothing; a bad RL_OTEL_TORCH stops here)
+torch_index="$(python3 scripts/torch_index.py)"
+# shellcheck disable=SC2086
+"${pip[@]}" $torch_index -c requirements-test.txt torch
 "${pip[@]}" -c requirements-test.txt -e '.[dev]'
 
 step "frameworks with --no-deps: requirements-frameworks.txt (verl, Trinity-RFT and the light modules they import)"

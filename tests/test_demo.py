@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
+import select
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 torch = pytest.importorskip("torch")
 
@@ -187,9 +193,130 @@ def test_the_terminal_shows_progress_and_urls_on_one_screen_and_the_cwd_stays_cl
     assert list(cwd.iterdir()) == []
     tb_line = next(line for line in screen if "tensorboard --logdir" in line)
     logdir = Path(tb_line.split("--logdir", 1)[1].strip())
-    assert logdir == cache / "rl_otel" / "demo", logdir
+    assert logdir.parent == cache / "rl_otel" / "demo", logdir  # this invocation's own directory
     (run_dir,) = logdir.iterdir()
     assert run_dir.name.startswith("from-env-") and any(run_dir.glob("events.out.tfevents.*")), run_dir
+    # stdin was no terminal (a script, not a person): training over, the endpoint closed, the command ended
+    assert not any("Ctrl-C" in line for line in screen), screen
+
+
+def _read_until(fd: int, needle: str, deadline_s: float = 300.0) -> str:
+    """What the terminal ``fd`` shows until ``needle`` appears (a bound for a wedged child, not a timing)."""
+    text, end = "", time.monotonic() + deadline_s
+    while needle not in text:
+        left = end - time.monotonic()
+        assert left > 0, f"{needle!r} never came:\n{text}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                data = b""
+            assert data, f"the demo ended before {needle!r}:\n{text}"
+            text += data.decode(errors="replace")
+    return text
+
+
+def _listening_addresses(pid: int, port: int) -> set[str]:
+    import psutil
+
+    return {c.laddr.ip for c in psutil.Process(pid).net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+
+
+def _path_without(directory: str) -> str:
+    return os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
+                           if d and os.path.realpath(d) != os.path.realpath(directory))
+
+
+def test_in_a_terminal_it_serves_until_ctrl_c(tmp_path):
+    """A person who runs the README's command (stdin and stderr a terminal): after training the endpoint stays up
+    until Ctrl-C, with a line saying so, then the command ends cleanly."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "rl_otel.cli", "demo", "--steps", "3", "--port", "0"],
+                            cwd=tmp_path, env=env, stdin=follower, stdout=follower, stderr=follower)
+    os.close(follower)
+    try:
+        screen = _screen(_read_until(leader, "press Ctrl-C to stop"))
+        url = next(m.group(1) for s in screen if (m := re.search(r"metrics:\s+(http://\S+)", s)))
+        assert f"still serving {url}" in screen[-1], screen
+        assert samples(scrape(url), "rl_step") == {frozenset({("run", "demo-0"), ("rank", "0")}): 2.0}
+        assert proc.poll() is None  # still serving after the scrape: nothing ends it but Ctrl-C
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(leader)
+
+
+def test_it_listens_on_loopback_and_prints_a_tensorboard_command_that_runs(tmp_path):
+    """Without --host the endpoint listens on 127.0.0.1 only, the address its banner prints; and the TensorBoard
+    line runs as printed from a shell whose PATH lacks the venv's bin directory (a ``.venv`` not activated)."""
+    path = _path_without(os.path.dirname(sys.executable))
+    proc = subprocess.Popen([sys.executable, "-m", "rl_otel.cli", "demo", "--steps", "2", "--port", "0",
+                             "--linger", "120", "--no-progress", "--log-dir", str(tmp_path / "logs")],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), "PATH": path},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url, lines = _wait_until_lingering(proc)
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        assert url.startswith("http://127.0.0.1:") and _listening_addresses(proc.pid, port) == {"127.0.0.1"}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    command = next(line for line in lines if "--logdir" in line).split("tensorboard:", 1)[1].strip()
+    assert command.endswith(f"--logdir {tmp_path / 'logs'}"), command
+    assert shutil.which(shlex.split(command)[0], path=path) is not None, (command, path)
+    version = subprocess.run([*shlex.split(command), "--version_tb"], env={**os.environ, "PATH": path},
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert version.returncode == 0 and version.stdout.strip(), version
+
+
+def test_each_invocation_gets_its_own_tensorboard_directory_and_old_ones_are_pruned(tmp_path):
+    """Earlier demos' runs no longer pile up in the TensorBoard a newcomer opens: the printed --logdir holds this
+    invocation's runs only, and the cache keeps the newest KEPT_INVOCATIONS invocations."""
+    from rl_otel.demo.cli import KEPT_INVOCATIONS
+
+    parent = tmp_path / "cache" / "rl_otel" / "demo"
+    old = []
+    for i in range(KEPT_INVOCATIONS + 2):  # earlier invocations, oldest first
+        old.append(parent / f"2024010{i}-000000")
+        (old[-1] / "demo-0-x").mkdir(parents=True)
+        os.utime(old[-1], (1_700_000_000 + i, 1_700_000_000 + i))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", "rl_otel.cli", "demo", "--steps", "2", "--port", "0",
+                           "--no-progress", "--repeat", "2"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    hints = {line.split("--logdir", 1)[1].strip() for line in proc.stderr.splitlines() if "--logdir" in line}
+    (logdir,) = hints  # both runs of one invocation share one directory
+    assert Path(logdir).parent == parent
+    assert sorted(p.name.rsplit("-", 2)[0] for p in Path(logdir).iterdir()) == ["demo-0-1", "demo-0-2"]
+    assert sorted(parent.iterdir()) == sorted([*old[-(KEPT_INVOCATIONS - 1):], Path(logdir)])
+
+
+def test_the_containers_ask_for_every_interface():
+    """The demo binds loopback by default; a container's trainer is scraped from another container, so each
+    container command asks for 0.0.0.0 itself."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    trainer = yaml.safe_load((ROOT / "deploy/kubernetes/trainer.yaml").read_text())
+    (container,) = trainer["spec"]["template"]["spec"]["containers"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    cmd = json.loads(next(x for x in dockerfile.splitlines() if x.startswith("CMD "))[4:])
+    for command in (compose["services"]["trainer"]["command"], container["command"], cmd):
+        assert command[command.index("--host") + 1] == "0.0.0.0", command
+
+
+def test_bad_linger_is_refused_naming_the_value(capsys):
+    from rl_otel.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--linger", "-1"])
+    assert exit_.value.code == 2
+    assert "--linger must be 0 or more seconds" in capsys.readouterr().err
 
 
 def test_a_taken_port_says_how_to_pick_a_free_one(capsys):
@@ -235,3 +362,19 @@ def test_log_before_init_says_what_to_do():
     with pytest.raises(AttributeError, match=r"call tel = rl_otel.init\(run=...\) once, then tel.log\(...\)"):
         rl_otel.log({"reward": 1.0})  # type: ignore[attr-defined]
     assert not hasattr(rl_otel, "phase") and not hasattr(rl_otel, "no_such_name")
+
+
+def test_ctrl_c_while_training_ends_it_without_a_traceback(tmp_path):
+    """A newcomer who stops the demo early sees one line, not a KeyboardInterrupt traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "rl_otel.cli", "demo", "--steps", "200", "--port", "0",
+                             "--no-trackers"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stderr:  # the progress line of the first step: training is under way
+        lines.append(line)
+        if "step 1/200" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, "".join(lines) + rest
+    assert "Traceback" not in rest and rest.strip().endswith("rl-otel demo: stopped (Ctrl-C)"), rest

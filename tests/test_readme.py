@@ -89,12 +89,40 @@ def test_yaml_snippets_parse():
 def test_the_set_up_section_holds_exactly_the_two_commands():
     section = README.split("## Set-up: the two commands", 1)[1].split("\n## ", 1)[0]
     commands = [code.strip() for _, code in re.findall(r"```(\w+)\n(.*?)```", section, re.S)]
-    assert commands == ["python3 -m venv .venv && .venv/bin/pip install -c requirements-test.txt -e '.[demo]' "
-                        "&& .venv/bin/rl-otel demo",
+    assert commands == ["python3 -m venv .venv && .venv/bin/pip install $(python3 scripts/torch_index.py) "
+                        "-c requirements-test.txt -e '.[demo]' && .venv/bin/rl-otel demo",
                         "bash scripts/test.sh"]
-    assert (ROOT / "scripts/test.sh").is_file()
-    # the CPU-torch warning comes before the first command, not after it
-    assert section.index("without a GPU") < section.index("```")
+    assert (ROOT / "scripts/test.sh").is_file() and (ROOT / "scripts/torch_index.py").is_file()
+    # what a machine without a GPU gets is said before the first command, not after it
+    assert " ".join(section.split()).index("without one**, adds PyTorch's CPU index") < \
+        " ".join(section.split()).index("```")
+    # what the reader needs once the demo runs: it waits for Ctrl-C, and how to change that
+    words = " ".join(section.split())
+    assert "keeps serving until you press Ctrl-C" in words and "`--linger SECONDS`" in words
+
+
+def test_the_readme_speaks_of_the_readers_machine_only():
+    """No sentence about the machines the project was built on: a reader elsewhere cannot act on it."""
+    for page in (README, (ROOT / "scripts/test.sh").read_text(), (ROOT / "docs/install.md").read_text()):
+        for phrase in ("project machines", "these machines", "on these machines", "keep one on disk"):
+            assert phrase not in page, phrase
+
+
+def test_the_stdout_trackers_lines_stay_out_of_the_loops_own_output():
+    """"Wire it into your loop": the stdout tracker writes from its own thread. Its summary lines go to stderr, so
+    the program's stdout holds its own two lines only; and on a terminal (both streams on one screen, line by line)
+    they come after the first line and before the last, never after it."""
+    code = next(code for page, _, code in RUNNABLE if page == "README.md" and 'run="ppo-exp1"' in code)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    apart = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert apart.returncode == 0, apart.stderr
+    own = apart.stdout.splitlines()
+    assert [line.split()[0] for line in own] == ["Prometheus", "last"], apart.stdout
+    assert [int(line.split()[1]) for line in apart.stderr.splitlines() if line.startswith("step ")] == [0, 10, 20]
+    together = subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONUNBUFFERED": "1"},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    lines = [line.split()[0] for line in together.stdout.splitlines()]
+    assert lines == ["Prometheus", "step", "step", "step", "last"], together.stdout
 
 
 def test_the_readme_reads_in_minutes():

@@ -1,38 +1,117 @@
 """``rl-otel demo``: the command around :func:`rl_otel.demo.run` - options, telemetry set-up, progress bar.
 
-What a person sees fits one screen: a header with where to look (the metrics URL, the TensorBoard command), a
-progress bar redrawn in place, a summary line of the stdout tracker every tenth of the run, and a closing line. The
-demo writes nothing into the current directory: each run's TensorBoard files go in a directory of its own,
-``<run>-<time>``, under the user's cache directory (``$XDG_CACHE_HOME/rl_otel/demo``, else ``~/.cache/...``) or
-under ``--log-dir``; ``tensorboard --logdir`` that parent shows every run by its name.
+What a person sees fits one screen: a header with where to look (the metrics URL, the TensorBoard command, with
+the path of the ``tensorboard`` installed beside this Python), a progress bar redrawn in place, a summary line of
+the stdout tracker every tenth of the run, and a closing line. In an interactive terminal the endpoint then stays up
+until Ctrl-C (a newcomer has time to look); in a pipe or a container it closes unless ``--linger`` says otherwise.
+It serves on loopback unless ``--host`` asks for more.
+
+The demo writes nothing into the current directory: each run's TensorBoard files go in a directory of its own,
+``<run>-<time>``. Without ``--log-dir``, every invocation gets a new parent under the user's cache directory
+(``$XDG_CACHE_HOME/rl_otel/demo/<time>``, else ``~/.cache/...``), the only ones its TensorBoard command shows, and
+only the newest :data:`KEPT_INVOCATIONS` are kept; with ``--log-dir DIR`` the runs go in ``DIR`` and nothing is
+deleted.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import IO, Any
 
+KEPT_INVOCATIONS = 5  # demo invocations kept in the cache directory; older ones are deleted when a new one starts
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
 
 def default_log_dir() -> Path:
-    """Where demo runs write when no ``--log-dir`` is given: the user's cache directory."""
+    """The parent of every demo invocation's directory when no ``--log-dir`` is given: the user's cache."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(cache) / "rl_otel" / "demo"
+
+
+def _unique(base: Path) -> Path:
+    path, n = base, 1
+    while path.exists():  # started twice within one second
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def run_dir(log_dir: str | os.PathLike, run: str) -> Path:
     """One run's directory under ``log_dir``: its name and start time, so no run writes into another's history
     (``--repeat``, or the same ``--run`` twice) and TensorBoard names the run after it, never ``.``."""
-    base = Path(log_dir) / f"{run}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, n = base, 1
-    while path.exists():  # the same run name started twice within one second
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    return _unique(Path(log_dir) / f"{run}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def invocation_dir(log_dir: str | os.PathLike | None) -> Path:
+    """The directory this invocation's runs go in, and the one its TensorBoard command shows.
+
+    ``--log-dir DIR``: ``DIR`` itself (the user's directory: nothing in it is deleted). Otherwise a new
+    ``<cache>/rl_otel/demo/<time>``, so TensorBoard shows this invocation's runs and not every earlier demo's; the
+    older invocations beyond the newest :data:`KEPT_INVOCATIONS` are deleted first (the cache stays small)."""
+    if log_dir is not None:
+        return Path(log_dir)
+    parent = default_log_dir()
+    prune_invocations(parent, keep=KEPT_INVOCATIONS - 1)  # room for the one made now
+    return _unique(parent / time.strftime("%Y%m%d-%H%M%S"))
+
+
+def prune_invocations(parent: Path, keep: int) -> list[Path]:
+    """Delete the directories in ``parent`` (the demo's own cache directory) but the ``keep`` newest; return them.
+    Files are left alone: the demo writes only directories there."""
+    try:
+        dirs = [p for p in parent.iterdir() if p.is_dir() and not p.is_symlink()]
+    except OSError:  # no cache directory yet
+        return []
+    dirs.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    gone = dirs[max(keep, 0):]
+    for path in gone:
+        shutil.rmtree(path, ignore_errors=True)
+    return gone
+
+
+def tensorboard_command(logdir: str | os.PathLike) -> str:
+    """The command that shows ``logdir``, runnable as printed: ``tensorboard`` when the shell finds the one installed
+    beside this Python, else that one's path (a venv that is not activated: ``.venv/bin/tensorboard``), else
+    ``python -m tensorboard.main``."""
+    beside = Path(sys.executable).parent / "tensorboard"
+    found = shutil.which("tensorboard")
+    if beside.is_file() and found is not None and Path(found).resolve() == beside.resolve():
+        program = "tensorboard"
+    elif beside.is_file():
+        program = _shortest(beside)
+    else:
+        program = f"{_shortest(Path(sys.executable))} -m tensorboard.main"
+    return f"{program} --logdir {logdir}"
+
+
+def _shortest(path: Path) -> str:
+    """``path`` relative to the current directory when it lies below it (``.venv/bin/tensorboard``), else absolute."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return os.path.join(".", os.fspath(absolute.relative_to(Path.cwd())))
+    except ValueError:
+        return os.fspath(absolute)
+
+
+def interactive() -> bool:
+    """A person at a terminal: stdin and stderr are both terminals (not a pipe, a container's log, CI)."""
+    return sys.stdin is not None and sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def linger_after(args: argparse.Namespace, run_index: int) -> float:
+    """Seconds to keep serving after run ``run_index`` (0-based): ``--linger`` after every run; by default, in an
+    interactive terminal, after the last run until Ctrl-C (``inf``), else not at all."""
+    if args.linger is not None:
+        return float(args.linger)
+    last = args.repeat != 0 and run_index == args.repeat - 1
+    return math.inf if last and interactive() else 0.0
 
 
 def run_name(args: argparse.Namespace) -> str:
@@ -48,20 +127,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the whole run (default %(default)s)")
     parser.add_argument("--port", type=int, default=9464, help="scrape endpoint port; 0 picks a free port "
                                                                "(default %(default)s)")
-    parser.add_argument("--host", default="0.0.0.0", help="address to serve /metrics on (default %(default)s)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to serve /metrics on (default %(default)s, this machine only; 0.0.0.0: every "
+                             "interface, e.g. in a container)")
     parser.add_argument("--log-dir", default=None,
                         help="where the default TensorBoard tracker writes, a directory <run>-<time> per run "
-                             "(default: ~/.cache/rl_otel/demo)")
+                             "(default: a new ~/.cache/rl_otel/demo/<time> per invocation, the last "
+                             f"{KEPT_INVOCATIONS} kept)")
     parser.add_argument("--run", default=None,
                         help="the run's name, a label on every series (default: $RL_OTEL_RUN, else demo-<seed>)")
-    parser.add_argument("--linger", type=float, default=0.0, metavar="SECONDS",
-                        help="keep serving /metrics this long after training ends (default %(default)s)")
+    parser.add_argument("--linger", type=_seconds, default=None, metavar="SECONDS",
+                        help="keep serving /metrics this long after each run ('inf': until Ctrl-C; default: until "
+                             "Ctrl-C after the last run in an interactive terminal, else 0)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="train N runs back to back, named <run>-1, <run>-2, ... with seeds seed, seed+1, ...; "
                              "0: forever (docker-compose: a live run to look at, never a stalled one; default 1)")
     parser.add_argument("--no-trackers", action="store_true",
                         help="Prometheus only: no stdout/TensorBoard mirror")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"--linger must be 0 or more seconds ('inf': until Ctrl-C), got {text!r}")
+    return value
 
 
 def tracker_choice(args: argparse.Namespace, tracker_options: dict[str, Any], run_dir: str | os.PathLike
@@ -120,25 +210,30 @@ def main(args: argparse.Namespace, tracker_options: dict[str, Any]) -> int:
         print(f"rl-otel demo: --repeat must be 0 (forever) or a number of runs, got {args.repeat}", file=sys.stderr)
         return 2
     base = run_name(args)
+    parent = invocation_dir(args.log_dir)
     runs = itertools.count() if args.repeat == 0 else range(args.repeat)
-    for i in runs:
-        # one run: a fresh Telemetry (its series leave the endpoint when it closes, so a finished run never looks
-        # stalled), the next seed, the run name numbered when runs repeat
-        label = base if args.repeat == 1 else f"{base}-{i + 1}"
-        code = _one_run(args, tracker_options, label, args.seed + i)
-        if code is not None:
-            return code
+    try:
+        for i in runs:
+            # one run: a fresh Telemetry (its series leave the endpoint when it closes, so a finished run never
+            # looks stalled), the next seed, the run name numbered when runs repeat
+            label = base if args.repeat == 1 else f"{base}-{i + 1}"
+            code = _one_run(args, tracker_options, label, args.seed + i, parent, linger_after(args, i))
+            if code is not None:
+                return code
+    except KeyboardInterrupt:  # Ctrl-C while training: the Telemetry has closed its trackers; no traceback
+        print("\nrl-otel demo: stopped (Ctrl-C)", file=sys.stderr)
+        return 130
     return 0
 
 
-def _one_run(args: argparse.Namespace, tracker_options: dict[str, Any], label: str, seed: int) -> int | None:
+def _one_run(args: argparse.Namespace, tracker_options: dict[str, Any], label: str, seed: int, parent: Path,
+             linger: float) -> int | None:
     """Train and linger once; an exit code to stop with (an error, or Ctrl-C while lingering), else None."""
     import rl_otel
     from rl_otel.demo.ppo import DemoConfig, run
 
     config = DemoConfig(steps=args.steps, seed=seed)
-    log_dir = args.log_dir if args.log_dir is not None else default_log_dir()
-    options = tracker_choice(args, tracker_options, run_dir(log_dir, label))
+    options = tracker_choice(args, tracker_options, run_dir(parent, label))
     try:
         tel = rl_otel.init(run=label, prometheus={"host": args.host, "port": args.port}, **options)
     except rl_otel.PortInUseError:
@@ -152,11 +247,12 @@ def _one_run(args: argparse.Namespace, tracker_options: dict[str, Any], label: s
     with tel:
         print(f"rl-otel demo: PPO on a counting task, run {tel.config.run!r}, {args.steps} steps, seed {seed}",
               file=err)
-        print(f"  metrics:     {tel.metrics_url}", file=err)
+        bound = "" if args.host in LOOPBACK else f"  (listening on {args.host})"
+        print(f"  metrics:     {tel.metrics_url}{bound}", file=err)
         tb = next((t.kwargs.get("log_dir") or t.kwargs.get("logdir") or os.path.join("runs", tel.config.run)
                    for t in tel.config.trackers if t.name == "tensorboard"), None)
         if tb is not None and "tensorboard" in tel.trackers:  # the parent: TensorBoard names the run by its folder
-            print(f"  tensorboard: tensorboard --logdir {os.path.dirname(os.path.abspath(tb))}", file=err)
+            print(f"  tensorboard: {tensorboard_command(os.path.dirname(os.path.abspath(tb)))}", file=err)
         print(f"  trackers:    {', '.join(tel.trackers) or 'none'} (rank {tel.config.rank})", file=err)
         err.flush()
         bar = None if args.no_progress else ProgressBar(args.steps, err)
@@ -166,14 +262,25 @@ def _one_run(args: argparse.Namespace, tracker_options: dict[str, Any], label: s
         first, last = _window_mean(result.scores, 10, head=True), _window_mean(result.scores, 10, head=False)
         print(f"rl-otel demo: done in {time.perf_counter() - started:.1f}s; mean reward {first:.3f} (first 10 steps)"
               f" -> {last:.3f} (last 10)", file=err)
-        if args.linger > 0:
-            print(f"rl-otel demo: serving {tel.metrics_url} for {args.linger:g}s more (Ctrl-C stops)", file=err)
+        if linger > 0:
+            if math.isinf(linger):
+                print(f"rl-otel demo: still serving {tel.metrics_url} - press Ctrl-C to stop", file=err)
+            else:
+                print(f"rl-otel demo: serving {tel.metrics_url} for {linger:g}s more (Ctrl-C stops)", file=err)
             err.flush()
             try:
-                time.sleep(args.linger)
+                _sleep(linger)
             except KeyboardInterrupt:
                 return 0
     return None
+
+
+def _sleep(seconds: float) -> None:
+    """``time.sleep`` that also takes ``inf`` (which ``time.sleep`` refuses)."""
+    while seconds > 0:
+        chunk = min(seconds, 3600.0)
+        time.sleep(chunk)
+        seconds -= chunk
 
 
 def _window_mean(values: list[float], n: int, *, head: bool) -> float:
