@@ -9,9 +9,13 @@ the process gauges.
 from __future__ import annotations
 
 import re
+import sys
+
+import pytest
 
 from rl_otel.catalog import Kind, default_catalog
 from rl_otel.catalog.spec import MetricSpec
+from tests.gpu_fakes import FakeCuda, fake_torch, settle
 from tests.promtools import scrape
 
 CATALOG = default_catalog()
@@ -38,8 +42,11 @@ def test_every_catalog_entry_is_served_under_its_documented_name(tmp_path):
     try:
         tel.log({_example(s): _value(s) for s in loggable}, step=1)  # type: ignore[misc]
         tel.log({"actor/pg_loss": "not a number", "rl_step": 1.0}, step=2)  # an error, a name collision (dropped)
-        with tel.phase("actor_train", "train_step"):  # the families of a running phase, then of a finished one
-            served = dict(_TYPE.findall(scrape(tel.metrics_url)))  # type: ignore[arg-type]
+        with pytest.MonkeyPatch.context() as mp:  # a (fake) CUDA device: the phase's GPU times are served too
+            mp.setitem(sys.modules, "torch", fake_torch(FakeCuda()))
+            with tel.phase("actor_train", "train_step"):  # the families of a running phase, then of a finished one
+                served = dict(_TYPE.findall(scrape(tel.metrics_url)))  # type: ignore[arg-type]
+            assert settle(tel)
         served.update(_TYPE.findall(scrape(tel.metrics_url)))  # type: ignore[arg-type]
     finally:
         tel.close()

@@ -177,21 +177,42 @@ class Pipeline:
             if self.mirror is not None:
                 self.phases.add(metrics)
             routed = self.route(metrics.items())
-            key = (cluster, phase, *durations)
-            labels = self._duration_labels.get(key)
-            if labels is None:  # the labels of a phase's parts, made once
-                if len(self._duration_labels) >= _DURATION_LABELS_LIMIT:
-                    self._duration_labels.clear()
-                labels = self._duration_labels[key] = [
-                    (("cluster", cluster), ("phase", phase), ("part", part)) for part in durations]
-            routed.measurements += [(live.PHASE_DURATION, part, seconds)
-                                    for part, seconds in zip(labels, durations.values(), strict=True)]
+            routed.measurements += [(live.PHASE_DURATION, part, seconds) for part, seconds in
+                                    zip(self._part_labels(cluster, phase, durations), durations.values(), strict=True)]
             self._note_left_out(self.store.write(routed.measurements, gone=routed.gone))
         except Exception:  # one phase's failure is counted (and logged once); training goes on
-            self.diagnostics.count("phase", "internal")
-            if self.diagnostics.warn_once("phase", "store", "rl_otel: writing a phase's metrics to the store failed; "
-                                          "training goes on"):
-                _log.debug("rl_otel: phase store write failure", exc_info=True)
+            self._phase_write_failed()
+
+    def record_phase_gpu(self, cluster: str, phase: str, durations: dict[str, float]) -> None:
+        """A finished phase's GPU seconds per part (CUDA events, resolved after it ended, on the GPU timer's
+        thread): ``rl_phase_gpu_duration_seconds`` per part, and, when this process mirrors to trackers,
+        ``time/{cluster}/{phase}/gpu/{part}`` for the trackers' next step (never raises)."""
+        try:
+            if self.mirror is not None:
+                self.phases.add({f"time/{cluster}/{phase}/gpu/{part}": seconds for part, seconds in durations.items()})
+            self._note_left_out(self.store.write(
+                [(live.PHASE_GPU_DURATION, part, seconds) for part, seconds in
+                 zip(self._part_labels(cluster, phase, durations), durations.values(), strict=True)]))
+        except Exception:
+            self._phase_write_failed()
+
+    def _part_labels(self, cluster: str, phase: str, durations: dict[str, float]) -> list[Labels]:
+        """The labels of a phase's parts, made once per (cluster, phase, parts)."""
+        key = (cluster, phase, *durations)
+        labels = self._duration_labels.get(key)
+        if labels is None:
+            if len(self._duration_labels) >= _DURATION_LABELS_LIMIT:
+                self._duration_labels.clear()
+            labels = self._duration_labels[key] = [
+                (("cluster", cluster), ("phase", phase), ("part", part)) for part in durations]
+        return labels
+
+    def _phase_write_failed(self) -> None:
+        """One phase's failure is counted (and logged once); training goes on."""
+        self.diagnostics.count("phase", "internal")
+        if self.diagnostics.warn_once("phase", "store", "rl_otel: writing a phase's metrics to the store failed; "
+                                      "training goes on"):
+            _log.debug("rl_otel: phase store write failure", exc_info=True)
 
     def route(self, metrics: KeyValues, *, mirror: bool = False) -> Routed:
         """Split ``(key, value)`` pairs into the two views of :class:`Routed`. With ``mirror``, the trackers' view

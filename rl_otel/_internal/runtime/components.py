@@ -167,7 +167,11 @@ class Components:
                     self._phases = PhaseRuntime(
                         tracer=tracer, rank=self.config.rank, gpu=GpuProbe(), cpu=self.cpu,
                         next_step=self.pipeline.steps.next, record=self.pipeline.record_phase,
-                        fail=self._phase_failed)
+                        fail=self._phase_failed, record_gpu=self.pipeline.record_phase_gpu,
+                        count=lambda reason: self.diagnostics.count("phase", reason))
+                    # closed first (built after the others): the GPU times still pending are resolved (bounded)
+                    # while the store and the tracer provider are open
+                    self._closing(self._stack, "phases", self._phases)
                 runtime = self._phases
         return runtime
 
