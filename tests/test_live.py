@@ -71,8 +71,7 @@ def test_real_gpu_gauges_are_torchs_and_nvmls(monkeypatch):
     assert samples(text, "rl_gpu_process_memory_reserved_bytes")[labels] == torch.cuda.memory_reserved(device)
     if nvml:
         used = {dict(k)["device_id"]: dict(k)["gpu_uuid"] for k in samples(text, "rl_gpu_device_memory_used_bytes")}
-        uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
-        assert str(device) in used and (uuid is None or used[str(device)] == f"GPU-{uuid}")
+        assert used[str(device)].startswith(("GPU-", "MIG-"))  # NVML's UUID, the one DCGM's series carry
     del held
 
 
