@@ -175,12 +175,16 @@ class Telemetry:
             phase, self._recorder), onload=onload, offload=offload, step=step, parent=parent)
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Wait until every submitted job has run and the trackers have written every logged step. True if all
-        of it finished within the timeout."""
+        """Wait until every submitted job has run, the phases' GPU times are known and the trackers have written
+        every logged step. True if all of it finished within the timeout."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
         ran = self._recorder.worker.flush(timeout_s)
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self._components.bridge.flush(left) and ran
+        timed = self._components.flush_phases(left())  # the GPU times of the phases ended so far
+        return self._components.bridge.flush(left()) and ran and timed
 
     def close(self) -> None:
         """Flush and close the trackers (bounded by ``close_timeout_s``), stop serving. Idempotent; never raises.

@@ -12,11 +12,13 @@ them: liveness, build info, an error, a dropped series, a running and a finished
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
 from rl_otel.catalog import FRAMEWORKS, Catalog, Kind, default_catalog, left_out
 from rl_otel.catalog.spec import MetricSpec
+from tests.gpu_fakes import FakeCuda, fake_torch, settle
 from tests.promtools import scrape
 
 _TYPE = re.compile(r"^# TYPE (\S+) (\S+)$", re.M)
@@ -86,9 +88,11 @@ def test_every_catalog_entry_is_served_under_its_documented_name(framework):
     try:
         tel.log({key: _value(spec) for key, spec in keys.items()}, step=1)
         tel.log({"actor/pg_loss": "not a number", "rl_step": 1.0}, step=2)  # an error, a name collision (dropped)
-        with tel.phase("actor_train", "train_step"):  # the families of a running phase, then of a finished one
-            text = scrape(tel.metrics_url)  # type: ignore[arg-type]
-            served = dict(_TYPE.findall(text))
+        with pytest.MonkeyPatch.context() as mp:  # a (fake) CUDA device: the phase's GPU times are served too
+            mp.setitem(sys.modules, "torch", fake_torch(FakeCuda()))
+            with tel.phase("actor_train", "train_step"):  # the families of a running phase, then of a finished one
+                served = dict(_TYPE.findall(scrape(tel.metrics_url)))  # type: ignore[arg-type]
+            assert settle(tel)
         text = scrape(tel.metrics_url)  # type: ignore[arg-type]
         served.update(_TYPE.findall(text))
     finally:

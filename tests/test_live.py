@@ -1,4 +1,5 @@
-"""Live gauges read at scrape time: process memory, torch's allocator, NVML (fakes at the boundaries)."""
+"""Live gauges read at scrape time: process memory, torch's allocator, NVML (fakes at the boundaries; on a GPU
+machine the real torch and NVML too)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import rl_otel
 from rl_otel._internal.probes.live import NvmlPoller, torch_process_memory, visible_devices
 from rl_otel.catalog import live as specs
-from tests.gpu_fakes import GIB, FakeCuda, FakeNvml, fake_torch, wait_for_nvml
+from tests.gpu_fakes import GIB, FakeCuda, FakeNvml, fake_torch, real_cuda, wait_for_nvml
 from tests.promtools import promtool_check, samples, scrape
 
 
@@ -47,6 +48,31 @@ def test_gpu_gauges_with_gpu_uuid(monkeypatch):
     assert allocated[frozenset(base | {("device_id", "1")})] == 3 * GIB
     assert len(samples(text, "rl_gpu_process_memory_reserved_bytes")) == 2
     assert samples(text, "rl_process_resident_memory_bytes")[frozenset(base)] > 1e6
+
+
+def test_real_gpu_gauges_are_torchs_and_nvmls(monkeypatch):
+    """On a GPU: the process gauges equal torch's own functions, and NVML's series carry the device's UUID."""
+    import importlib.util
+
+    torch = real_cuda()
+    held = torch.ones(16 << 20, dtype=torch.uint8, device="cuda")
+    device = torch.cuda.current_device()
+    nvml = importlib.util.find_spec("pynvml") is not None
+    tel = rl_otel.init(run="live", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False)
+    try:
+        if nvml:
+            assert wait_for_nvml(tel.metrics_url)
+        text = scrape(tel.metrics_url)
+    finally:
+        tel.close()
+    assert promtool_check(text) == ""
+    labels = frozenset({("run", "live"), ("rank", "0"), ("device_id", str(device))})
+    assert samples(text, "rl_gpu_process_memory_allocated_bytes")[labels] == torch.cuda.memory_allocated(device)
+    assert samples(text, "rl_gpu_process_memory_reserved_bytes")[labels] == torch.cuda.memory_reserved(device)
+    if nvml:
+        used = {dict(k)["device_id"]: dict(k)["gpu_uuid"] for k in samples(text, "rl_gpu_device_memory_used_bytes")}
+        assert used[str(device)].startswith(("GPU-", "MIG-"))  # NVML's UUID, the one DCGM's series carry
+    del held
 
 
 def test_no_gpu_means_no_gpu_series(monkeypatch):

@@ -1,4 +1,5 @@
-"""The phase memory probes: CUDA availability asked once (per torch module and process), CPU memory from
+"""The phase memory probes: one allocator read per GPU snapshot (none for a stage no user code ran before) with
+every key and value as before, CUDA availability asked once (per torch module and process), CPU memory from
 /proc/self/statm equal to psutil's memory_info(), fork and close handling."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 import rl_otel
 from rl_otel._internal.probes import memory
 from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
-from tests.gpu_fakes import FakeCuda, fake_torch
+from tests.gpu_fakes import GIB, FakeCuda, fake_torch, legacy_snapshot
 
 INFIX = "actor_train/train_step"
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/statm is Linux's")
@@ -27,6 +28,85 @@ def tel():
 
 def gpu_keys(metrics):
     return [k for k in metrics if k.startswith(f"memory/{INFIX}/")]
+
+
+class Oracle:
+    """Today's snapshot (``legacy_snapshot``) taken beside the phase's, at the same points; its own allocator reads
+    are kept out of the fake's counters, so those count the phase's alone."""
+
+    def __init__(self, cuda: FakeCuda) -> None:
+        self.cuda, self.expected = cuda, {}
+
+    def take(self, stage: str, with_frac: bool = False) -> None:
+        reads, props = self.cuda.allocator_reads, self.cuda.property_reads
+        self.expected.update(legacy_snapshot(self.cuda, INFIX, stage, with_frac=with_frac))
+        self.cuda.allocator_reads, self.cuda.property_reads = reads, props
+
+
+@pytest.mark.parametrize("onload", [False, True], ids=["no_onload", "onload"])
+@pytest.mark.parametrize("offload", [False, True], ids=["no_offload", "offload"])
+def test_one_allocator_read_per_snapshot_and_the_same_keys_and_values(tel, monkeypatch, onload, offload):
+    """A phase reads torch's allocator once per stage that user code preceded (2 reads without onload/offload,
+    4 with both: before, 16 whole ``memory_stats()`` dicts), reads the device's total memory once per process,
+    resets the peaks once per phase, and gives every key the value the four public functions give there."""
+    cuda = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
+    cuda.alloc(10 * GIB)
+    cuda.free(6 * GIB)  # a peak of 10 GiB before the phase: reset at its start, as ROLL does
+    phases = 3
+    for i in range(phases):
+        oracle = Oracle(cuda)
+
+        def load(oracle=oracle) -> None:
+            oracle.take("start/offload")
+            cuda.alloc(20 * GIB)
+
+        def unload(oracle=oracle) -> None:
+            cuda.free(20 * GIB, release=True)
+
+        reads = cuda.allocator_reads
+        with tel.phase("actor_train", "train_step", onload=load if onload else None,
+                       offload=unload if offload else None) as ph:
+            if not onload:
+                oracle.take("start/offload")
+            oracle.take("start/onload")
+            cuda.alloc((i + 1) * GIB)
+            cuda.alloc(8 * GIB)
+            cuda.free(8 * GIB)  # a peak inside the body
+            oracle.take("end/onload", with_frac=True)
+        oracle.take("end/offload")
+        assert cuda.allocator_reads - reads == 2 + onload + offload
+        got = {k: v for k, v in ph.metrics.items() if k.startswith(f"memory/{INFIX}/")}
+        assert len(got) == 18 and got == oracle.expected
+    assert cuda.resets == phases
+    assert cuda.property_reads == 1  # the device's total memory, once
+
+
+def test_stages_without_user_code_between_share_their_read(tel, monkeypatch):
+    """No onload: start/onload is start/offload's read; no offload: end/offload is end/onload's read."""
+    cuda = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
+    cuda.alloc(3 * GIB)
+    with tel.phase("actor_train", "train_step") as ph:
+        cuda.alloc(2 * GIB)
+    m = ph.metrics
+    for kind in ("allocated", "reserved", "max_allocated", "max_reserved"):
+        assert m[f"memory/{INFIX}/start/onload/{kind}/0"] == m[f"memory/{INFIX}/start/offload/{kind}/0"]
+        assert m[f"memory/{INFIX}/end/offload/{kind}/0"] == m[f"memory/{INFIX}/end/onload/{kind}/0"]
+    assert m[f"memory/{INFIX}/start/onload/allocated/0"] == 3.0 and m[f"memory/{INFIX}/end/onload/allocated/0"] == 5.0
+
+
+def test_the_current_device_is_read_at_each_read(tel, monkeypatch):
+    """An onload that moves the process to another device: the later stages read (and name) that device."""
+    cuda = FakeCuda(devices=2)
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
+    cuda.alloc(1 * GIB, device=0)
+    cuda.alloc(7 * GIB, device=1)
+    with tel.phase("actor_train", "train_step", onload=lambda: cuda.set_device(1)) as ph:
+        pass
+    m = ph.metrics
+    assert m[f"memory/{INFIX}/start/offload/allocated/0"] == 1.0
+    assert m[f"memory/{INFIX}/start/onload/allocated/1"] == 7.0 and m[f"memory/{INFIX}/end/offload/allocated/1"] == 7.0
 
 
 def test_cuda_availability_is_asked_once_across_phases(tel, monkeypatch):
@@ -83,6 +163,23 @@ def test_a_forked_process_asks_again(monkeypatch):
     probe.reset_peaks()
     probe.reset_peaks()
     assert cuda.availability_checks == 2
+
+
+def test_a_child_forked_from_a_cuda_process_reads_no_gpu(monkeypatch):
+    """torch cannot use CUDA in a child forked after the parent initialized it (a DataLoader worker, say): the
+    probe reads nothing there rather than fail at every phase; a child of a process that never used CUDA reads."""
+    cuda = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
+    used, unused = GpuProbe(), GpuProbe()
+    assert used.read() is not None and unused.cuda() is not None
+    parent = os.getpid()
+    monkeypatch.setattr(memory.os, "getpid", lambda: parent + 1)
+    cuda.initialized = False  # what torch.cuda.is_initialized() says in such a child
+    reads = cuda.allocator_reads
+    used.reset_peaks()
+    assert used.read() is None and used.snapshot(INFIX, "start/offload", {}) is None
+    assert cuda.resets == 0 and cuda.allocator_reads == reads
+    assert unused.read() is not None  # never used CUDA before the fork: nothing to refuse
 
 
 @linux_only
@@ -173,8 +270,9 @@ def test_psutil_is_imported_only_when_statm_cannot_be_read():
               "before = 'psutil' in sys.modules\np.close()\nrss2, _ = p.memory()\n"
               "print(before, 'psutil' in sys.modules, rss > 0 and abs(rss2 - rss) < 0.5 * rss)")
     repo = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH", "")) if p)  # the suite's path kept
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=repo,
-                         env={**os.environ, "PYTHONPATH": str(repo)}, check=True).stdout
+                         env={**os.environ, "PYTHONPATH": path}, check=True).stdout
     assert out.split() == ["False", "True", "True"]
 
 

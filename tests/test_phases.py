@@ -15,7 +15,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import rl_otel
-from tests.gpu_fakes import GIB, FakeCuda, fake_torch
+from rl_otel._internal.tracing.phase import GPU_ATTRIBUTES
+from tests.gpu_fakes import GIB, FakeCuda, fake_torch, legacy_snapshot, real_cuda, settle
 from tests.promtools import promtool_check, samples, scrape
 
 INFIX = "actor_train/train_step"
@@ -41,11 +42,32 @@ def tel(request):
 served = pytest.mark.parametrize("tel", [True], indirect=True)
 
 
+class Spans:
+    """The spans ``tel`` finished. Where the process uses CUDA a phase's root span ends once its GPU times are
+    known (on the GPU timer's thread): every read waits for that first, so the tests mean the same on a GPU
+    machine as on a CPU one."""
+
+    def __init__(self, tel) -> None:
+        self.tel, self.exporter = tel, InMemorySpanExporter()
+        tel.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+
+    def get_finished_spans(self):
+        assert settle(self.tel)
+        return self.exporter.get_finished_spans()
+
+    def clear(self) -> None:
+        assert settle(self.tel)
+        self.exporter.clear()
+
+
 @pytest.fixture
 def spans(tel):
-    exporter = InMemorySpanExporter()
-    tel.tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return exporter
+    return Spans(tel)
+
+
+def gpu_timed(tel) -> bool:
+    """Whether ``tel``'s phases are GPU-timed in this process (a CUDA device, real or fake, is visible to torch)."""
+    return tel._components.phase_runtime().gpu.cuda() is not None
 
 
 @pytest.fixture
@@ -71,8 +93,12 @@ def test_spans_names_nesting_attributes_durations(tel, spans):
         assert got[child].context.trace_id == root.context.trace_id
         assert root.start_time <= got[child].start_time <= got[child].end_time <= root.end_time
     assert got["onload"].end_time <= got["execute"].start_time and got["execute"].end_time <= got["offload"].start_time
-    for s in got.values():
-        assert dict(s.attributes) == {"cluster": "actor_train", "phase": "train_step", "rank": 3, "step": 7}
+    attrs = {"cluster": "actor_train", "phase": "train_step", "rank": 3, "step": 7}
+    for name, s in got.items():
+        gpu = {k: v for k, v in s.attributes.items() if k.startswith("rl.gpu_time.")}
+        assert {k: v for k, v in s.attributes.items() if k not in gpu} == attrs
+        # the root carries the GPU seconds per part where the process uses CUDA (tests/test_gpu_time.py)
+        assert set(gpu) == (set(GPU_ATTRIBUTES.values()) if name == INFIX and gpu_timed(tel) else set())
     children = sum(got[c].end_time - got[c].start_time for c in ("onload", "execute", "offload"))
     assert children <= root.end_time - root.start_time
     m = ph.metrics
@@ -175,10 +201,46 @@ def test_no_gpu_cpu_metrics_only_and_one_info_line(tel, caplog, monkeypatch):
 
 
 def test_cpu_build_of_torch_has_no_gpu_metrics(tel):
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("torch sees a CUDA device here: test_real_gpu_phase_has_the_memory_keys_of_torch runs instead")
     with tel.phase("actor_train", "train_step") as ph:
         pass
     assert not [k for k in ph.metrics if k.startswith(f"memory/{INFIX}")]
+
+
+@pytest.mark.parametrize("user_code", [False, True], ids=["bare", "onload_offload"])
+def test_real_gpu_phase_has_the_memory_keys_of_torch(tel, user_code):
+    """On a GPU: every GPU memory key of a phase is what torch's public functions give at that point (the four
+    stages, the fractions), with a model moved on and off the device by onload/offload."""
+    torch = real_cuda()
+    expected: dict[str, float] = {}
+    held = []
+
+    def onload() -> None:
+        expected.update(legacy_snapshot(torch.cuda, INFIX, "start/offload"))
+        held.append(torch.ones(32 << 20, dtype=torch.uint8, device="cuda"))  # 32 MiB onto the device
+
+    def offload() -> None:
+        expected.update(legacy_snapshot(torch.cuda, INFIX, "end/onload", with_frac=True))
+        held.clear()
+        torch.cuda.empty_cache()
+
+    with tel.phase("actor_train", "train_step", onload=onload if user_code else None,
+                   offload=offload if user_code else None) as ph:
+        if not user_code:
+            expected.update(legacy_snapshot(torch.cuda, INFIX, "start/offload"))
+        expected.update(legacy_snapshot(torch.cuda, INFIX, "start/onload"))
+        scratch = torch.ones(16 << 20, dtype=torch.uint8, device="cuda")  # a peak inside the body
+        del scratch
+        if not user_code:
+            expected.update(legacy_snapshot(torch.cuda, INFIX, "end/onload", with_frac=True))
+    expected.update(legacy_snapshot(torch.cuda, INFIX, "end/offload"))
+    got = {k: v for k, v in ph.metrics.items() if k.startswith(f"memory/{INFIX}/")}
+    assert set(got) == set(expected) and len(got) == 18
+    assert got == expected
+    stage = f"memory/{INFIX}/end/onload/max_allocated/{torch.cuda.current_device()}"
+    assert got[stage] * GIB >= (16 << 20) + (32 << 20 if user_code else 0)
 
 
 def test_onload_exception_propagates_and_spans_close(tel, spans):
@@ -221,7 +283,7 @@ def test_offload_exception_propagates(tel, spans):
 @served
 def test_telemetry_failure_never_raises_and_is_counted(tel, monkeypatch):
     class Broken(FakeCuda):
-        def memory_allocated(self, d):
+        def memory_stats_as_nested_dict(self, d=None):
             raise RuntimeError("driver gone")
 
     monkeypatch.setitem(sys.modules, "torch", fake_torch(Broken()))
@@ -357,6 +419,7 @@ def test_processor_added_after_phases_records_the_next_phase(tel, sdk_spans):
     tel.tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     with tel.phase("actor_train", "train_step", step=5):
         pass
+    assert settle(tel)  # where the process uses CUDA, the root ends once its GPU times are known
     got = by_name(exporter)
     assert sorted(sdk_spans) == sorted(got) == sorted([INFIX, "onload", "execute", "offload"])
     root = got[INFIX]
@@ -456,8 +519,13 @@ print(json.dumps({"before": before, "after": sorted(m for m in sdk if m in sys.m
 tel.close()
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=repo,
-                         env={**env, "PYTHONPATH": str(repo)}, check=True).stdout
+    # the checkout first, then whatever path the suite runs with (on the GPU machine the OTel packages come from
+    # a PYTHONPATH entry: replacing it made the child exit 1 there, unable to import opentelemetry)
+    path = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH", "")) if p)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=repo,
+                         env={**env, "PYTHONPATH": path})
+    assert run.returncode == 0, run.stderr[-4000:]
+    out = run.stdout
     got = json.loads(out.strip().splitlines()[-1])
     assert got["before"] == [] and "opentelemetry.sdk.trace" in got["after"]
     assert TRACEPARENT.match(got["carrier"]["traceparent"]) and got["keys"] >= 8

@@ -15,6 +15,12 @@ PHASE_DURATION = histogram(
     f"rl_otel/phase_duration/{{cluster}}/{{phase}}/{_PARTS}", "rl_phase_duration_seconds",
     "Duration of every run of a cluster's phase: total, execute (the work), onload or offload of model state.",
     _S, DURATION_BUCKETS, unit="s")
+# The same parts timed on the GPU (CUDA events on the phase's stream, resolved after the phase ended), beside the
+# host time above: the host time of a GPU phase is mostly how long its kernels took to launch.
+PHASE_GPU_DURATION = histogram(
+    f"rl_otel/phase_gpu_duration/{{cluster}}/{{phase}}/{_PARTS}", "rl_phase_gpu_duration_seconds",
+    "GPU time of every run of a cluster's phase (CUDA events on its stream; only in processes using CUDA): total, "
+    "execute (the work), onload or offload of model state.", _S, DURATION_BUCKETS, unit="s")
 
 # Process view of the GPU (torch's caching allocator, this process only); device_id is the CUDA ordinal.
 GPU_PROCESS_ALLOCATED = gauge(
@@ -42,5 +48,5 @@ PROCESS_RSS = gauge("rl_otel/live/process/rss", "rl_process_resident_memory_byte
 PROCESS_VMS = gauge("rl_otel/live/process/vms", "rl_process_virtual_memory_bytes",
                     "Virtual memory size of the training process (psutil), read at scrape time.", _S, unit="By")
 
-SPECS = (PHASE_DURATION, GPU_PROCESS_ALLOCATED, GPU_PROCESS_RESERVED, GPU_DEVICE_USED, GPU_DEVICE_TOTAL,
-         GPU_DEVICE_RESERVED, PROCESS_RSS, PROCESS_VMS)
+SPECS = (PHASE_DURATION, PHASE_GPU_DURATION, GPU_PROCESS_ALLOCATED, GPU_PROCESS_RESERVED, GPU_DEVICE_USED,
+         GPU_DEVICE_TOTAL, GPU_DEVICE_RESERVED, PROCESS_RSS, PROCESS_VMS)

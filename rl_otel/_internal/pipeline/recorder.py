@@ -130,11 +130,27 @@ class Recorder:
             routed.measurements += map(Measurement, itertools.repeat(live.PHASE_DURATION),
                                        self._phase_labels(cluster, phase, durations), durations.values())
             self.record(routed.measurements, gone=routed.gone)
-        except Exception:  # one phase's failure is counted (and logged once); training goes on
-            self.diagnostics.count("phase", "internal")
-            if self.diagnostics.warn_once("phase", "store", "rl_otel: recording a phase's metrics failed; "
-                                          "training goes on"):
-                _log.debug("rl_otel: phase record failure", exc_info=True)
+        except Exception:
+            self._phase_failed()
+
+    def record_phase_gpu(self, cluster: str, phase: str, durations: dict[str, float]) -> None:
+        """A finished phase's GPU seconds per part (CUDA events, resolved after it ended, on the GPU timer's
+        thread): ``rl_phase_gpu_duration_seconds`` per part, and, when this process mirrors to trackers,
+        ``time/{cluster}/{phase}/gpu/{part}`` for the trackers' next step (never raises)."""
+        try:
+            if self.mirror is not None:
+                self.phases.add({f"time/{cluster}/{phase}/gpu/{part}": seconds for part, seconds in durations.items()})
+            self.record(list(map(Measurement, itertools.repeat(live.PHASE_GPU_DURATION),
+                                 self._phase_labels(cluster, phase, durations), durations.values())))
+        except Exception:
+            self._phase_failed()
+
+    def _phase_failed(self) -> None:
+        """One phase's failure is counted (and logged once); training goes on."""
+        self.diagnostics.count("phase", "internal")
+        if self.diagnostics.warn_once("phase", "store", "rl_otel: recording a phase's metrics failed; "
+                                      "training goes on"):
+            _log.debug("rl_otel: phase record failure", exc_info=True)
 
     def _phase_labels(self, cluster: str, phase: str, durations: Mapping[str, float]) -> list[Labels]:
         key = (cluster, phase, *durations)

@@ -12,14 +12,16 @@ import os
 import sys
 import threading
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 from rl_otel._internal.pipeline.worker import reset_in_forked_child
+from rl_otel._internal.probes.torch_compat import AllocatorReader, AllocatorStats
 
 _log = logging.getLogger("rl_otel")
 GIB = float(2**30)
 GPU_STAGES = ("start/offload", "start/onload", "end/onload", "end/offload")
 GPU_KINDS = ("allocated", "reserved", "max_allocated", "max_reserved")
+_KEYS_LIMIT = 1024  # (infix, stage, device) whose key strings are kept
 
 
 def torch_cuda() -> Any | None:
@@ -34,19 +36,34 @@ def torch_cuda() -> Any | None:
         return None
 
 
+class GpuReading(NamedTuple):
+    """One read of torch's caching allocator (bytes) on the device that was current, with the device's total."""
+
+    device: int
+    stats: AllocatorStats
+    total: float  # the device's memory (read once per device)
+
+
 class GpuProbe:
     """GPU memory of this process on its current device, as ROLL's ``_get_gpu_memory_metrics`` reports it.
 
-    Whether CUDA is usable is asked once per torch module and process (a phase needs it five times, and
-    ``is_available()`` does not change once answered); a process that imports torch later, or a forked child, is
-    asked again. Before torch is imported nothing is cached.
+    One allocator read per snapshot (:class:`~rl_otel._internal.probes.torch_compat.AllocatorReader`): every key
+    of a stage (and the fractions) comes from it, and a phase hands the same reading to the next stage when no
+    user code ran between the two (no ``onload``: ``start/onload`` is ``start/offload``; no ``offload``:
+    ``end/offload`` is ``end/onload``). The device's total memory is read once per device.
+
+    Whether CUDA is usable is asked once per torch module and process (``is_available()`` does not change once
+    answered); a process that imports torch later, or a forked child, is asked again. Before torch is imported
+    nothing is cached.
     """
 
     def __init__(self) -> None:
         self._total: dict[int, float] = {}
         self._announced = False
         self._lock = threading.Lock()
-        self._known: tuple[Any, int, Any | None] | None = None  # (torch module, pid, torch_cuda()'s answer)
+        self._known: tuple[Any, int, Any | None, AllocatorReader | None] | None = None  # (torch, pid, cuda, reader)
+        self._keys: dict[tuple[str, str, int], tuple[str, ...]] = {}  # (infix, stage, device) -> its keys
+        self._used_in: int | None = None  # the process that read the allocator (CUDA is initialized there)
         reset_in_forked_child(self)  # a phase in a forked child takes this lock
 
     def _after_fork(self) -> None:
@@ -54,52 +71,84 @@ class GpuProbe:
 
     def reset_peaks(self) -> None:
         """Reset the allocator's peak statistics (done at phase start, as ROLL does)."""
-        cuda = self._cuda()
+        cuda = self.cuda()
         if cuda is not None:
             cuda.reset_peak_memory_stats()
 
-    def snapshot(self, infix: str, stage: str, out: dict[str, float], *, with_frac: bool = False) -> None:
-        """Add ``memory/{infix}/{stage}/{kind}/{device_id}`` (GiB) to ``out``; the ``*_frac`` keys too if asked."""
-        cuda = self._cuda()
-        if cuda is None:
-            return
+    def read(self) -> GpuReading | None:
+        """One allocator read on the current device (``None`` without CUDA)."""
+        known = self._resolve()
+        if known is None or known[2] is None or known[3] is None:
+            return None
+        cuda = known[2]
+        if self._used_in is None:
+            self._used_in = known[1]
         device = cuda.current_device()
-        allocated, reserved = cuda.memory_allocated(device), cuda.memory_reserved(device)
-        max_allocated, max_reserved = cuda.max_memory_allocated(device), cuda.max_memory_reserved(device)
-        prefix = f"memory/{infix}/{stage}/"
-        out[f"{prefix}allocated/{device}"] = allocated / GIB
-        out[f"{prefix}reserved/{device}"] = reserved / GIB
-        out[f"{prefix}max_allocated/{device}"] = max_allocated / GIB
-        out[f"{prefix}max_reserved/{device}"] = max_reserved / GIB
-        if with_frac:
-            total = self._device_total(cuda, device)
-            if total > 0:
-                out[f"{prefix}max_allocated_frac/{device}"] = max_allocated / total
-                out[f"{prefix}max_reserved_frac/{device}"] = max_reserved / total
+        total = self._total.get(device)
+        if total is None:  # the device's memory size never changes: read it once
+            total = self._total[device] = float(cuda.get_device_properties(device).total_memory)
+        return GpuReading(device, known[3].read(device), total)
 
-    def _cuda(self) -> Any | None:
+    def snapshot(self, infix: str, stage: str, out: dict[str, float], *, with_frac: bool = False,
+                 reading: GpuReading | None = None) -> GpuReading | None:
+        """Add ``memory/{infix}/{stage}/{kind}/{device_id}`` (GiB) to ``out``, and the ``*_frac`` keys if asked,
+        from ``reading`` if given (no user code ran since it was taken), else from a new read. Returns the
+        reading used (``None`` without CUDA)."""
+        if reading is None:
+            reading = self.read()
+            if reading is None:
+                return None
+        device, stats = reading.device, reading.stats
+        keys = self._keys.get((infix, stage, device))
+        if keys is None:
+            keys = self._stage_keys(infix, stage, device)
+        out[keys[0]] = stats.allocated / GIB
+        out[keys[1]] = stats.reserved / GIB
+        out[keys[2]] = stats.max_allocated / GIB
+        out[keys[3]] = stats.max_reserved / GIB
+        if with_frac and reading.total > 0:
+            out[keys[4]] = stats.max_allocated / reading.total
+            out[keys[5]] = stats.max_reserved / reading.total
+        return reading
+
+    def _stage_keys(self, infix: str, stage: str, device: int) -> tuple[str, ...]:
+        if len(self._keys) >= _KEYS_LIMIT:  # a job has a handful of phases; a runaway set of names is not kept
+            self._keys.clear()
+        prefix = f"memory/{infix}/{stage}/"
+        keys = self._keys[(infix, stage, device)] = tuple(
+            f"{prefix}{kind}/{device}" for kind in (*GPU_KINDS, "max_allocated_frac", "max_reserved_frac"))
+        return keys
+
+    def cuda(self) -> Any | None:
+        """``torch.cuda`` if torch is imported and a CUDA device is usable (asked once per torch and process)."""
+        known = self._resolve()
+        return None if known is None else known[2]
+
+    def _resolve(self) -> tuple[Any, int, Any | None, AllocatorReader | None] | None:
+        """``(torch, pid, torch.cuda or None, its reader)`` for the torch imported now, asked once per torch module
+        and process; ``None`` before torch is imported (or while another thread is importing it)."""
         torch = sys.modules.get("torch")
         known = self._known
         if known is not None and known[0] is torch and known[1] == os.getpid():
-            return known[2]
+            return known
         cuda = None
+        known = None
         if torch is not None:
             cuda = torch_cuda()
+            if cuda is not None and self._used_in not in (None, os.getpid()) and not cuda.is_initialized():
+                # a child forked from a process that used CUDA: torch cannot initialize it here (every call would
+                # raise "Cannot re-initialize CUDA in forked subprocess"), so this process has no GPU metrics
+                cuda = None
             if getattr(torch, "cuda", None) is not None:  # not a torch still being imported by another thread
-                self._known = (torch, os.getpid(), cuda)
+                self._total = {}  # another torch (or process): its devices are read afresh
+                known = self._known = (torch, os.getpid(), cuda, AllocatorReader(cuda) if cuda is not None else None)
         if cuda is None and not self._announced:
             with self._lock:
                 if not self._announced:
                     self._announced = True
                     _log.info("rl_otel: no CUDA device visible to torch in this process; phase GPU memory metrics "
                               "are off (CPU memory metrics stay on)")
-        return cuda
-
-    def _device_total(self, cuda: Any, device: int) -> float:
-        total = self._total.get(device)
-        if total is None:  # the device's memory size never changes: read it once
-            total = self._total[device] = float(cuda.get_device_properties(device).total_memory)
-        return total
+        return known
 
 
 class CpuProbe:

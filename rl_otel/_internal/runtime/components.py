@@ -170,9 +170,17 @@ class Components:
                     self._phases = PhaseRuntime(
                         tracer=tracer, rank=self.config.rank, gpu=GpuProbe(), cpu=self.cpu,
                         next_step=self.recorder.steps.next, record=self.recorder.record_phase,
-                        fail=self._phase_failed)
+                        fail=self._phase_failed, record_gpu=self.recorder.record_phase_gpu,
+                        count=lambda reason: self.diagnostics.count("phase", reason))
+                    # closed first (built after the others): the GPU times still pending are resolved (bounded)
+                    # while the store and the tracer provider are open
+                    self._closing(self._stack, "phases", self._phases)
                 runtime = self._phases
         return runtime
+
+    def flush_phases(self, timeout_s: float | None) -> bool:
+        """Wait (bounded) for the GPU times of the phases ended so far; True at once when no phase ran."""
+        return True if self._phases is None else self._phases.flush(timeout_s)
 
     def _otlp(self, stack: contextlib.ExitStack, config: TelemetryConfig) -> bool:
         """The OTLP push: a reader on an SDK MeterProvider exporting the store's families, and a span processor

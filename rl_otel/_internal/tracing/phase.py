@@ -12,6 +12,13 @@ only (valid IDs: ``carrier()`` and user spans inside the block parent under them
 when first read (``DeferredSpan``: no ID is drawn, no sampler asked, for a phase nobody reads); ``onload`` and
 ``offload`` are skipped. A processor added later records the next phase's four spans.
 
+GPU times: in a process using CUDA a phase also records CUDA events at its edges (``probes/gpu_time.py``: never a
+synchronize); once the GPU has passed them, the GPU timer's thread writes the GPU seconds per part
+(``rl_phase_gpu_duration_seconds``, ``time/{infix}/gpu/{part}`` for the trackers) and the root span, kept open
+until then, gets ``rl.gpu_time.{part}_s`` attributes and ends at the host end time. GPU memory: one allocator read
+per snapshot, and one read serves two stages with no user code between them (no ``onload``: ``start/onload`` is
+``start/offload``'s read; no ``offload``: ``end/offload`` is ``end/onload``'s), ``probes/memory.py``.
+
 Errors: the user's ``onload``/``offload`` and the body are the user's code - their exceptions propagate, the
 spans end with an error status. If the body raises, ``offload`` is not called and no metrics are recorded (as in
 ROLL, whose context manager stops at the ``yield``). Telemetry's own failures never raise: they are counted in
@@ -21,23 +28,35 @@ ROLL, whose context manager stops at the ``yield``). Telemetry's own failures ne
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from time import perf_counter
+from dataclasses import dataclass, field
+from time import perf_counter, time_ns
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
+from rl_otel._internal.probes.gpu_time import END, EXECUTED, ONLOADED, GpuPhase, GpuTimer
 from rl_otel._internal.probes.live import RunningPhases, running_phases
-from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
+from rl_otel._internal.probes.memory import CpuProbe, GpuProbe, GpuReading
 from rl_otel._internal.tracing.carriers import extract, inject
 
 if TYPE_CHECKING:
     from rl_otel._internal.tracing.contexts import PhaseTracer
 
 PARTS = ("total", "execute", "onload", "offload")
+GPU_ATTRIBUTES = {part: f"rl.gpu_time.{part}_s" for part in PARTS}  # the root span's GPU seconds per part
+CLOSE_WAIT_S = 1.0  # how long close() gives the GPU times still pending to resolve
+
+
+class GpuPending(NamedTuple):
+    """What a phase handed to the GPU timer needs when its events resolve (on the resolver thread)."""
+
+    cluster: str
+    phase: str
+    root: Span | None  # the recorded root span, ended then (at the host end time, ``end_ns``)
+    end_ns: int
 
 
 @dataclass
@@ -53,10 +72,45 @@ class PhaseRuntime:
     fail: Callable[[str], None]  # count a telemetry failure (never raises)
     running: RunningPhases | None = None  # the phases now running (a live gauge serves them); default: the
     # registry of this Telemetry's CPU probe, which its live gauges read
+    record_gpu: Callable[[str, str, dict[str, float]], None] | None = None  # GPU seconds per part of a finished
+    # phase, called on the GPU timer's thread once its CUDA events resolve; None: phases are not GPU-timed
+    count: Callable[[str], None] | None = None  # count a drop under its reason (sink="phase"); default: fail
+    gpu_timer: GpuTimer | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if self.running is None:
             self.running = running_phases(self.cpu)
+        if self.record_gpu is not None:  # no thread, no event until a phase runs with CUDA
+            self.gpu_timer = GpuTimer(self.gpu.cuda, self._gpu_resolved, count=self._count, fail=self.fail)
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait (bounded) until the GPU times of the phases ended so far are written (their events resolved or
+        dropped). True if none is left."""
+        timer = self.gpu_timer
+        return True if timer is None else timer.wait(timeout_s)
+
+    def close(self) -> None:
+        """Stop GPU-timing new phases; the pending ones get :data:`CLOSE_WAIT_S` to resolve, the rest are ended
+        without GPU times and counted (``gpu_time_unresolved``). Phases go on running (host times, spans)."""
+        timer = self.gpu_timer
+        if timer is not None:
+            timer.close(CLOSE_WAIT_S)
+
+    def _count(self, reason: str) -> None:
+        (self.count or self.fail)(reason)
+
+    def _gpu_resolved(self, timed: GpuPhase, seconds: dict[str, float] | None) -> None:
+        """On the resolver thread: store the GPU seconds and end the root span (if it was kept open for them)."""
+        pending: GpuPending = timed.payload
+        try:
+            if seconds is not None and self.record_gpu is not None:
+                self.record_gpu(pending.cluster, pending.phase, seconds)
+        finally:
+            root = pending.root
+            if root is not None:
+                if seconds is not None:
+                    root.set_attributes({GPU_ATTRIBUTES[part]: value for part, value in seconds.items()})
+                root.end(end_time=pending.end_ns)
 
     def open(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
              offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None) -> Phase:
@@ -70,6 +124,7 @@ class Phase:
 
     __slots__ = (
         "_attrs",
+        "_gpu",
         "_offload",
         "_onload",
         "_parent",
@@ -102,6 +157,7 @@ class Phase:
         self._span: Span | None = None
         self._token: object = None
         self._started: float | None = None  # in the runtime's running phases, from __enter__ to the end of __exit__
+        self._gpu: GpuPhase | None = None  # this phase's CUDA events (None: not GPU-timed)
 
     @property
     def infix(self) -> str:
@@ -134,15 +190,22 @@ class Phase:
             self._start_root()
         except Exception:
             self._fail("start_span")
+        reading: GpuReading | None = None
         try:
             gpu.reset_peaks()
-            gpu.snapshot(infix, "start/offload", m)
+            reading = gpu.snapshot(infix, "start/offload", m)
         except Exception:
             self._fail("gpu_snapshot")
+        timer = rt.gpu_timer
+        if timer is not None:
+            self._gpu = timer.begin()
         span = self._child("onload") if self._recording else None
         if self._onload is not None:
             self._call_user(self._onload, span)
-        self._snapshots("start/onload", "start")
+            reading = None  # the user's code ran: start/onload is read afresh (else it is start/offload's read)
+            if self._gpu is not None:
+                self._gpu.mark(ONLOADED)
+        self._snapshots("start/onload", "start", reading)
         self._t_onloaded = perf_counter()
         if span is not None:
             self._end(span)
@@ -162,11 +225,15 @@ class Phase:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         t_executed = perf_counter()
+        rt, timed = self._rt, self._gpu
+        if timed is not None:
+            timed.mark(EXECUTED)
         if self._token is not None:
             self._guard(otel_context.detach, self._token)
         recording = self._recording
         if exc is not None:
             self._leave()
+            self._release_gpu()
             self._error(self._span, exc)
             self._end(self._span)
             self._error(self._root, exc)
@@ -174,16 +241,19 @@ class Phase:
             return
         if recording:
             self._end(self._span)
-        rt, infix, m = self._rt, self.infix, self.metrics
-        gpu = rt.gpu
+        infix, m = self.infix, self.metrics
         span = self._child("offload") if recording else None
+        reading: GpuReading | None = None
         try:
-            gpu.snapshot(infix, "end/onload", m, with_frac=True)
+            reading = rt.gpu.snapshot(infix, "end/onload", m, with_frac=True)
         except Exception:
             self._fail("gpu_snapshot")
         if self._offload is not None:
             self._call_user(self._offload, span)
-        self._snapshots("end/offload", "end")
+            reading = None  # the user's code ran: end/offload is read afresh (else it is end/onload's read)
+            if timed is not None:
+                timed.mark(END)
+        self._snapshots("end/offload", "end", reading)
         t_end = perf_counter()
         if span is not None:
             self._end(span)
@@ -196,8 +266,19 @@ class Phase:
             rt.record(self.cluster, self.phase, m, durations)
         except Exception:
             self._fail("record")
+        if timed is not None:
+            self._gpu = None
+            root = self._root if recording else None  # kept open until its GPU times are known (attributes)
+            if timed.finish(GpuPending(self.cluster, self.phase, root, time_ns() if root is not None else 0)):
+                return
         if recording:
             self._end(self._root)
+
+    def _release_gpu(self) -> None:
+        """The phase ended without host times (the user's code raised): its events go back unresolved."""
+        timed, self._gpu = self._gpu, None
+        if timed is not None:
+            timed.release()
 
     def _leave(self) -> None:
         """Out of the running phases (once: the block ended, or the user's onload/offload raised)."""
@@ -208,11 +289,12 @@ class Phase:
             except Exception:
                 self._fail("running")
 
-    def _snapshots(self, gpu_stage: str, cpu_stage: str) -> None:
-        """The GPU and CPU snapshots taken after ``onload`` (start) and after ``offload`` (end)."""
+    def _snapshots(self, gpu_stage: str, cpu_stage: str, reading: GpuReading | None) -> None:
+        """The GPU and CPU snapshots taken after ``onload`` (start) and after ``offload`` (end); the GPU one from
+        ``reading`` when no user code ran since it was taken."""
         rt, infix, m = self._rt, self.infix, self.metrics
         try:
-            rt.gpu.snapshot(infix, gpu_stage, m)
+            rt.gpu.snapshot(infix, gpu_stage, m, reading=reading)
         except Exception:
             self._fail("gpu_snapshot")
         try:
@@ -245,6 +327,7 @@ class Phase:
             fn()
         except BaseException as exc:  # the user's exception: close our spans, then let it go
             self._leave()
+            self._release_gpu()
             if self._token is not None:
                 self._guard(otel_context.detach, self._token)
                 self._token = None
