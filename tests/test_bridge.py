@@ -56,7 +56,7 @@ def test_trackers_and_prometheus_see_the_same_values():
                              "time/actor_train/train_step/execute", "my/custom_metric", "unknown/a",
                              "env/reward_dist", "actor/clipfrac", *refused}
     assert mirrored["my.custom.metric"] == 8.0 and mirrored["unknown/b"] == 2.0
-    base = (("rank", "0"), ("run", "same"))
+    base = (("rank", "0"), ("role", "trainer"), ("run", "same"))
     expected: dict = {}
     sums: dict = {}
     for key, value in mirrored.items():

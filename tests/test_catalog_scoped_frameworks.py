@@ -103,7 +103,7 @@ LABEL_CASES: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
     },
     "areal": {
         "ppo_actor/num_turns/max": ("rl_areal_actor_agent_stat", {"metric": "num_turns", "stat": "max"}),
-        "timeperf/ref_offload": ("rl_areal_engine_offload_duration_seconds", {"role": "ref", "operation": "offload"}),
+        "timeperf/ref_offload": ("rl_areal_engine_offload_duration_seconds", {"worker": "ref", "operation": "offload"}),
         "ppo_actor/update/compute_logp/linear/abs_error/avg": ("rl_areal_actor_approx_logprob_abs_error",
                                                                {"kind": "linear", "stat": "avg"}),
     },
@@ -112,7 +112,7 @@ LABEL_CASES: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
         "ray/node.2.mem_gb": ("rl_nemo_rl_ray_node_memory_used_bytes", {"part": "2"}),
         "train/math_with_judge/accuracy/stddev": (
             "rl_nemo_rl_rollout_agent_metric",
-            {"stage": "train", "role": "math_with_judge", "metric": "accuracy", "stat": "stddev"}),
+            {"stage": "train", "agent": "math_with_judge", "metric": "accuracy", "stat": "stddev"}),
         "validation/total_reward/mean": ("rl_nemo_rl_rollout_total_reward", {"stage": "validation", "stat": "mean"}),
         "validation-helpsteer3/loss": ("rl_nemo_rl_validation_dataset_metric",
                                        {"split": "helpsteer3", "metric": "loss"}),
@@ -139,19 +139,19 @@ LABEL_CASES: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
     "prime_rl": {
         "train/primeintellect/gsm8k/all/solver/rewards/correct_answer/p10": (
             "rl_prime_rl_trace_reward_function",
-            {"stage": "train", "env": "primeintellect_gsm8k", "split": "all", "role": "solver",
+            {"stage": "train", "env": "primeintellect_gsm8k", "split": "all", "agent": "solver",
              "reward_func": "correct_answer", "stat": "p10"}),
         "eval/aime2024/all/agent/num_turns/max": (
-            "rl_prime_rl_trace_turns", {"stage": "eval", "env": "aime2024", "split": "all", "role": "agent",
+            "rl_prime_rl_trace_turns", {"stage": "eval", "env": "aime2024", "split": "all", "agent": "agent",
                                         "stat": "max"}),
         "eval/aime2024/effective/num_turns/max": (
             "rl_prime_rl_episode_turns", {"stage": "eval", "env": "aime2024", "split": "effective", "stat": "max"}),
         "train/agg/effective/agent/timing/agent/model/p90": (
             "rl_prime_rl_trace_phase_duration_seconds",
-            {"stage": "train", "env": "agg", "split": "effective", "role": "agent", "phase": "agent_model",
+            {"stage": "train", "env": "agg", "split": "effective", "agent": "agent", "phase": "agent_model",
              "stat": "p90"}),
         "eval/aime2024/effective/agent/pass^8": (
-            "rl_prime_rl_eval_pass_all_k_ratio", {"env": "aime2024", "split": "effective", "role": "agent", "k": "8"}),
+            "rl_prime_rl_eval_pass_all_k_ratio", {"env": "aime2024", "split": "effective", "agent": "agent", "k": "8"}),
         "mismatch_kl/reverse-text/max": ("rl_prime_rl_mismatch_kl", {"env": "reverse-text", "stat": "max"}),
         "time/step": ("rl_prime_rl_time_unattributed_seconds", {"operation": "step"}),
         "orchestrator/time/step": ("rl_prime_rl_time_seconds", {"component": "orchestrator", "operation": "step"}),

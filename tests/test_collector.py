@@ -164,7 +164,7 @@ def test_pushed_metrics_carry_what_remote_write_makes_job_run_and_rank_from():
         assert (score.value, score.attributes["run"], score.attributes["rank"]) == (0.25, "pushed", "3")
         # prometheusremotewrite: job <- service.name, instance <- service.instance.id; the rules select job=~rl_otel.*
         assert re.fullmatch(JOB_REGEX, score.resource["service.name"])
-        assert score.resource["service.instance.id"].endswith("/pushed/3")
+        assert score.resource["service.instance.id"].endswith("/pushed/trainer/3")
         assert points["rl_step"].value == 4.0
     finally:
         receiver.close()

@@ -45,7 +45,7 @@ def test_prometheus_sees_every_seed_key(fed, tmp_path):
         for r in result:
             labels = dict(r["metric"])
             name = labels.pop("__name__")
-            for drop in ("job", "instance", "run", "rank"):
+            for drop in ("job", "instance", "run", "role", "rank"):
                 assert drop in labels, (name, labels)
                 if drop == "rank":
                     assert labels[drop] == "3"

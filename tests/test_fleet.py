@@ -100,7 +100,7 @@ def test_file_sd_target_is_written_atomically_and_removed_on_close(tmp_path):
     [path] = sd.iterdir()  # no temporary file left behind
     assert re.fullmatch(r"rl_otel-exp_1_a-trainer-rank4-[0-9a-f]{10}\.json", path.name), path.name
     assert json.loads(path.read_text()) == [{"targets": [f"127.0.0.1:{port_of(tel)}"],
-                                             "labels": {"run": "exp/1 a", "rank": "4"}}]
+                                             "labels": {"run": "exp/1 a", "role": "trainer", "rank": "4"}}]
     tel.close()
     assert list(sd.iterdir()) == []
 
@@ -112,7 +112,7 @@ def test_file_sd_yaml_file_and_advertised_host(tmp_path):
     with rl_otel.init(run="r", prometheus={"host": "0.0.0.0", "port": 0, "file_sd": str(path),
                                            "advertise_host": "node-7.cluster"}) as tel:
         assert yaml.safe_load(path.read_text()) == [{"targets": [f"node-7.cluster:{port_of(tel)}"],
-                                                     "labels": {"run": "r", "rank": "0"}}]
+                                                     "labels": {"run": "r", "role": "trainer", "rank": "0"}}]
     assert not path.exists()
 
 

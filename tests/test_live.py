@@ -38,7 +38,7 @@ def test_gpu_gauges_with_gpu_uuid(monkeypatch):
     finally:
         tel.close()
     assert promtool_check(text) == ""
-    base = {("run", "live"), ("rank", "0")}
+    base = {("run", "live"), ("role", "trainer"), ("rank", "0")}
     used = samples(text, "rl_gpu_device_memory_used_bytes")
     assert used == {frozenset(base | {("device_id", "0"), ("gpu_uuid", "GPU-aaaa")}): 1 * GIB,
                     frozenset(base | {("device_id", "1"), ("gpu_uuid", "GPU-bbbb")}): 2 * GIB}
@@ -66,7 +66,7 @@ def test_real_gpu_gauges_are_torchs_and_nvmls(monkeypatch):
     finally:
         tel.close()
     assert promtool_check(text) == ""
-    labels = frozenset({("run", "live"), ("rank", "0"), ("device_id", str(device))})
+    labels = frozenset({("run", "live"), ("role", "trainer"), ("rank", "0"), ("device_id", str(device))})
     assert samples(text, "rl_gpu_process_memory_allocated_bytes")[labels] == torch.cuda.memory_allocated(device)
     assert samples(text, "rl_gpu_process_memory_reserved_bytes")[labels] == torch.cuda.memory_reserved(device)
     if nvml:

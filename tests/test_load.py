@@ -19,7 +19,7 @@ from tests._workload import FullStep
 from tests.promtools import promtool_check
 
 STEPS, CLIENTS, HZ = 1000, 4, 20.0
-BASE = {"run", "rank"}
+BASE = {"run", "role", "rank"}
 
 
 def parse(text: str) -> dict[tuple[str, tuple], float]:

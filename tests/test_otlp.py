@@ -43,7 +43,7 @@ def test_metrics_and_spans_reach_the_collector(receiver):
     tel.close()  # the final push: interval_s=60 never fired
 
     assert len(receiver.metrics) == 1
-    points = {(p.metric, tuple(sorted((k, v) for k, v in p.attributes.items() if k not in ("run", "rank")))): p
+    points = {(p.metric, tuple(sorted((k, v) for k, v in p.attributes.items() if k not in ("run", "role", "rank")))): p
               for p in receiver.points()}
     score = points[("rl_critic_score", (("stat", "mean"),))]
     assert (score.kind, score.value, score.attributes["run"], score.attributes["rank"]) == ("gauge", 0.5, "push", "5")

@@ -164,7 +164,7 @@ def test_prometheus_scrape_has_phase_and_memory_series(tel, cuda):
         pass
     text = scrape(tel.metrics_url)
     assert promtool_check(text) == ""
-    base = {("run", "phases"), ("rank", "3"), ("cluster", "actor_train"), ("phase", "train_step")}
+    base = {("run", "phases"), ("role", "trainer"), ("rank", "3"), ("cluster", "actor_train"), ("phase", "train_step")}
     last = samples(text, "rl_phase_last_duration_seconds")
     assert {dict(k)["part"] for k in last} == {"total", "execute", "onload", "offload"}
     assert all(base <= k for k in last)
@@ -293,7 +293,7 @@ def test_telemetry_failure_never_raises_and_is_counted(tel, monkeypatch):
     assert ran == ["on", "body", "off"]
     assert tel.value(f"time/{INFIX}/total") is not None
     errors = samples(scrape(tel.metrics_url), "rl_telemetry_errors_total")
-    assert errors[frozenset({("run", "phases"), ("rank", "3"), ("sink", "phase"), ("reason", "internal")})] >= 1
+    assert errors[frozenset({("run", "phases"), ("role", "trainer"), ("rank", "3"), ("sink", "phase"), ("reason", "internal")})] >= 1
 
 
 def test_span_ids_stay_random_when_training_seeds_random(tel, spans):

@@ -58,7 +58,7 @@ def test_two_ranks_label_their_series_and_only_rank0_writes_tensorboard(tmp_path
         assert url0 != url1 and trackers0 == "tensorboard" and trackers1 == []
         for rank, url in ((0, url0), (1, url1)):
             text = scrape(url)
-            labels = frozenset({("run", "ranks"), ("rank", str(rank)), ("stat", "mean")})
+            labels = frozenset({("run", "ranks"), ("role", "trainer"), ("rank", str(rank)), ("stat", "mean")})
             assert samples(text, "rl_critic_score") == {labels: 10 * rank + 2}
             info = next(k for k in samples(text, "target_info"))
             assert ("rl_local_rank", str(rank)) in info and ("rl_world_size", "2") in info, info

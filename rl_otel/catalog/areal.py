@@ -254,7 +254,7 @@ _TIMING = (  # stats_tracker.record_timing in the trainer process
           "batch), critic_values / ref_logp / teacher_logp / recompute_logp (forward passes), compute_advantage, "
           "train_step / critic_train_step (updates), update_weights, save, checkpoint_for_recover, eval, "
           "clear_batches, and the rollout engine's pause / offload / onload / resume steps.", _S, unit="s"),
-    gauge("timeperf/{role:actor|critic|ref|teacher}_{operation:onload|offload}",
+    gauge("timeperf/{worker:actor|critic|ref|teacher}_{operation:onload|offload}",
           "rl_areal_engine_offload_duration_seconds",
           "Only with offloading: seconds to onload or offload (operation) an engine (role), mean over the step's "
           "onloads or offloads.", _S, unit="s"),

@@ -227,7 +227,7 @@ _GYM = (
     _g(f"{_STAGE}/total_reward/{_GYM_STATS}", "rollout_total_reward",
        "The sample's total_reward (NeMo-Gym full_result.reward), a statistic over the batch's samples."),
     # last: a NeMo-Gym agent's own fields, four segments ending in a statistic
-    _g(f"{_STAGE}/{{role}}/{{metric}}/{_GYM_STATS}", "rollout_agent_metric",
+    _g(f"{_STAGE}/{{agent}}/{{metric}}/{_GYM_STATS}", "rollout_agent_metric",
        "A numeric full_result field (metric) returned by the NeMo-Gym agent (role), a statistic over the agent's "
        "samples."),
 )

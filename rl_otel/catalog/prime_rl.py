@@ -31,7 +31,7 @@ _ROLLOUT = "{stat:mean|max|min|p10|p90}"  # the orchestrator's statistics over e
 # the orchestrator's rollout scope: train or eval, an env (agg: all train envs; an env name may hold '/') and the
 # subset (all: every rollout that arrived; effective: the admitted, clean, trainable ones)
 _SCOPE = "{stage:train|eval}/{env:.+?}/{split:all|effective}"
-_AGENT = _SCOPE + "/{role}"  # one agent's traces (single-agent envs: role="agent")
+_AGENT = _SCOPE + "/{agent}"  # one agent's traces (single-agent envs: agent="agent")
 
 
 # The trainer and the orchestrator append to the same metrics.jsonl and both write time/step and time/save_ckpt
@@ -209,12 +209,12 @@ _ORCHESTRATOR = (
 )
 
 _EVAL = (
-    _g("eval/{env:.+?}/{split:all|effective}/{role}/avg@{k:[0-9]+}", "eval_avg_at_k",
+    _g("eval/{env:.+?}/{split:all|effective}/{agent}/avg@{k:[0-9]+}", "eval_avg_at_k",
        "Orchestrator eval: mean reward over the env's eval traces of the agent (avg@k, k = rollouts per "
        "example)."),
-    _g("eval/{env:.+?}/{split:all|effective}/{role}/pass@{k:[0-9]+}", "eval_pass_at_k_ratio",
+    _g("eval/{env:.+?}/{split:all|effective}/{agent}/pass@{k:[0-9]+}", "eval_pass_at_k_ratio",
        "Orchestrator eval, binary rewards only: unbiased pass@k averaged over the env's examples."),
-    _g("eval/{env:.+?}/{split:all|effective}/{role}/pass^{k:[0-9]+}", "eval_pass_all_k_ratio",
+    _g("eval/{env:.+?}/{split:all|effective}/{agent}/pass^{k:[0-9]+}", "eval_pass_all_k_ratio",
        "Orchestrator eval, binary rewards only: unbiased pass^k (all k correct) averaged over the env's examples."),
     _g("eval/{env:.+?}/policy_version", "eval_policy_version",
        "Orchestrator eval: lowest policy version that generated the env's eval epoch.", unit="{version}"),

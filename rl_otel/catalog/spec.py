@@ -13,15 +13,20 @@ from functools import cached_property
 
 from rl_otel.catalog.naming import check_name, label_value
 
+# The labels every series of a process carries (its Telemetry's run, role and rank): no entry may use them.
+BASE_LABELS = ("run", "role", "rank")
 # Labels a catalog entry may use. Every one is bounded by the training code (never a step, sample id or
 # timestamp); free-text ones are still capped per metric at run time.
 ALLOWED_LABELS = frozenset({
-    "run", "rank", "cluster", "phase", "part", "stage", "kind", "device_id", "gpu_uuid", "taskset", "metric",
+    "cluster", "phase", "part", "stage", "kind", "device_id", "gpu_uuid", "taskset", "metric",
     "stat", "k", "across", "operation", "operator", "sink", "reason", "version",
     # free parts of the frameworks' keys: veRL's data source and variable, ROLL's domain and env tag, TRL's
     # reward function, tool and clip region, Trinity-RFT's model index; each bounded by the run's configuration
-    "data_source", "var", "domain", "tag", "env", "reward_func", "tool", "region", "model", "role", "component",
+    "data_source", "var", "domain", "tag", "env", "reward_func", "tool", "region", "model", "component",
     "split", "bound",
+    # which model or engine of a framework a value is about (veRL's actor/critic workers, AReaL's engines, veRL's
+    # training/rollout engine), and an environment's agent (NeMo-RL, prime-rl): never "role", the process's own
+    "worker", "engine", "agent",
 })
 
 # Values used to write a concrete example of a templated key (docs, tests, `rl-otel catalog`).
@@ -30,7 +35,7 @@ EXAMPLE_VALUES = {
     "k": "4", "operation": "rollout", "operator": "group_advantages", "sink": "prometheus",
     "reason": "bad_value", "version": "0.1.0", "data_source": "openai/gsm8k", "var": "reward", "domain": "math",
     "tag": "SimpleSokoban", "env": "sokoban", "reward_func": "accuracy_reward", "tool": "search", "region": "low",
-    "model": "0", "role": "actor", "component": "actor", "split": "train", "bound": "high",
+    "model": "0", "worker": "actor", "engine": "rollout", "agent": "agent", "component": "actor", "split": "train", "bound": "high",
     "gpu_uuid": "GPU-8f1e2d3c-0000-0000-0000-000000000000",
 }
 
@@ -116,6 +121,9 @@ class MetricSpec:
         if self.kind is Kind.HISTOGRAM and (not self.buckets or list(self.buckets) != sorted(set(self.buckets))):
             raise ValueError(f"histogram {self.name!r} needs strictly increasing explicit buckets")
         for label, _ in self.placeholders:
+            if label in BASE_LABELS:
+                raise ValueError(f"{self.key!r}: label {label!r} is a label of every series (run, role, rank); name "
+                                 "it after what it is (worker, engine, agent, ...)")
             if label not in ALLOWED_LABELS and not label.startswith("_"):
                 raise ValueError(f"{self.key!r}: label {label!r} is not one of the bounded labels "
                                  f"{sorted(ALLOWED_LABELS)}")
@@ -191,7 +199,7 @@ class MetricSpec:
             "unit": self.unit,
             "tracker_unit": self.tracker_unit or self.unit,
             "scale": self.scale,
-            "labels": ["run", "rank", *self.labels],
+            "labels": [*BASE_LABELS, *self.labels],
             "description": self.description,
             "source": self.source,
             **({"buckets": list(self.buckets)} if self.buckets else {}),

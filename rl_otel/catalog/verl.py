@@ -12,7 +12,7 @@ from rl_otel.catalog.define import GIB, MIN_MAX_MEAN, counter, gauge
 _S = "verl"
 _SR = "verl,roll"  # keys ROLL logs under the same name
 _STATS = "{stat:mean|max|min|std}"
-_ROLE = "{role:actor|critic}"
+_ROLE = "{worker:actor|critic}"
 # Rejection-sampling options of algorithm.rollout_correction.rollout_rs (their names contain '_').
 _RS_OPTIONS = ("token_k1|token_k2|token_k3|seq_sum_k1|seq_sum_k2|seq_sum_k3|seq_mean_k1|seq_mean_k2|seq_mean_k3|"
                "seq_max_k2|seq_max_k3")
@@ -72,10 +72,10 @@ def _rollout_corr(prefix: str, name: str, mode: str) -> tuple:
         gauge(f"{prefix}/rollout_rs_seq_masked_fraction", f"{name}_rs_combined_seq_masked_ratio",
               f"{mode}: fraction of sequences with any token rejected by the rollout_rs options.", _S),
         # off-policy diagnostics (always with rollout log-probs)
-        gauge(f"{prefix}/{{role:training|rollout}}_ppl", f"{name}_perplexity",
+        gauge(f"{prefix}/{{engine:training|rollout}}_ppl", f"{name}_perplexity",
               f"{mode}: mean over sequences of exp(-token-mean log-prob) under the trainer (training) or the "
               "rollout (rollout) policy.", _S),
-        gauge(f"{prefix}/{{role:training|rollout}}_log_ppl", f"{name}_log_perplexity",
+        gauge(f"{prefix}/{{engine:training|rollout}}_log_ppl", f"{name}_log_perplexity",
               f"{mode}: mean over sequences of the negative token-mean log-prob under the trainer (training) or "
               "the rollout (rollout) policy.", _S),
         gauge(f"{prefix}/kl", f"{name}_kl",
@@ -383,10 +383,10 @@ _OWN = (
           "mini-batches.", _S),
     gauge("actor/distillation/abs_loss", "rl_actor_distillation_abs_loss",
           "KL-estimator distillation modes: mean |per-token loss| over response tokens.", _S),
-    gauge("actor/distillation/{role:student|teacher}_mass", "rl_actor_distillation_topk_mass_ratio",
+    gauge("actor/distillation/{model:student|teacher}_mass", "rl_actor_distillation_topk_mass_ratio",
           "forward_kl_topk: the student's or teacher's probability mass in the top-k tokens, mean over response "
           "tokens.", _S),
-    gauge("actor/distillation/{role:student|teacher}_mass_{stat:min|max}",
+    gauge("actor/distillation/{model:student|teacher}_mass_{stat:min|max}",
           "rl_actor_distillation_topk_mass_extreme_ratio",
           "forward_kl_topk: the student's or teacher's top-k probability mass, min or max over response tokens.",
           _S),

@@ -216,8 +216,8 @@ def memory(t: Thresholds) -> Dashboard:
                f"max by (gpu_uuid) (rl_gpu_device_memory_total_bytes{{{RUN}}})", "{{gpu_uuid}}"),),
             unit="percentunit", threshold=t.gpu_peak_ratio_max, needs_gpu=True),
         Panel("Peak GPU memory per step (veRL {actor,critic}/perf/)", (
-            _q(f"max by (run, role) (rl_perf_max_memory_allocated_bytes{{{RUN}}})", "{{run}} {{role}} allocated"),
-            _q(f"max by (run, role) (rl_perf_max_memory_reserved_bytes{{{RUN}}})", "{{run}} {{role}} reserved"),
+            _q(f"max by (run, worker) (rl_perf_max_memory_allocated_bytes{{{RUN}}})", "{{run}} {{worker}} allocated"),
+            _q(f"max by (run, worker) (rl_perf_max_memory_reserved_bytes{{{RUN}}})", "{{run}} {{worker}} reserved"),
             _q(f"max by (run) (rl_worker_max_memory_allocated_bytes{{{RUN}}})", "{{run}} allocated"),
             _q(f"max by (run) (rl_worker_max_memory_reserved_bytes{{{RUN}}})", "{{run}} reserved"))),
     ))
