@@ -111,9 +111,12 @@ def test_two_ranks_the_tracker_passed_to_log_with_serves_every_rank_under_one_ru
         run = main["run"]
         assert other["run"] == run
         text0, text1 = scrape(main["url"]), scrape(other["url"])
-        assert samples(text0, "rl_critic_score") == {frozenset({("run", run), ("rank", "0"), ("stat", "mean")}): 0.5}
-        assert samples(text1, "rl_critic_score") == {frozenset({("run", run), ("rank", "1"), ("stat", "mean")}): 1.5}
-        assert samples(text0, "rl_actor_pg_loss") == {frozenset({("run", run), ("rank", "0")}): 1.0}
+        assert samples(text0, "rl_critic_score") == {
+            frozenset({("run", run), ("role", "trainer"), ("rank", "0"), ("stat", "mean")}): 0.5}
+        assert samples(text1, "rl_critic_score") == {
+            frozenset({("run", run), ("role", "trainer"), ("rank", "1"), ("stat", "mean")}): 1.5}
+        assert samples(text0, "rl_actor_pg_loss") == {
+            frozenset({("run", run), ("role", "trainer"), ("rank", "0")}): 1.0}
         assert samples(text1, "rl_actor_pg_loss") == {}  # accelerator.log never reaches rank 1
     finally:
         outs = finish_ranks(procs)

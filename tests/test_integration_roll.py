@@ -81,7 +81,7 @@ def test_replay_from_a_thread_never_moves_the_endpoint_back_and_trackers_get_the
     trackers get every replayed step with its own values."""
     tracker, recorder = make_tracker("roll-resume")
     url = tracker.telemetry.metrics_url
-    run = frozenset({("run", "roll-resume"), ("rank", "0")})
+    run = frozenset({("run", "roll-resume"), ("role", "trainer"), ("rank", "0")})
     history = [roll_step(s) for s in range(100)]
     tracker.log(roll_step(100), step=100)  # the first resumed step, before the replay runs
 
@@ -123,7 +123,7 @@ def test_a_replay_before_the_first_new_step_ends_at_the_checkpoint():
     with ThreadPoolExecutor(max_workers=5) as executor:
         executor.submit(replay, tracker, [roll_step(s) for s in range(50)]).result(timeout=60)
     url = tracker.telemetry.metrics_url
-    run = frozenset({("run", "roll-rlvr"), ("rank", "0")})
+    run = frozenset({("run", "roll-rlvr"), ("role", "trainer"), ("rank", "0")})
     assert samples(scrape(url), "rl_step") == {run: 49.0}
     tracker.log(roll_step(50), step=50)
     assert samples(scrape(url), "rl_step") == {run: 50.0}

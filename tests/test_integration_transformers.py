@@ -29,7 +29,7 @@ torch = pytest.importorskip("torch")
 def series(key: str, run: str, rank: int = 0) -> tuple[str, frozenset]:
     """The sample name and labels a logged key is served as."""
     res = default_catalog().resolve(key)
-    return res.spec.prometheus_name, frozenset({("run", run), ("rank", str(rank)), *res.labels})
+    return res.spec.prometheus_name, frozenset({("run", run), ("role", "trainer"), ("rank", str(rank)), *res.labels})
 
 
 def served(text: str, key: str, run: str) -> float | None:
@@ -142,7 +142,7 @@ def test_grpo_train_then_evaluate_every_logged_key_is_served(trl, tmp_path):
     assert served(final, "eval_rewards/flaky_reward/mean", "grpo-run") is None
     assert served(final, "eval_rewards/length_reward/mean", "grpo-run") == pytest.approx(
         eval_logs[0]["eval_rewards/length_reward/mean"])
-    assert samples(final, "rl_step") == {frozenset({("run", "grpo-run"), ("rank", "0")}): 2.0}
+    assert samples(final, "rl_step") == {frozenset({("run", "grpo-run"), ("role", "trainer"), ("rank", "0")}): 2.0}
 
     url = tel.metrics_url
     callback.close()
@@ -175,7 +175,7 @@ def test_transformers_trainer_serves_past_train_and_evaluate(tmp_path):
                                    callbacks=[callback])
     trainer.train()
     text = scrape(callback.telemetry.metrics_url)
-    assert samples(text, "rl_step") == {frozenset({("run", "hf-run"), ("rank", "0")}): 4.0}
+    assert samples(text, "rl_step") == {frozenset({("run", "hf-run"), ("role", "trainer"), ("rank", "0")}): 4.0}
     assert samples(text, "rl_loss") and samples(text, "rl_train_runtime_seconds")
     assert [s for s, _ in tensorboard_scalars(str(tmp_path / "tb"))["loss"]] == [1, 2, 3, 4]  # flushed at train end
     metrics = trainer.evaluate()
@@ -282,9 +282,10 @@ def test_two_ranks_each_serve_base_plus_local_rank_and_rank0_alone_mirrors(tmp_p
         assert [r["trackers"] for r in ready] == [["tensorboard"], []]  # rank 1: no tracker sink
         for rank, r in enumerate(ready):
             text = scrape(r["url"])
-            assert samples(text, "rl_loss") == {frozenset({("run", "trl-ranks"), ("rank", str(rank))}): 10.0 * rank + 2}
+            assert samples(text, "rl_loss") == {
+                frozenset({("run", "trl-ranks"), ("role", "trainer"), ("rank", str(rank))}): 10.0 * rank + 2}
             assert samples(text, "rl_eval_loss") == {
-                frozenset({("run", "trl-ranks"), ("rank", str(rank))}): 10.0 * rank + 0.5}
+                frozenset({("run", "trl-ranks"), ("role", "trainer"), ("rank", str(rank))}): 10.0 * rank + 0.5}
     finally:
         outs = [p.communicate("\n", timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outs]
@@ -349,7 +350,7 @@ def test_ranks_without_a_run_name_share_one_run_label_though_started_seconds_apa
         assert ready[0]["run"].startswith("grpo-out")
         for rank, r in enumerate(ready):
             assert samples(scrape(r["url"]), "rl_loss") == {
-                frozenset({("run", ready[0]["run"]), ("rank", str(rank))}): 1.0}
+                frozenset({("run", ready[0]["run"]), ("role", "trainer"), ("rank", str(rank))}): 1.0}
     finally:
         outs = finish_ranks(procs)
     assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outs]

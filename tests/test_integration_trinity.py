@@ -73,12 +73,18 @@ def test_monitor_type_reaches_explorer_and_trainer_in_a_fresh_process(tmp_path):
         assert report["modules"] == [MONITOR_TYPE] and report["roles"] == ["explorer", "trainer"]
         explorer, trainer = report["explorer"], report["trainer"]
         assert explorer != trainer
-        assert samples(scrape(explorer), "rl_step") == {frozenset({("run", run), ("rank", "0")}): 2.0}
+        # the two roles of one run differ on every series and on the resource (an OTLP push of both never collides)
+        explorer_step = {frozenset({("run", run), ("role", "explorer"), ("rank", "0")}): 2.0}
+        assert samples(scrape(explorer), "rl_step") == explorer_step
+        instances = {dict(key)["service_instance_id"] for url in (explorer, trainer)
+                     for key in samples(scrape(url), "target_info")}
+        assert len(instances) == 2 and {i.split("/")[-2] for i in instances} == {"explorer", "trainer"}, instances
         assert key_samples(explorer, "rollout/reward/mean", run) == {
             frozenset({("metric", "reward"), ("stat", "mean")}): 0.5}
         assert key_samples(explorer, "eval/gsm8k/accuracy/mean@4", run) == {
             frozenset({("taskset", "gsm8k"), ("metric", "accuracy"), ("stat", "mean"), ("k", "4")}): 0.75}
-        assert samples(scrape(trainer), "rl_step") == {frozenset({("run", run), ("rank", "0")}): 3.0}
+        trainer_step = {frozenset({("run", run), ("role", "trainer"), ("rank", "0")}): 3.0}
+        assert samples(scrape(trainer), "rl_step") == trainer_step
         assert key_samples(trainer, "actor/pg_loss", run) == {frozenset(): 0.125}
         child.send()
         assert child.expect() == {"done": True, "short_name": True}

@@ -86,7 +86,8 @@ def test_trainer_logger_selects_rl_otel_in_a_fresh_process(tmp_path, mode):
         assert report["supported"] == 1 and report["wrapped_once"]  # installed once, however often applied
         url = report["url"]
         # the run label is the experiment name; both log() calls arrived
-        assert samples(scrape(url), "rl_step") == {frozenset({("run", experiment), ("rank", "0")}): 2.0}
+        assert samples(scrape(url), "rl_step") == {
+            frozenset({("run", experiment), ("role", "trainer"), ("rank", "0")}): 2.0}
         assert key_samples(url, "critic/vf_loss", experiment) == {frozenset(): 0.125}
         assert key_samples(url, "critic/score/mean", experiment) == {frozenset({("stat", "mean")}): 0.5}
         assert key_samples(url, "response_length/mean", experiment) == {frozenset({("stat", "mean")}): 42.0}
@@ -182,7 +183,8 @@ def test_attach_to_a_tracking_built_without_rl_otel():
     tracking.log(data={"critic/vf_loss": 0.125}, step=7)
     url = backend.telemetry.metrics_url
     assert key_samples(url, "critic/vf_loss", "verl-attached") == {frozenset(): 0.125}
-    assert samples(scrape(url), "rl_step") == {frozenset({("run", "verl-attached"), ("rank", "0")}): 7.0}
+    assert samples(scrape(url), "rl_step") == {
+        frozenset({("run", "verl-attached"), ("role", "trainer"), ("rank", "0")}): 7.0}
     tracking.finish()
     assert port_closed(url)
     with pytest.raises(TypeError, match="Tracking"):
@@ -215,7 +217,8 @@ def test_attach_to_a_tracking_like_object():
     tracking.log(data={"critic/vf_loss": 0.125, "response_length/mean": 42.0}, step=7)
     url = backend.telemetry.metrics_url
     assert key_samples(url, "critic/vf_loss", "verl-exp") == {frozenset(): 0.125}
-    assert samples(scrape(url), "rl_step") == {frozenset({("run", "verl-exp"), ("rank", "0")}): 7.0}
+    assert samples(scrape(url), "rl_step") == {
+        frozenset({("run", "verl-exp"), ("role", "trainer"), ("rank", "0")}): 7.0}
     tracking.finish()
     assert port_closed(url)
 

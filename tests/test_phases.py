@@ -293,7 +293,8 @@ def test_telemetry_failure_never_raises_and_is_counted(tel, monkeypatch):
     assert ran == ["on", "body", "off"]
     assert tel.value(f"time/{INFIX}/total") is not None
     errors = samples(scrape(tel.metrics_url), "rl_telemetry_errors_total")
-    assert errors[frozenset({("run", "phases"), ("role", "trainer"), ("rank", "3"), ("sink", "phase"), ("reason", "internal")})] >= 1
+    key = frozenset({("run", "phases"), ("role", "trainer"), ("rank", "3"), ("sink", "phase"), ("reason", "internal")})
+    assert errors[key] >= 1
 
 
 def test_span_ids_stay_random_when_training_seeds_random(tel, spans):

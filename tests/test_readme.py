@@ -71,7 +71,8 @@ def test_the_quick_start_shows_a_served_series():
     from tests.promtools import samples
 
     served = samples(proc.stdout, "rl_critic_score")
-    assert served == {frozenset({("run", "exp1"), ("role", "trainer"), ("rank", "0"), ("stat", "mean")}): 0.41}, proc.stdout + proc.stderr
+    labels = frozenset({("run", "exp1"), ("role", "trainer"), ("rank", "0"), ("stat", "mean")})
+    assert served == {labels: 0.41}, proc.stdout + proc.stderr
 
 
 def test_yaml_snippets_parse():

@@ -35,7 +35,8 @@ EXAMPLE_VALUES = {
     "k": "4", "operation": "rollout", "operator": "group_advantages", "sink": "prometheus",
     "reason": "bad_value", "version": "0.1.0", "data_source": "openai/gsm8k", "var": "reward", "domain": "math",
     "tag": "SimpleSokoban", "env": "sokoban", "reward_func": "accuracy_reward", "tool": "search", "region": "low",
-    "model": "0", "worker": "actor", "engine": "rollout", "agent": "agent", "component": "actor", "split": "train", "bound": "high",
+    "model": "0", "worker": "actor", "engine": "rollout", "agent": "agent", "component": "actor", "split": "train",
+    "bound": "high",
     "gpu_uuid": "GPU-8f1e2d3c-0000-0000-0000-000000000000",
 }
 
