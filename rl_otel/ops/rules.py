@@ -50,7 +50,7 @@ class Alert:
     @property
     def anchor(self) -> str:
         """The runbook section: a ``## RLTrainerStalled`` heading has the anchor ``rltrainerstalled``."""
-        return self.name.lower()
+        return runbook.anchor(self.name)
 
     def to_dict(self, links: RunbookLinks | None = None) -> dict[str, object]:
         return {
@@ -65,17 +65,32 @@ class Alert:
 
 @dataclass(frozen=True)
 class RunbookLinks:
-    """Where an alert's ``runbook_url`` points: its panel of the generated runbook dashboard in Grafana (the
-    default, :mod:`rl_otel.ops.runbook`), or, with ``runbook_base``, ``<runbook_base>#<alert in lower case>`` on a
-    page of docs/runbook.md (your fork's, your wiki's)."""
+    """Where an alert's ``runbook_url`` points (:mod:`rl_otel.ops.runbook`): by default the alert's section of
+    docs/runbook.md in the project's source repository (``[project.urls] Source`` of pyproject.toml); with
+    ``runbook_base``, ``<runbook_base>#<anchor>`` (your fork's or wiki's page of docs/runbook.md); with
+    ``grafana_url``, the alert's panel of the generated runbook dashboard in that Grafana. ``ValueError`` for a
+    base that is not an absolute http(s) URL, or for both at once."""
 
-    grafana_url: str = runbook.GRAFANA_URL
+    grafana_url: str | None = None
     runbook_base: str | None = None
 
-    def url(self, alert: Alert) -> str:
+    def __post_init__(self) -> None:
+        if self.grafana_url is not None and self.runbook_base is not None:
+            raise ValueError("give the runbook links one base: --runbook-base or --grafana-url, not both")
+        if self.grafana_url is not None:
+            runbook.check_url(self.grafana_url, "--grafana-url")
         if self.runbook_base is not None:
-            return f"{self.runbook_base}#{alert.anchor}"
-        return runbook.panel_url(alert_names(), alert.name, self.grafana_url)
+            runbook.check_url(self.runbook_base, "--runbook-base")
+
+    @property
+    def base(self) -> str:
+        """The URL every link starts with."""
+        return self.grafana_url or self.runbook_base or runbook.default_base()
+
+    def url(self, alert: Alert) -> str:
+        if self.grafana_url is not None:
+            return runbook.panel_url(alert_names(), alert.name, self.grafana_url)
+        return f"{self.base}#{alert.anchor}"
 
 
 @functools.lru_cache(maxsize=1)
