@@ -122,7 +122,8 @@ def test_other_thresholds_flow_into_rules_and_tests(tmp_path):
     t = Thresholds(approx_kl_max=0.2, approx_kl_ratio=3.0, approx_kl_floor=0.01, ref_kl_ratio=3.0,
                    entropy_ratio_min=0.2, mismatch_ratio=3.0, mismatch_kl_max=0.1, staleness_max=4,
                    phase_stuck_ratio=4.0, rank_skew_max=2.0, eval_smooth="20m",
-                   ratio_max=3.0, clip_ratio_max=0.4, entropy_min=0.2, reward_drop=0.2,
+                   ratio_max=200.0, ratio_max_floor=5.0, ratio_max_ratio=3.0, ratio_max_smooth="6m",
+                   clip_ratio_max=0.4, entropy_min=0.2, reward_drop=0.2,
                    explained_variance_min=0.1, gpu_peak_ratio_max=0.9, throughput_ratio_min=0.7, eval_drop=0.1,
                    stall_seconds=600)
     files = generate.render_all(t)
