@@ -37,8 +37,8 @@ def corpus(tmp_path_factory):
 
 
 def _failed(output: str) -> set[tuple[str, str]]:
-    """(alert, "*" for a healthy run's loud alerts or "pending:<alert>" for its CALM ones, run) of every failing
-    expression promtool printed."""
+    """``(check, run)`` of every failing expression promtool printed; ``check`` is the alert of a broken run, ``*``
+    for a healthy run's loud alerts, ``pending:<alert>`` for a demo run's CALM alerts."""
     out = set()
     for m in re.finditer(r'expr: "(.*?)", time:', output):
         expr = m.group(1).replace('\\"', '"')

@@ -47,8 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Every alert's `for` at 0s and its windows short, so a replay of a few seconds decides it; expressions unchanged.
 FAST = dataclasses.replace(DEFAULT, **{f.name: "0s" for f in dataclasses.fields(DEFAULT) if f.name.endswith("_for")},
                            reward_window="10m", eval_window="10m", eval_smooth="3s", eval_resolution="1s",
-                           throughput_window="10m", telemetry_errors_window="10m", entropy_window="10m",
-                           ratio_max_smooth="3s")
+                           throughput_window="10m", telemetry_errors_window="10m", entropy_window="10m")
 # decided over hours of a run's own history, or on values no framework's healthy or bad run here logs (a fraction
 # above 1): tests/test_alert_corpus.py
 NOT_REPLAYED = {"RLRefKLDrift", "RLTrainInferenceMismatchRising", "RLPhaseStuck", "RLRankSkew", "RLMetricImpossible"}
