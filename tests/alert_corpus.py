@@ -6,11 +6,18 @@ Healthy runs:
   at three seeds, 1,200 steps each; the quantities the alerts read, 3 significant digits, in
   ``tests/data/alert_corpus/demo.json.gz``), one step a minute (20 hours: every window, the 12 h of the drift alert
   included, fills).
+- ``compose-demo-<n>``: the demo as docker-compose runs it and Prometheus sees it (``rl-otel demo --repeat 0
+  --linger 240``): runs of the demo's default 200 steps back to back, each recorded with when its steps ended
+  (``tests/alert_corpus_record.py --live``, seeds 0-5, ``tests/data/alert_corpus/demo_live.json.gz``), scraped every
+  15 s (prometheus/prometheus.yml), holding its last values for the 4 minutes it lingers, then gone.
 - ``<framework>-healthy``: every key of each framework's real key set (``tests/data/frameworks/*.tsv``) that a rule
   reads, replayed with a healthy trajectory: the demo's recorded trajectory of the key's concept (seed 0), or, for
   the quantities the demo has no counterpart of (training-inference mismatch, staleness, MFU, GPU memory), a
   trajectory drawn from the statistics noted in :data:`SYNTHETIC`. ROLL's run logs ``critic/entropy/mean = 0``, as
   its default config does.
+
+On the demo's runs (both kinds) the alerts of :data:`CALM` must not even be pending: a healthy run that nears a
+page teaches the on-call engineer to ignore it.
 
 Broken runs: for each alert and each framework that logs a concept the alert reads, ``<framework>-<alert>`` is the
 healthy run with the hazard induced at minute :data:`INDUCE` (:data:`HAZARDS`); the alert must fire, first no
@@ -43,6 +50,10 @@ from tests.frameworks import ALL_FRAMEWORKS, _matches, load
 
 DATA = Path(__file__).resolve().parent / "data" / "alert_corpus"
 DEMO = DATA / "demo.json.gz"
+DEMO_LIVE = DATA / "demo_live.json.gz"
+LIVE_SEEDS = (0, 1, 2, 3, 4, 5)
+SCRAPE_S = 15          # prometheus/prometheus.yml's scrape_interval and evaluation_interval
+LINGER_S = 240         # docker-compose.yml: rl-otel demo --repeat 0 --linger 240
 RAW = Path("/tmp/alert_corpus_raw")
 JOB = "rl_otel"
 SEEDS = (0, 1, 2)
@@ -55,7 +66,12 @@ DELAYS = {             # minutes from the hazard to firing where it is more than
     "RLRefKLDrift": lambda t: _minutes(t.ref_kl_drift_window) // 2 + _minutes(t.ref_kl_drift_for) + SLACK,
     "RLThroughputDrop": lambda t: _minutes(t.throughput_for) + 20,  # the 1 h average must sink under 2x
     "RLEvalRegression": lambda t: _minutes(t.eval_smooth) // 2 + _minutes(t.eval_for) + SLACK,  # the mean sinks
+    "RLImportanceRatioExploding":  # the median of the batches' max turns half-way through its window
+        lambda t: _minutes(t.ratio_max_smooth) // 2 + _minutes(t.ratio_max_for) + SLACK,
 }
+# Alerts not even pending on the demo's healthy runs (the importance ratio's went pending at the demo's single-batch
+# spikes, 10.06 against an absolute 10, and the last batch's value held while a run lingered).
+CALM = ("RLImportanceRatioExploding",)
 # Real incidents in the recorded demo runs, and the alert that must fire on them (and nothing else): seed 2's
 # recording shared the 2 CPU cores with other test runs, and its tokens/s fell from ~7,700 to ~2,800 for ~20 steps
 # (steps 580-600): contention, which RLThroughputDrop exists to report.
@@ -98,18 +114,37 @@ def compact(seeds: tuple[int, ...] = SEEDS) -> Path:
     return DEMO
 
 
+def compact_live(seeds: tuple[int, ...] = LIVE_SEEDS) -> Path:
+    """``/tmp/alert_corpus_raw/demo-live-<seed>.json`` (``tests/alert_corpus_record.py --live``) -> the committed
+    fixture: per seed, when each step ended (``_t``, seconds) and the quantities the alerts read."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for seed in seeds:
+        raw = json.loads((RAW / f"demo-live-{seed}.json").read_text())
+        steps = sorted(raw, key=int)
+        out[str(seed)] = {key: [float(f"{raw[s].get(key, math.nan):.3g}") for s in steps]
+                          for key in sorted(set(DEMO_KEYS.values()))}
+        out[str(seed)]["_t"] = [round(raw[s]["_t"], 2) for s in steps]
+    DEMO_LIVE.write_bytes(gzip.compress(json.dumps(out, separators=(",", ":")).encode(), mtime=0))
+    return DEMO_LIVE
+
+
 def demo() -> dict[str, dict[str, list[float]]]:
     return json.loads(gzip.decompress(DEMO.read_bytes()))
+
+
+def demo_live() -> dict[str, dict[str, list[float]]]:
+    return json.loads(gzip.decompress(DEMO_LIVE.read_bytes()))
 
 
 # -- series ------------------------------------------------------------------------------------------------------
 
 @dataclass
 class Run:
-    """One run's input series ``{series selector: values}``, one value a minute."""
+    """One run's input series ``{series selector: values}``, one value per interval of its group (``None``: no
+    sample)."""
 
     name: str
-    series: dict[str, list[float]] = field(default_factory=dict)
+    series: dict[str, list[float | None]] = field(default_factory=dict)
 
 
 def _sel(metric: str, run: str, labels: dict[str, str], rank: int = 0) -> str:
@@ -117,10 +152,11 @@ def _sel(metric: str, run: str, labels: dict[str, str], rank: int = 0) -> str:
     return metric + "{" + ", ".join(f'{k}="{v}"' for k, v in inner.items()) + "}"
 
 
-def _fmt(values: list[float]) -> str:
+def _fmt(values: list[float | None]) -> str:
+    """promtool's notation: ``_`` where a series has no sample (before its run started, after it ended)."""
     out = []
     for v in values:
-        out.append("NaN" if math.isnan(v) else "Inf" if v == math.inf else f"{v:.4g}")
+        out.append("_" if v is None else "NaN" if math.isnan(v) else "Inf" if v == math.inf else f"{v:.4g}")
     return " ".join(out)
 
 
@@ -202,7 +238,7 @@ Hazard = Callable[[float, Thresholds], float]
 HAZARDS: dict[str, dict[str, Hazard]] = {
     "RLLossNotFinite": {"policy_loss": lambda v, t: math.nan},
     "RLKLRunaway": {"policy_kl": lambda v, t: v * 10 + t.approx_kl_floor * 3},  # a noisy KL, 10x and shifted
-    "RLImportanceRatioExploding": {"importance_ratio_max": lambda v, t: t.ratio_max * 5},
+    "RLImportanceRatioExploding": {"importance_ratio_max": lambda v, t: t.ratio_max_floor * 5},
     "RLClipFractionHigh": {"clip_ratio": lambda v, t: min(1.0, t.clip_ratio_max * 2)},
     "RLEntropyCollapse": {"entropy": lambda v, t: 0.004, "sequence_entropy": lambda v, t: v * t.entropy_ratio_min / 10},
     "RLRewardCollapse": {"reward": lambda v, t: v - 2 * t.reward_drop},
@@ -262,6 +298,7 @@ class Group:
     runs: list[Run]
     checks: list[Check]
     minutes: int
+    interval: str = "1m"  # between two input samples, and between two rule evaluations
 
 
 def _up(run: str) -> tuple[str, list[float]]:
@@ -346,6 +383,44 @@ def demo_group(t: Thresholds, data: dict[str, dict[str, list[float]]]) -> Group:
     return Group("demo", runs, checks, minutes)
 
 
+def demo_live_group(data: dict[str, dict[str, list[float]]]) -> Group:
+    """The demo's recorded runs as docker-compose runs them and Prometheus sees them: back to back, each scraped
+    every :data:`SCRAPE_S` seconds from its start (the value of the last step that had ended), holding its last
+    values while it lingers :data:`LINGER_S` seconds, then gone (the next run's Telemetry replaces it)."""
+    catalog = default_catalog()
+    spans: list[tuple[str, int, int, dict[str, list[float]]]] = []  # (run, first scrape, scrapes, recording)
+    first = 0
+    for i, seed in enumerate(sorted(data, key=int)):
+        ended = data[seed]["_t"]
+        scrapes = math.ceil((ended[-1] + LINGER_S) / SCRAPE_S) + 1
+        spans.append((f"compose-demo-{i + 1}", first, scrapes, data[seed]))
+        first += scrapes
+    total = first
+    runs = []
+    for name, start, scrapes, keys in spans:
+        ended = keys["_t"]
+        # the step whose values a scrape j seconds into the run reads: the last that had ended by then
+        seen = [sum(1 for t in ended if t <= j * SCRAPE_S) - 1 for j in range(scrapes)]
+
+        def place(values: list[float | None], start: int = start, scrapes: int = scrapes) -> list[float | None]:
+            return [None] * start + values + [None] * (total - start - scrapes)
+
+        run = Run(name)
+        for key, values in keys.items():
+            if key == "_t":
+                continue
+            res = catalog.resolve(key)
+            run.series[_sel(res.spec.prometheus_name, name, dict(res.labels))] = place(
+                [None if k < 0 or math.isnan(values[k]) else values[k] for k in seen])
+        run.series[_sel("rl_step", name, {})] = place([None if k < 0 else float(k) for k in seen])
+        run.series[_sel("rl_last_step_timestamp_seconds", name, {})] = place(
+            [None if k < 0 else round((start * SCRAPE_S) + ended[k], 2) for k in seen])
+        run.series[_up(name)[0]] = place([1.0] * scrapes)
+        runs.append(run)
+    checks = [Check("*", r.name, "demo", "healthy") for r in runs]
+    return Group("demo-live", runs, checks, math.ceil(total * SCRAPE_S / 60) + 1, f"{SCRAPE_S}s")
+
+
 def phases_group(t: Thresholds) -> Group:
     """rl_otel's own phase series (tel.phase() in any framework): healthy ranks with noise, a stuck phase, a
     straggler rank. Buckets are rl_otel's DURATION_BUCKETS; a generate phase of ~100 s every ~3 minutes."""
@@ -402,7 +477,7 @@ def phases_group(t: Thresholds) -> Group:
 def groups(t: Thresholds = DEFAULT) -> list[Group]:
     data = demo()
     demo0 = data["0"]
-    return [demo_group(t, data), *(framework_group(f, t, demo0) for f in ALL_FRAMEWORKS),
+    return [demo_group(t, data), demo_live_group(demo_live()), *(framework_group(f, t, demo0) for f in ALL_FRAMEWORKS),
             *(framework_group(f, t, demo0, slow=True) for f in ALL_FRAMEWORKS), phases_group(t)]
 
 
@@ -412,6 +487,10 @@ _LOUD = 'alertstate="firing", severity=~"warning|critical"'
 
 
 def test_document(gs: list[Group], rule_files: list[str]) -> dict[str, object]:
+    """One promtool test document of ``gs``; they share an evaluation interval (one file per group otherwise)."""
+    intervals = {g.interval for g in gs}
+    assert len(intervals) == 1, f"groups of one test file share an evaluation interval: {intervals}"
+    calm = "|".join(CALM)
     tests = []
     for g in gs:
         exprs = []
@@ -422,16 +501,20 @@ def test_document(gs: list[Group], rule_files: list[str]) -> dict[str, object]:
                                   f"[{g.minutes}m]))", "eval_time": f"{g.minutes - 1}m",
                           "exp_samples": [{"labels": f'{{alertname="{a}"}}', "value": 1}
                                           for a in DEMO_INCIDENTS.get(run, ())]})
+            if g.name.startswith("demo"):  # the demo's runs: the CALM alerts not even pending
+                exprs.append({"expr": f'group by (alertname) (max_over_time(ALERTS{{run="{run}", '
+                                      f'alertname=~"{calm}"}}[{g.minutes}m]))', "eval_time": f"{g.minutes - 1}m",
+                              "exp_samples": []})
         for c in (c for c in g.checks if c.kind == "broken"):
             first = (f'min_over_time(timestamp(ALERTS{{alertname="{c.alert}", run="{c.run}", '
                      f'alertstate="firing"}})[{g.minutes - 1}m:1m])')
             exprs.append({"expr": f"group by (alertname) ({first} >= {c.induce * 60} <= {c.deadline * 60})",
                           "eval_time": f"{g.minutes - 1}m",
                           "exp_samples": [{"labels": f'{{alertname="{c.alert}"}}', "value": 1}]})
-        tests.append({"name": f"alert corpus: {g.name}", "interval": "1m",
+        tests.append({"name": f"alert corpus: {g.name}", "interval": g.interval,
                       "input_series": [{"series": s, "values": _fmt(v)} for r in g.runs for s, v in r.series.items()],
                       "promql_expr_test": exprs})
-    return {"rule_files": rule_files, "evaluation_interval": "1m", "tests": tests}
+    return {"rule_files": rule_files, "evaluation_interval": intervals.pop(), "tests": tests}
 
 
 def framework_of(group: str) -> str:
@@ -443,7 +526,7 @@ def table(gs: list[Group], failed: set[tuple[str, str]] | None = None) -> str:
     its broken run fired in time (and how late it may), whether the healthy runs stayed quiet. ``failed``: the
     (alert or "*", run) checks promtool reported failing."""
     failed = failed or set()
-    frameworks = list(dict.fromkeys(framework_of(g.name) for g in gs if g.name != "demo"))
+    frameworks = list(dict.fromkeys(framework_of(g.name) for g in gs if not g.name.startswith("demo")))
     by = {(c.alert, framework_of(g.name)): c for g in gs for c in g.checks if c.kind == "broken"}
     noisy = {(framework_of(g.name), a) for g in gs for c in g.checks for a, run in failed
              if c.kind == "healthy" and run == c.run}
@@ -477,6 +560,8 @@ def write_files(folder: Path, t: Thresholds = DEFAULT, rule_files: list[str] | N
 if __name__ == "__main__":
     if sys.argv[1:] == ["compact"]:
         print(compact())
+    elif sys.argv[1:] == ["compact-live"]:
+        print(compact_live())
     else:
         folder = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/alert_corpus")
         folder.mkdir(parents=True, exist_ok=True)

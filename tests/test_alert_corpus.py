@@ -37,13 +37,15 @@ def corpus(tmp_path_factory):
 
 
 def _failed(output: str) -> set[tuple[str, str]]:
-    """(alert or "*", run) of every failing expression promtool printed."""
+    """``(check, run)`` of every failing expression promtool printed; ``check`` is the alert of a broken run, ``*``
+    for a healthy run's loud alerts, ``pending:<alert>`` for a demo run's CALM alerts."""
     out = set()
     for m in re.finditer(r'expr: "(.*?)", time:', output):
         expr = m.group(1).replace('\\"', '"')
         run = re.search(r'run="([^"]+)"', expr)
-        alert = re.search(r'alertname="([^"]+)"', expr)
-        out.add((alert.group(1) if alert else "*", run.group(1) if run else "?"))
+        alert = re.search(r'alertname=(~?)"([^"]+)"', expr)  # =~: the CALM alerts, pending or firing
+        name = "*" if alert is None else f"pending:{alert.group(2)}" if alert.group(1) else alert.group(2)
+        out.add((name, run.group(1) if run else "?"))
     return out
 
 
@@ -66,6 +68,18 @@ def test_the_corpus_is_what_the_brief_asks(corpus):
     demo = next(g for g in groups if g.name == "demo")
     # the demo's real trajectory at three seeds, 1,000+ steps each (one a minute)
     assert len(demo.runs) == 3 and demo.minutes >= 1000
+    # and as docker-compose runs it: six runs of the default 200 steps back to back, scraped every 15 s, each
+    # lingering 4 minutes; the series of one run end where the next run's begin
+    live = next(g for g in groups if g.name == "demo-live")
+    assert [r.name for r in live.runs] == [f"compose-demo-{i}" for i in range(1, 7)] and live.interval == "15s"
+    ratio = [next(v for k, v in r.series.items() if k.startswith("rl_actor_importance_ratio{")) for r in live.runs]
+    assert all(len(v) == len(ratio[0]) for v in ratio)
+    for i, v in enumerate(ratio):
+        present = [j for j, x in enumerate(v) if x is not None]
+        assert present == list(range(present[0], present[-1] + 1)) and len(present) >= alert_corpus.LINGER_S // 15
+        assert v[present[-1]] == v[present[-1] - alert_corpus.LINGER_S // 15 + 1]  # held while it lingers
+        if i:
+            assert present[0] > max(j for j, x in enumerate(ratio[i - 1]) if x is not None)
     # every alert on a concept (or rl_otel's phases) has a broken run on at least one framework ...
     covered = {c.alert for c in broken}
     expected = {a.name for a in rules.alerts() if a.concept is not None} | {"RLPhaseStuck", "RLRankSkew",
@@ -87,6 +101,28 @@ def test_roll_default_entropy_zero_is_replayed_and_quiet(corpus):
                and 'stat="mean"' in s["series"]]
     assert entropy and set(entropy[0]["values"].split()) == {"0"}
     assert results[path].returncode == 0, results[path].stdout + results[path].stderr
+
+
+def test_the_demo_would_near_a_page_with_an_absolute_importance_ratio_threshold(tmp_path):
+    """The CALM check is not vacuous: with the importance-ratio rule of before (the batch max itself against an
+    absolute 10: a ceiling of 10 over a window of one sample), the demo's healthy runs go pending, at the recorded
+    single-step spikes (1 step a minute) and in the compose runs' scrapes and lingering."""
+    import dataclasses
+
+    promtool = require_binary("promtool")
+    old = dataclasses.replace(rules.DEFAULT, ratio_max=10.0, ratio_max_smooth="1m", ratio_max_for="10m")
+    for fname, doc in rules.rule_files(old).items():
+        (tmp_path / fname).write_text(yaml.safe_dump(doc, sort_keys=False, width=10_000))
+    pending = set()
+    for g in (g for g in alert_corpus.groups(old) if g.name.startswith("demo")):
+        docs = alert_corpus.test_document([g], [str(tmp_path / f) for f in rules.rule_files(old)])
+        (tmp_path / f"{g.name}.yml").write_text(yaml.safe_dump(docs, sort_keys=False, width=10_000))
+        proc = subprocess.run([promtool, "test", "rules", str(tmp_path / f"{g.name}.yml")], capture_output=True,
+                              text=True, timeout=300)
+        failed = _failed(proc.stdout + proc.stderr)
+        assert {alert for alert, _ in failed} <= {"pending:RLImportanceRatioExploding"}, failed
+        pending |= {run for _, run in failed}
+    assert {"demo-0", "demo-1", "demo-2"} <= pending, pending
 
 
 def test_a_broken_alert_is_caught(tmp_path):

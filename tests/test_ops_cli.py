@@ -55,3 +55,21 @@ def test_a_directory_that_is_no_checkout_is_refused(tmp_path, capsys, monkeypatc
     monkeypatch.chdir(tmp_path)
     assert ops_main.main(["--check"]) == 2
     assert "run it from a checkout of the rl_otel repository" in capsys.readouterr().err
+
+
+def test_runbook_links_that_open_only_here_are_warned_about_and_bad_ones_refused(tmp_path, capsys):
+    root = _fake_checkout(tmp_path / "checkout")
+    assert ops_main.main(["--root", str(root), "--grafana-url", "http://localhost:3000"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the alerts' runbook_url start with http://localhost:3000" in err
+    assert "localhost is a reserved name" in err and "--runbook-base URL" in err
+    alerts = (root / "prometheus/rules/rl_otel_alerts.yml").read_text()
+    assert "runbook_url: http://localhost:3000/d/rl-otel-runbook/rl-otel-runbook?viewPanel=1" in alerts
+    # a base anyone can open: no warning, and the Kubernetes manifest carries the same links
+    assert ops_main.main(["--root", str(root), "--runbook-base", "https://git.corp.example.com/ml/rl_otel/runbook"]) \
+        == 0
+    assert "warning" not in capsys.readouterr().err
+    k8s = (root / "deploy/kubernetes/prometheusrule.yaml").read_text()
+    assert "runbook_url: https://git.corp.example.com/ml/rl_otel/runbook#rltrainerstalled" in k8s
+    assert ops_main.main(["--root", str(root), "--runbook-base", "runbook.md"]) == 2
+    assert "--runbook-base must be an absolute http(s) URL" in capsys.readouterr().err

@@ -124,7 +124,8 @@ def test_thresholds_are_red_on_the_alerts_side():
         ("rl-otel-training", "KL old -> new policy"): [(0.2, "green"), (1.5, "red")],
         ("rl-otel-training", "Off-policy staleness (policy versions, worst sample)"): [(2, "green"), (12, "red")],
         ("rl-otel-training", "MFU"): [(0.4, "green"), (1.2, "red")],
-        ("rl-otel-training", "Importance ratio max"): [(1.6, "green"), (12, "red")],
+        # red above the alert's ceiling (a single batch's 12 is the healthy demo's noise, not a page)
+        ("rl-otel-training", "Importance ratio max"): [(1.6, "green"), (12, "green"), (150, "red")],
         ("rl-otel-fleet", "Seconds since the last step"): [(10, "green"), (3600, "red")],
     }
     for key, expected in cases.items():
@@ -243,7 +244,7 @@ def test_units_and_descriptions_come_from_the_catalog():
     memory = _files()["rl-otel-memory.json"]
     panel = next(p for p in memory["panels"] if p["title"].startswith("GPU memory at end of onload"))
     assert panel["fieldConfig"]["defaults"]["unit"] == "bytes"
-    assert panel["description"] == spec_for("rl_gpu_memory_bytes").description
+    assert panel["description"].startswith(spec_for("rl_gpu_memory_bytes").description + " No data? ")
     training = _files()["rl-otel-training.json"]
     clip = next(p for p in training["panels"] if p["title"] == "Clip fraction")
     assert clip["fieldConfig"]["defaults"]["unit"] == "percentunit"

@@ -122,7 +122,8 @@ def test_other_thresholds_flow_into_rules_and_tests(tmp_path):
     t = Thresholds(approx_kl_max=0.2, approx_kl_ratio=3.0, approx_kl_floor=0.01, ref_kl_ratio=3.0,
                    entropy_ratio_min=0.2, mismatch_ratio=3.0, mismatch_kl_max=0.1, staleness_max=4,
                    phase_stuck_ratio=4.0, rank_skew_max=2.0, eval_smooth="20m",
-                   ratio_max=3.0, clip_ratio_max=0.4, entropy_min=0.2, reward_drop=0.2,
+                   ratio_max=200.0, ratio_max_floor=5.0, ratio_max_ratio=3.0, ratio_max_smooth="6m",
+                   clip_ratio_max=0.4, entropy_min=0.2, reward_drop=0.2,
                    explained_variance_min=0.1, gpu_peak_ratio_max=0.9, throughput_ratio_min=0.7, eval_drop=0.1,
                    stall_seconds=600)
     files = generate.render_all(t)
@@ -149,29 +150,115 @@ def test_alerts_carry_for_severity_and_annotations():
     assert headings == {a["alert"].lower() for a in alerts}
 
 
-def test_every_runbook_url_opens_the_alerts_own_runbook_section():
-    """The default runbook_url opens a real page: the alert's panel of the runbook dashboard that the shipped
-    Grafana provisions (docker-compose's, at localhost:3000), holding that alert's section of docs/runbook.md."""
+def _runbook_urls(files: dict[str, str]) -> dict[str, list[str]]:
+    """``{generated file: every runbook_url in it}``: the rule files, the promtool tests' expected annotations and
+    the Kubernetes PrometheusRule."""
+    found: dict[str, list[str]] = {}
+
+    def walk(node: object, rel: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "runbook_url":
+                    found.setdefault(rel, []).append(value)
+                walk(value, rel)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, rel)
+
+    for rel, text in files.items():
+        if rel.endswith((".yml", ".yaml")):
+            walk(yaml.safe_load(text), rel)
+    return found
+
+
+def test_no_runbook_link_points_at_this_machine_and_every_anchor_exists():
+    """Every runbook_url of every generated file (the committed ones: rules, promtool tests, the Kubernetes
+    PrometheusRule) opens the alert's own section of docs/runbook.md in the project's source repository: no
+    loopback host, an anchor docs/runbook.md has. (They were http://localhost:3000/..., the Docker host's Grafana.)"""
+    from rl_otel.ops import runbook
+
+    committed = {rel: (ROOT / rel).read_text() for rel in generate.render_all()}
+    urls = _runbook_urls(committed)
+    assert set(urls) == {RULE_FILES[1], TEST_FILE, "deploy/kubernetes/prometheusrule.yaml"}
+    anchors = runbook.anchors()
+    by_alert = {a.name: a for a in ALERTS}
+    n = 0
+    for rel, found in urls.items():
+        for url in found:
+            parts = urllib.parse.urlsplit(url)
+            assert parts.hostname not in ("localhost", "127.0.0.1", "::1", "0.0.0.0"), (rel, url)
+            assert url.startswith(runbook.default_base() + "#"), (rel, url)
+            assert parts.fragment in anchors, f"{rel}: {url}: docs/runbook.md has no heading with that anchor"
+            n += 1
+    rule_urls = {r["alert"]: r["annotations"]["runbook_url"]
+                 for g in yaml.safe_load(committed[RULE_FILES[1]])["groups"] for r in g["rules"]}
+    assert set(rule_urls) == set(by_alert)
+    for name, url in rule_urls.items():  # each alert opens its own section, not a neighbour's
+        assert runbook.anchor(name) == urllib.parse.urlsplit(url).fragment and name in runbook.sections()
+    assert n >= 3 * len(ALERTS)
+
+
+def test_the_default_base_is_the_runbook_in_the_projects_source_repository():
+    """The default comes from pyproject.toml's [project.urls] Source: the one address that is the same for every
+    on-call engineer (a project that moves changes one line, and --check then calls the rule files stale)."""
+    import tomllib
+
+    from rl_otel.ops import runbook
+
+    source = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Source"].rstrip("/")
+    assert runbook.default_base() == f"{source}/blob/main/docs/runbook.md"
+    assert RunbookLinks().url(rules.alerts()[0]) == f"{source}/blob/main/docs/runbook.md#rltrainerstalled"
+    assert runbook.PYPROJECT == ROOT / "pyproject.toml"
+
+
+def test_a_placeholder_or_loopback_base_is_named_unreachable():
+    from rl_otel.ops import runbook
+
+    for url in ("http://localhost:3000", "http://127.0.0.1:3000/x", "http://[::1]:3000", "http://0.0.0.0:3000",
+                "https://example.invalid/rl_otel", "http://grafana.localhost", "https://docs.example/x"):
+        assert runbook.unreachable(url), url
+    for url in ("https://github.com/org/rl_otel/blob/main/docs/runbook.md", "https://grafana.corp.example.com",
+                "http://10.0.0.7:3000"):
+        assert runbook.unreachable(url) is None, url
+
+
+def test_grafana_url_opens_the_alerts_panel_of_the_runbook_dashboard():
+    """--grafana-url: each runbook_url opens the alert's panel of the runbook dashboard in the team's Grafana,
+    holding that alert's section of docs/runbook.md."""
     from rl_otel.ops import runbook
 
     board = json.loads((ROOT / "grafana/dashboards/rl-otel-runbook.json").read_text())
     panels = {p["id"]: p for p in board["panels"]}
     sections = runbook.sections()
-    doc = yaml.safe_load((ROOT / RULE_FILES[1]).read_text())
+    files = generate.render_all(links=RunbookLinks(grafana_url="https://grafana.corp.example.com/"))
+    doc = yaml.safe_load(files[RULE_FILES[1]])
     for rule in (r for g in doc["groups"] for r in g["rules"]):
         url = urllib.parse.urlsplit(rule["annotations"]["runbook_url"])
-        assert (url.scheme, url.netloc, url.path) == ("http", "localhost:3000", f"/d/{board['uid']}/{board['uid']}")
+        assert (url.scheme, url.netloc, url.path) == ("https", "grafana.corp.example.com",
+                                                      f"/d/{board['uid']}/{board['uid']}")
         panel = panels[int(urllib.parse.parse_qs(url.query)["viewPanel"][0])]
         assert panel["title"] == rule["alert"] and panel["options"]["content"] == sections[rule["alert"]]
-        assert "example.invalid" not in rule["annotations"]["runbook_url"]
+    urls = _runbook_urls(files)
+    assert all(u.startswith("https://grafana.corp.example.com/d/") for found in urls.values() for u in found)
 
 
 def test_runbook_base_points_the_links_at_a_page_of_the_runbook():
     files = generate.render_all(links=RunbookLinks(runbook_base="https://git.example.org/ml/rl_otel/docs/runbook.md"))
-    doc = yaml.safe_load(files[RULE_FILES[1]])
-    urls = [r["annotations"]["runbook_url"] for g in doc["groups"] for r in g["rules"]]
+    urls = [u for found in _runbook_urls(files).values() for u in found]
     assert "https://git.example.org/ml/rl_otel/docs/runbook.md#rltrainerstalled" in urls
     assert all(u.startswith("https://git.example.org/ml/rl_otel/docs/runbook.md#rl") for u in urls)
+    k8s = yaml.safe_load(files["deploy/kubernetes/prometheusrule.yaml"])  # the same base in the PrometheusRule
+    assert {r["annotations"]["runbook_url"] for g in k8s["spec"]["groups"] for r in g["rules"] if "alert" in r} \
+        <= set(urls)
+
+
+@pytest.mark.parametrize("links", [{"runbook_base": "docs/runbook.md"}, {"grafana_url": "grafana:3000"},
+                                   {"runbook_base": "https://x.example.com/runbook.md#top"},
+                                   {"runbook_base": "https://a.example.com", "grafana_url": "https://b.example.com"}])
+def test_a_bad_base_is_refused_naming_it(links):
+    with pytest.raises(ValueError) as err:
+        RunbookLinks(**links)
+    assert any(str(v) in str(err.value) for v in links.values()) or "not both" in str(err.value)
 
 
 def test_the_required_alerts_exist():

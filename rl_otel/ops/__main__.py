@@ -1,5 +1,9 @@
-"""``python3 -m rl_otel.ops [--root DIR] [--check] [--grafana-url URL | --runbook-base URL]``: (re)generate the
+"""``python3 -m rl_otel.ops [--root DIR] [--check] [--runbook-base URL | --grafana-url URL]``: (re)generate the
 operations files.
+
+Each alert's ``runbook_url`` opens its section of docs/runbook.md in the project's source repository (pyproject.toml's
+``[project.urls] Source``) unless ``--runbook-base`` (your page of docs/runbook.md) or ``--grafana-url`` (the runbook
+dashboard in your Grafana) says otherwise; a base that opens only on this machine is warned about.
 
 The files live in a checkout of the rl_otel repository (``prometheus/``, ``grafana/``, ``deploy/kubernetes/``). The
 root is ``--root``, else the current directory when it is a checkout, else the checkout this ``rl_otel`` package
@@ -13,9 +17,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from rl_otel.ops import runbook
 from rl_otel.ops.generate import find_root, is_checkout, render_all, stale, write_all
 from rl_otel.ops.rules import RunbookLinks
-from rl_otel.ops.runbook import GRAFANA_URL
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,12 +29,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="the repository checkout (default: the current directory if it is one, else the "
                              "checkout rl_otel is imported from)")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale")
-    parser.add_argument("--grafana-url", default=GRAFANA_URL,
-                        help="the Grafana your on-call engineers open: each alert's runbook_url opens its panel of "
-                             "the generated runbook dashboard there (default %(default)s, docker-compose's)")
-    parser.add_argument("--runbook-base", default=None, metavar="URL",
-                        help="instead: the URL of docs/runbook.md as your users open it (your fork's page): "
-                             "runbook_url is URL#<alert in lower case>")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--runbook-base", default=None, metavar="URL",
+                       help="the URL of docs/runbook.md as your on-call engineers open it (your fork, your wiki): "
+                            "runbook_url is URL#<alert in lower case> (default: docs/runbook.md in the project's "
+                            "source repository, pyproject.toml's [project.urls] Source)")
+    where.add_argument("--grafana-url", default=None, metavar="URL",
+                       help="instead: your team's Grafana (provisioned with grafana/dashboards/): runbook_url opens "
+                            "the alert's panel of the generated runbook dashboard there")
     args = parser.parse_args(argv)
     prog = "python3 -m rl_otel.ops"
     if args.root is not None and not is_checkout(args.root):
@@ -43,7 +49,18 @@ def main(argv: list[str] | None = None) -> int:
               f"pass --root DIR; the current directory is not one and rl_otel is not imported from one",
               file=sys.stderr)
         return 2
-    files = render_all(links=RunbookLinks(grafana_url=args.grafana_url, runbook_base=args.runbook_base))
+    try:
+        links = RunbookLinks(grafana_url=args.grafana_url, runbook_base=args.runbook_base)
+        base = links.base
+    except (ValueError, RuntimeError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    why = runbook.unreachable(base)
+    if why is not None:
+        print(f"{prog}: warning: the alerts' runbook_url start with {base}, which opens for nobody paged off this "
+              f"machine ({why}); set [project.urls] Source in pyproject.toml to the project's real repository, or "
+              f"pass --runbook-base URL or --grafana-url URL", file=sys.stderr)
+    files = render_all(links=links)
     if args.check:
         bad = stale(root, files)
         for rel in bad:

@@ -5,6 +5,12 @@ one chain, datasource -> job -> run -> cluster -> phase -> device_id; a dashboar
 variable its panels use (no dropdown that changes nothing), and every query filters on the variables it depends on.
 ``python3 -m rl_otel.ops`` writes them to ``grafana/dashboards/*.json``.
 
+No data: every panel says why it may be empty, in Grafana's "no data" text and at the end of its description
+(:func:`no_data`), derived from what it reads: the frameworks whose keys feed its series (the catalog entries'
+``source``, through a recorded series' concept), a GPU (torch's allocator, NVML, the frameworks' device-memory
+keys), a baseline that needs the run's own history, a series that exists only when something is wrong, a phase
+that must be running (or have run within the rate window).
+
 Colours: a panel with an alert threshold is red on the alert's side of it (above for KL, below for entropy);
 fractions (0-1) show as percent, other ratios (the importance ratio) as plain numbers. Rates and quantiles are
 left out where nothing ran in the window (no NaN lines once training ends).
@@ -12,13 +18,15 @@ left out where nothing ran in the window (no NaN lines once training ends).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
 
-from rl_otel.catalog import Catalog, every_entry
 from rl_otel.catalog.concepts import concept
 from rl_otel.catalog.spec import MetricSpec
+from rl_otel.ops import nodata
+from rl_otel.ops.nodata import spec_for
 from rl_otel.ops.promql import metric_names
 from rl_otel.ops.rules import OUT_OF_RANGE
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
@@ -60,6 +68,7 @@ class Panel:
     steps: tuple[tuple[str, float | None], ...] = ()  # explicit (colour, from) threshold steps instead
     needs_gpu: bool = False
     stack: bool = False
+    when_empty: str = ""  # why the panel may be empty besides what no_data() derives (a window nothing ran in)
     width: int = 12
     concept: str | None = None  # the concept of rl_otel.catalog.concepts the panel shows (any framework's keys)
 
@@ -70,6 +79,7 @@ class Dashboard:
     title: str
     description: str
     panels: tuple[Panel, ...] = field(default_factory=tuple)
+    thresholds: Thresholds = DEFAULT  # the windows a panel's "no data" text names (a baseline's age)
 
 
 def _q(expr: str, legend: str = "") -> Query:
@@ -138,6 +148,11 @@ _RUNNING = (f'(sum by (cluster, phase) (rate(rl_phase_duration_seconds_count{{{P
             '> 0)')
 
 
+# why a rate-window phase panel is empty while a finished run lingers (the last durations stay in the gauges)
+_IDLE = ("no phase ran in the rate window (training ended or the run lingers: Last duration panels keep the last "
+         "values)")
+
+
 def phases(t: Thresholds) -> Dashboard:
     sel = PHASE
     return Dashboard("rl-otel-phases", "RL phases", "Where a step's time goes: every cluster's phases and their "
@@ -147,12 +162,12 @@ def phases(t: Thresholds) -> Dashboard:
                f'(rate(rl_phase_duration_seconds_bucket{{{sel}, part="total"}}[{RATE}]))) and on (cluster, phase) '
                f'{_RUNNING}', "{{cluster}}/{{phase}}"),),
             description="95th percentile of a phase's duration over the rate window; no line where the phase did "
-                        "not run in the window (after training ends)."),
+                        "not run in the window (after training ends).", when_empty=_IDLE),
         Panel("Phase duration mean (total)", (
             _q(f'sum by (cluster, phase) (rate(rl_phase_duration_seconds_sum{{{sel}, part="total"}}[{RATE}])) / '
                f'{_RUNNING}', "{{cluster}}/{{phase}}"),), unit="s",
             description="Mean duration of a phase over the rate window; no line where the phase did not run in "
-                        "the window (after training ends)."),
+                        "the window (after training ends).", when_empty=_IDLE),
         Panel("Last duration: onload / execute / offload", (
             _q(f'max by (cluster, phase, part) (rl_phase_last_duration_seconds{{{sel}, '
                'part=~"onload|execute|offload"})', "{{cluster}}/{{phase}} {{part}}"),), kind="bargauge",
@@ -170,7 +185,7 @@ def phases(t: Thresholds) -> Dashboard:
                "{{cluster}}/{{phase}}"),), unit="s",
             description="How long each phase now in progress has been running (rl_phase_started_timestamp_seconds, "
                         "present while a tel.phase() block runs); RLPhaseStuck fires at phase_stuck_ratio times its "
-                        "p90."),
+                        "p90.", when_empty="no phase is running now (between two, or training ended)"),
         Panel("Rank skew per phase (slowest rank / median rank)", (
             _q(f"run_phase:rl_phase_duration_seconds:rank_skew{{{sel}}}", "{{run}} {{cluster}}/{{phase}}"),),
             unit="short", threshold=t.rank_skew_max,
@@ -178,7 +193,8 @@ def phases(t: Thresholds) -> Dashboard:
                         "(recording rule); RLRankSkew fires above the line for rank_skew_for."),
         Panel("Phase runs per second", (
             _q(f'sum by (cluster, phase) (rate(rl_phase_duration_seconds_count{{{sel}, part="total"}}[{RATE}]))',
-               "{{cluster}}/{{phase}}"),), unit="short"),
+               "{{cluster}}/{{phase}}"),), unit="short",
+              description="Runs of each phase per second over the rate window: 0 once training ends."),
         Panel("Pipeline operations (time/rollout, time/adv, ...)", (
             _q(f"max by (operation) (rl_operation_duration_seconds{{{RUN}}})", "{{operation}}"),)),
         Panel("Time per token (Trinity timing_per_token_ms)", (
@@ -309,7 +325,11 @@ def fleet(t: Thresholds) -> Dashboard:
                           "negative lengths or durations); RLMetricImpossible."),
         Panel("Max clip fraction per run", (_q(f"run:rl_clip_ratio:max{{{sel}}}", "{{run}}"),),
               threshold=t.clip_ratio_max, concept="clip_ratio"),
-        Panel("Max importance ratio per run", (_q(f"run:rl_importance_ratio:max{{{sel}}}", "{{run}}"),),
+        Panel(f"Max importance ratio per run (median over {t.ratio_max_smooth}, vs its baseline)", (
+            _q(f"run:rl_importance_ratio:max{{{sel}}}", "{{run}}"),
+            _q(f"quantile_over_time(0.5, run:rl_importance_ratio:max{{{sel}}}[{t.ratio_max_smooth}])",
+               f"{{{{run}}}} median {t.ratio_max_smooth}"),
+            _q(f"run:rl_importance_ratio:max_baseline{{{sel}}}", "{{run}} baseline")),
               threshold=t.ratio_max, concept="importance_ratio_max"),
         Panel("Entropy per run", (_q(f"run:rl_entropy:avg{{{sel}}}", "{{run}}"),), threshold=t.entropy_min,
               below=True, concept="entropy"),
@@ -353,26 +373,10 @@ BUILDERS = (training, phases, memory, rollout_eval, fleet)
 
 
 def dashboards(t: Thresholds = DEFAULT) -> tuple[Dashboard, ...]:
-    return tuple(build(t) for build in BUILDERS)
+    return tuple(dataclasses.replace(build(t), thresholds=t) for build in BUILDERS)
 
 
 # -- catalog lookups -------------------------------------------------------------------------------------------
-
-def spec_for(metric: str, catalog: Catalog | None = None) -> MetricSpec | None:
-    """The catalog entry writing samples named ``metric`` (``_bucket``/``_sum``/``_count``/``_total`` stripped)."""
-    catalog = catalog or every_entry()
-    for suffix in ("", "_bucket", "_sum", "_count", "_total"):
-        if suffix and not metric.endswith(suffix):
-            continue
-        base = metric[: len(metric) - len(suffix)] if suffix else metric
-        try:
-            spec = catalog.by_name(base)
-        except KeyError:
-            continue
-        if metric in spec.exposed_names:
-            return spec
-    return None
-
 
 def grafana_unit(spec: MetricSpec) -> str:
     """Seconds, bytes, percent for fractions (``*_ratio``, 0-1), else a plain number: an importance ratio
@@ -428,13 +432,20 @@ def _variables(dashboard: Dashboard) -> list[dict[str, object]]:
     return out
 
 
-def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, object]:
+def no_data(panel: Panel, t: Thresholds = DEFAULT) -> nodata.NoData:
+    """Why ``panel`` may be empty (:mod:`rl_otel.ops.nodata`): its "no data" text and its description's end."""
+    return nodata.explain((q.expr for q in panel.queries), t, panel.needs_gpu, panel.when_empty)
+
+
+def _panel_json(panel: Panel, panel_id: int, x: int, y: int, t: Thresholds) -> dict[str, object]:
     spec = _first_spec(panel)
     unit = panel.unit or (_UNITS.get(concept(panel.concept).unit, "") if panel.concept else "") or (
         grafana_unit(spec) if spec else "short")
     description = panel.description or (concept(panel.concept).description if panel.concept else "") or (
         spec.description if spec else "")
-    defaults: dict[str, object] = {"unit": unit}
+    why = no_data(panel, t)
+    description = f"{description} {why.detail}" if description else why.detail
+    defaults: dict[str, object] = {"unit": unit, "noValue": why.text}
     if panel.steps:
         steps: list[dict[str, object]] = [{"color": color, "value": value} for color, value in panel.steps]
     elif panel.threshold is not None:
@@ -477,7 +488,7 @@ def to_json(dashboard: Dashboard) -> dict[str, object]:
     for i, panel in enumerate(dashboard.panels, start=1):
         if x + panel.width > 24:
             x, y = 0, y + 8
-        panels.append(_panel_json(panel, i, x, y))
+        panels.append(_panel_json(panel, i, x, y, dashboard.thresholds))
         x += panel.width
     links = [{"title": "RL dashboards", "type": "dashboards", "tags": ["rl_otel"], "asDropdown": True,
               "includeVars": True, "keepTime": True}]

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from rl_otel.ops.rules import NODE_SILENT_LOOKBACK, NODE_SILENT_WINDOW, Alert, RunbookLinks, alerts, fleet_alerts
+from rl_otel.ops.rules import duration_minutes as _minutes
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
 
 JOB = "rl_otel"
@@ -55,12 +56,6 @@ def _const_fire(metric: str, healthy: float, bad: float, minutes: int, extra: di
     }
 
 
-def _minutes(duration: str) -> int:
-    """``"5m"`` -> 5, ``"1h"`` -> 60 (the ``for`` durations of the thresholds)."""
-    number, unit = int(duration[:-1]), duration[-1]
-    return int(number * {"s": 1 / 60, "m": 1, "h": 60}[unit])
-
-
 def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
     """``{alert name: test groups}``; every alert has at least one firing and one not-firing check."""
     nan = " ".join(["NaN"] * 20)
@@ -78,6 +73,10 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
     ref_base, seq_base = t.ref_kl_floor / 2, t.sequence_floor
     ref_jump = max(ref_base * t.ref_kl_ratio * 2, t.ref_kl_floor * 2)
     drift_w, drift_for = _minutes(t.ref_kl_drift_window), _minutes(t.ref_kl_drift_for)
+    ir_base = 2.0                                      # the demo's median batch max ratio
+    ir_jump = max(ir_base * t.ratio_max_ratio * 2.5, t.ratio_max_floor * 2)
+    assert ir_jump < t.ratio_max and t.ratio_max_floor * 3 < t.ratio_max  # the bad and good cases are relative
+    ir_fire = _minutes(t.ratio_max_smooth) // 2 + _minutes(t.ratio_max_for) + 3  # the median turns half-way
     mm_base = t.mismatch_floor
     assert mm_base * 5 * t.mismatch_ratio * 2 < t.mismatch_logprob_diff_max * 10  # the case is about the trend
     stuck_at = 20 * 60
@@ -123,9 +122,19 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
             {8: [], 95: [Firing(_run(run="early"), t.approx_kl_max * 2)],
              106: [Firing(_run(run="bad"), kl_jump), Firing(_run(run="early"), t.approx_kl_max * 2)]})],
         "RLImportanceRatioExploding": [Case(
-            _const_fire("rl_actor_importance_ratio", 1.5, t.ratio_max * 5, 30, {"stat": "max"})
-            | {_s("rl_actor_importance_ratio", "good", 0, stat="mean"): f"{t.ratio_max * 5:g}x35"},
-            {10: [], 30: [Firing(_run(run="bad"), t.ratio_max * 5)]})],
+            # bad: its batches' max ratio jumps to 2.5x ratio_max_ratio times its own baseline (and above the
+            # floor); good: steady above the floor (its own level); spiky: one batch in seven far above the ceiling
+            # (the healthy demo's single-batch spikes); early: above the ceiling from its first step, before any
+            # baseline exists; a stat other than max is never read
+            {_s("rl_actor_importance_ratio", "bad", 0, stat="max"): f"{ir_base:g}x90 {ir_jump:g}x40",
+             _s("rl_actor_importance_ratio", "bad", 1, stat="max"): f"{ir_base:g}x130",
+             _s("rl_actor_importance_ratio", "good", 0, stat="max"): f"{t.ratio_max_floor * 3:g}x130",
+             _s("rl_actor_importance_ratio", "spiky", 0, stat="max"):
+                " ".join(f"{t.ratio_max * 5:g}" if i % 7 == 6 else f"{ir_base:g}" for i in range(131)),
+             _s("rl_actor_importance_ratio", "early", 0, stat="max"): f"{t.ratio_max * 2:g}x130",
+             _s("rl_actor_importance_ratio", "good", 0, stat="mean"): f"{t.ratio_max * 5:g}x130"},
+            {1: [], 95: [Firing(_run(run="early"), t.ratio_max * 2)],
+             90 + ir_fire: [Firing(_run(run="bad"), ir_jump), Firing(_run(run="early"), t.ratio_max * 2)]})],
         "RLClipFractionHigh": [Case(
             _const_fire("rl_actor_clip_ratio", t.clip_ratio_max / 3, min(1.0, t.clip_ratio_max * 2), 40),
             {15: [], 40: [Firing(_run(run="bad"), min(1.0, t.clip_ratio_max * 2))]})],

@@ -50,7 +50,7 @@ class Alert:
     @property
     def anchor(self) -> str:
         """The runbook section: a ``## RLTrainerStalled`` heading has the anchor ``rltrainerstalled``."""
-        return self.name.lower()
+        return runbook.anchor(self.name)
 
     def to_dict(self, links: RunbookLinks | None = None) -> dict[str, object]:
         return {
@@ -65,17 +65,32 @@ class Alert:
 
 @dataclass(frozen=True)
 class RunbookLinks:
-    """Where an alert's ``runbook_url`` points: its panel of the generated runbook dashboard in Grafana (the
-    default, :mod:`rl_otel.ops.runbook`), or, with ``runbook_base``, ``<runbook_base>#<alert in lower case>`` on a
-    page of docs/runbook.md (your fork's, your wiki's)."""
+    """Where an alert's ``runbook_url`` points (:mod:`rl_otel.ops.runbook`): by default the alert's section of
+    docs/runbook.md in the project's source repository (``[project.urls] Source`` of pyproject.toml); with
+    ``runbook_base``, ``<runbook_base>#<anchor>`` (your fork's or wiki's page of docs/runbook.md); with
+    ``grafana_url``, the alert's panel of the generated runbook dashboard in that Grafana. ``ValueError`` for a
+    base that is not an absolute http(s) URL, or for both at once."""
 
-    grafana_url: str = runbook.GRAFANA_URL
+    grafana_url: str | None = None
     runbook_base: str | None = None
 
-    def url(self, alert: Alert) -> str:
+    def __post_init__(self) -> None:
+        if self.grafana_url is not None and self.runbook_base is not None:
+            raise ValueError("give the runbook links one base: --runbook-base or --grafana-url, not both")
+        if self.grafana_url is not None:
+            runbook.check_url(self.grafana_url, "--grafana-url")
         if self.runbook_base is not None:
-            return f"{self.runbook_base}#{alert.anchor}"
-        return runbook.panel_url(alert_names(), alert.name, self.grafana_url)
+            runbook.check_url(self.runbook_base, "--runbook-base")
+
+    @property
+    def base(self) -> str:
+        """The URL every link starts with."""
+        return self.grafana_url or self.runbook_base or runbook.default_base()
+
+    def url(self, alert: Alert) -> str:
+        if self.grafana_url is not None:
+            return runbook.panel_url(alert_names(), alert.name, self.grafana_url)
+        return f"{self.base}#{alert.anchor}"
 
 
 @functools.lru_cache(maxsize=1)
@@ -105,8 +120,8 @@ def _concept(name: str) -> Recording:
 
 
 # concepts whose alerts compare the run with its own median (thresholds.py: baseline_window, baseline_offset)
-BASELINED = ("policy_kl", "ref_kl", "sequence_ref_kl", "train_infer_kl", "train_infer_logprob_diff",
-             "train_infer_ratio_deviation")
+BASELINED = ("policy_kl", "ref_kl", "sequence_ref_kl", "importance_ratio_max", "train_infer_kl",
+             "train_infer_logprob_diff", "train_infer_ratio_deviation")
 PHASE = "job, run, cluster, phase"
 PHASE_STARTED = "run_phase:rl_phase_started_timestamp_seconds:min"
 PHASE_P90 = "run_phase:rl_phase_duration_seconds:p90"
@@ -125,20 +140,30 @@ def _baseline(name: str, t: Thresholds) -> Recording:
     return Recording(baseline(name), f"quantile_over_time(0.5, {rec}[{t.baseline_window}] offset {t.baseline_offset})")
 
 
-def _duration_minutes(duration: str) -> int:
+def duration_minutes(duration: str) -> int:
+    """``"90s"`` -> 1, ``"15m"`` -> 15, ``"1h"`` -> 60: whole minutes of a Prometheus duration."""
     number, unit = int(duration[:-1]), duration[-1]
     return int(number * {"s": 1 / 60, "m": 1, "h": 60, "d": 1440}[unit])
 
 
-def _above_own(name: str, ratio: float, floor: float, ceiling: float | None, t: Thresholds) -> str:
-    """``x > ratio * baseline and x > floor``, or ``x > ceiling`` whatever the baseline (also before one exists).
+def smoothed(name: str, window: str) -> str:
+    """The median of a concept's recorded series over ``window``: one batch's value (or a finished run's held last
+    one) does not move it."""
+    return f"quantile_over_time(0.5, {concept(name).record}[{window}])"
+
+
+def _above_own(name: str, ratio: float, floor: float, ceiling: float | None, t: Thresholds,
+               smooth: str | None = None) -> str:
+    """``x > ratio * baseline and x > floor``, or ``x > ceiling`` whatever the baseline (also before one exists);
+    ``x`` is the concept's recorded series, or with ``smooth`` its median over that window (:func:`smoothed`).
 
     The comparison with the baseline waits until the run is older than the baseline's window and offset (``x
     offset <both>`` exists): a KL to the reference grows from 0 in a run's first minutes, and a baseline of those
     minutes would page on every healthy start."""
-    x = concept(name).record
-    age = f"{_duration_minutes(t.baseline_window) + _duration_minutes(t.baseline_offset)}m"
-    rel = f"({x} > {ratio:g} * {baseline(name)} and {x} > {floor:g} and {x} offset {age})"
+    rec = concept(name).record
+    x = rec if smooth is None else smoothed(name, smooth)
+    age = f"{duration_minutes(t.baseline_window) + duration_minutes(t.baseline_offset)}m"
+    rel = f"({x} > {ratio:g} * {baseline(name)} and {x} > {floor:g} and {rec} offset {age})"
     return rel if ceiling is None else f"{rel} or {x} > {ceiling:g}"
 
 
@@ -216,11 +241,16 @@ def alerts(t: Thresholds = DEFAULT) -> tuple[Alert, ...]:
               f"{t.approx_kl_max:g}: the policy moves too far per step (learning rate, too many PPO epochs, stale "
               "rollouts).",
               concept="policy_kl"),
-        Alert("RLImportanceRatioExploding", f"run:rl_importance_ratio:max > {t.ratio_max:g}",
-              t.ratio_max_for, "warning", f"Run {run}: importance ratio max is {value}",
-              f"The largest importance ratio exp(logp - logp_old) in a batch is {value}, above {t.ratio_max:g}: "
-              "rollout and training policies disagree (off-policy drift, a mismatched inference engine, or "
-              "numerics).",
+        Alert("RLImportanceRatioExploding",
+              _above_own("importance_ratio_max", t.ratio_max_ratio, t.ratio_max_floor, t.ratio_max, t,
+                         smooth=t.ratio_max_smooth),
+              t.ratio_max_for, "warning",
+              f"Run {run}: importance ratio max is {value} (its median over {t.ratio_max_smooth})",
+              f"The largest importance ratio exp(logp - logp_old) of a batch, its median over "
+              f"{t.ratio_max_smooth}, is {value}: above {t.ratio_max_ratio:g} times the run's own median of "
+              f"{t.baseline_window} ({t.baseline_offset} ago) and above {t.ratio_max_floor:g}, or above "
+              f"{t.ratio_max:g}: rollout and training policies disagree batch after batch (off-policy drift, a "
+              "mismatched inference engine, or numerics).",
               concept="importance_ratio_max"),
         Alert("RLClipFractionHigh", f"run:rl_clip_ratio:max > {t.clip_ratio_max:g}", t.clip_ratio_for,
               "warning", f"Run {run}: clip fraction {value}",

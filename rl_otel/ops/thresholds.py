@@ -35,8 +35,14 @@ class Thresholds:
     approx_kl_floor: float = 0.02         # ... and above this (nats per token)
     approx_kl_max: float = 1.0            # ceiling: above it whatever the baseline (a toy task's KL is ~0.1)
     approx_kl_for: str = "10m"
-    ratio_max: float = 10.0               # largest importance ratio exp(logp - logp_old) in a batch
-    ratio_max_for: str = "10m"
+    # The largest importance ratio exp(logp - logp_old) of a batch is one token's: heavy-tailed (the healthy demo's
+    # reach 20-800 on single steps), so the alert reads its median over ratio_max_smooth, never one batch (nor the
+    # value a finished run holds while it lingers)
+    ratio_max_smooth: str = "10m"
+    ratio_max_ratio: float = 4.0          # that median above 4x the run's own baseline ...
+    ratio_max_floor: float = 10.0         # ... and above this
+    ratio_max: float = 100.0              # ceiling: above it whatever the baseline
+    ratio_max_for: str = "5m"
     clip_ratio_max: float = 0.3           # fraction of tokens clipped by the PPO ratio clip
     clip_ratio_for: str = "15m"
     entropy_ratio_min: float = 0.05       # entropy below 5% of its own max over entropy_window ...
