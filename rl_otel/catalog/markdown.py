@@ -49,6 +49,7 @@ def render(catalog: Catalog) -> str:
         lines.append("")
         lines += _left_out(source)
     lines += _concepts()
+    lines += _goodput()
     return "\n".join(lines)
 
 
@@ -75,5 +76,44 @@ def _concepts() -> list[str]:
     for c in CONCEPTS:
         sources = ", ".join(f"`{_cell(s.selector)}`" for s in c.sources)
         lines.append(f"| {c.name} | `{c.record}` | {sources} | {_cell(c.description)} |")
+    lines.append("")
+    return lines
+
+
+def _goodput() -> list[str]:
+    """Where a step's time goes: per training loop, the keys counted in each bucket (rl_otel/catalog/goodput.py)."""
+    from rl_otel.catalog import default_catalog
+    from rl_otel.catalog.goodput import BUCKETS, PHASES, decision_of
+    from rl_otel.catalog.goodput_nesting import LOOPS
+
+    lines = ["## Goodput: where a step's time goes", "",
+             "Buckets: " + ", ".join(f"`{b}`" for b in BUCKETS) + ". A logged duration is counted in one bucket "
+             "when it is a leaf: no counted timer contains it or runs beside it (totals, parts of counted timers, "
+             "per-sample statistics and concurrent timers are not counted; `rl_otel/catalog/goodput.py` says why "
+             "for each, `goodput_nesting.py` holds the containment facts read off each framework's code). What a "
+             "step's counted keys leave over is `waiting` (prime-rl's orchestrator: `generation`). Phases "
+             "(`tel.phase()`, `rl_phase_duration_seconds`): the `execute` part goes to the bucket of the phase's "
+             "name, `onload`/`offload` to `offload`, `total` is not counted. Phase names: "
+             + "; ".join(f"{bucket}: " + ", ".join(f"`{n}`" for n, b in PHASES.items() if b == bucket)
+                         for bucket in BUCKETS if bucket in PHASES.values()) + "; any other name: other.", "",
+             "| framework: loop | process | step key | counted keys by bucket |", "|---|---|---|---|"]
+    for loop in LOOPS:
+        catalog = default_catalog(loop.framework)
+        by_bucket: dict[str, list[str]] = {}
+        for key in loop.all_keys():
+            res = catalog.lookup(key)
+            decision = None if res is None else decision_of(res.spec, res.labels)
+            if decision is not None and decision.bucket is not None:
+                by_bucket.setdefault(decision.bucket, []).append(f"`{_cell(key)}`")
+        step = "none (the interval between its log calls)"
+        if loop.step is not None:
+            res = catalog.lookup(loop.step)
+            decision = None if res is None else decision_of(res.spec, res.labels)
+            step = f"`{_cell(loop.step)}`" + (f": {_cell(decision.why)}" if decision is not None and decision.why
+                                                else "")
+        if not by_bucket and loop.step is None:
+            continue  # lines no process can be told from (prime-rl's unattributed time/*): nothing to count
+        counted = "; ".join(f"{b}: {', '.join(by_bucket[b])}" for b in BUCKETS if b in by_bucket)
+        lines.append(f"| {_title(loop.framework)}: {_cell(loop.name)} | {loop.process} | {step} | {counted} |")
     lines.append("")
     return lines
