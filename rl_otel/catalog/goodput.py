@@ -484,6 +484,8 @@ _SCOPED_FAMILIES = (
 _RL_OTEL_FAMILIES = (
     _family("rl_phase_duration_seconds", "rl_otel/_internal/tracing/phase.py (tel.phase)", _inner(""),
             phases=True),
+    _family("rl_phase_gpu_duration_seconds", "rl_otel/_internal/probes/gpu_time.py (CUDA events of tel.phase)",
+            _inner("GPU time inside a phase whose host time is counted already")),
     _family("rl_last_step_timestamp_seconds", "rl_otel/catalog/meta.py", _inner("a timestamp, no duration")),
     _family("rl_phase_started_timestamp_seconds", "rl_otel/catalog/meta.py", _inner("a timestamp, no duration")),
 )
