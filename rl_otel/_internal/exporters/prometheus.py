@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
+from rl_otel._internal.exporters.admission import Limits
 from rl_otel._internal.exporters.exposition import Plan, Renderer, Rendering
-from rl_otel._internal.exporters.server import Limits, Server, serve
+from rl_otel._internal.exporters.server import Server, serve
 from rl_otel._internal.exporters.textformat import EOF, OPENMETRICS, TEXT
 from rl_otel._internal.exporters.webconfig import WebConfig
 from rl_otel._internal.pipeline.records import Family

@@ -1,40 +1,22 @@
-"""The HTTP/1.1 server under the scrape endpoint: bounded in threads, memory and CPU whatever its clients do.
-
-The endpoint binds ``0.0.0.0`` by default, so anyone who reaches the node reaches it, and it runs inside the
-training process, where every CPU second and every moment it holds the GIL is taken from training. So:
+"""The HTTP/1.1 transport under the scrape endpoint: bounded in threads and memory whatever its clients do. What
+it lets in and what it may spend is :mod:`rl_otel._internal.exporters.admission`'s to decide.
 
 - two threads, whatever the number of clients: one event loop (``selectors``) accepts, runs TLS handshakes,
   reads request heads and writes responses, all non-blocking; one worker runs the application (basic auth and
   the rendering) for one request at a time, in arrival order (a connection has at most one request in flight);
-- at most :attr:`Limits.max_connections` connections; when full, one is closed for the newcomer, so held-open
-  sockets cannot lock scrapers out: first one already refused, then the oldest that does not read its answers (it
-  pipelined its request before taking the previous answer, or its answer sits in a full socket buffer), then the
-  oldest not being answered (idle keep-alive, handshaking, or still sending its head); a fresh request (the
-  first of a connection, or one sent after the previous answer was taken: Prometheus' way) is never closed for
-  a newcomer and is answered before every pipelined one. The listen backlog (``Limits.backlog``) holds a burst
-  of parallel scrapers;
+  a fresh request is answered before every pipelined one;
 - a request head is at most ``max_header_bytes`` in ``max_headers`` lines, sent within ``header_timeout_s``
   (TLS handshake included); a keep-alive connection idle ``idle_timeout_s`` is closed; a response that makes no
   progress for ``write_timeout_s`` is dropped. Request bodies are refused (413). A refused request is answered
   and its connection held unread until its header deadline (a lingering close), so that a client streaming
   megabytes of head waits instead of reconnecting at once; a silent connection does not even reach ``accept()``
-  until it sends (``TCP_DEFER_ACCEPT``, Linux);
-- a CPU budget (:class:`Governor`): the two threads may use ``cpu_share`` of one core on average (bursts of
-  ``cpu_burst_s``); past it the loop pauses, and the kernel queues what arrives. Hostile clients then slow each
-  other and the scrapers, never training; a scrape waits its turn behind at most one request per connection.
-  bcrypt checks of credentials not seen before have a budget of their own (``webconfig.UNCACHED_CHECKS_PER_S``:
-  they hold the GIL ~65 ms each), past which the answer is 429;
-- the web-config file (and the certificate files it names) is checked for changes every ``config_check_s`` and
-  read again (a revoked password stops working, a renewed certificate is served); a file that no longer loads,
-  or that would switch TLS on or off or weaken it (no basic auth, fewer clients verified, a lower TLS version,
-  no SAN check: an empty or half-written file reads as a valid, weaker one) is refused, logged and counted, and
-  the previous configuration kept;
+  until it sends (``TCP_DEFER_ACCEPT``, Linux); the listen backlog holds a burst of parallel scrapers;
+- over its CPU budget the loop pauses: nothing new starts, but responses already computed are still sent;
 - ``close()`` wakes the loop through a socket pair: it returns in about a millisecond (socketserver polls every
   0.5 s). In a forked child, whose copies of these threads do not run, it only closes its copies of the sockets.
 
-What it refuses is counted through ``on_event(reason)``; the scrape endpoint counts them in
-``rl_telemetry_errors_total{sink="prometheus",reason}``: ``auth_failed``, ``auth_throttled``, ``bad_request``,
-``client_timeout``, ``connection_limit``, ``tls_handshake``, ``tls_san``, ``web_config_reload``, ``internal``.
+It counts through ``on_event(reason)`` (``rl_telemetry_errors_total{sink="prometheus",reason}``): ``bad_request``,
+``client_timeout``, ``connection_limit``, ``internal``, and the policy's reasons.
 """
 
 from __future__ import annotations
@@ -52,11 +34,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from rl_otel.errors import ConfigurationError, PortInUseError
+from rl_otel._internal.exporters.admission import DONE, REFUSED, WANT_READ, Admission, Limits
+from rl_otel.errors import PortInUseError
 
 if TYPE_CHECKING:  # loaded with a web-config file only (TLS, auth): a plain endpoint never imports it
     from rl_otel._internal.exporters.webconfig import WebConfig
@@ -64,22 +46,6 @@ if TYPE_CHECKING:  # loaded with a web-config file only (TLS, auth): a plain end
 _log = logging.getLogger("rl_otel")
 
 WsgiApp = Callable[[dict, Callable], Iterable[bytes]]
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one endpoint may hold and spend (the defaults are the documented ones)."""
-
-    max_connections: int = 64
-    max_header_bytes: int = 16 * 1024  # request line and headers
-    max_headers: int = 64
-    header_timeout_s: float = 10.0  # from the connection (or a request's first byte) to the end of its head
-    idle_timeout_s: float = 60.0  # a keep-alive connection between requests
-    write_timeout_s: float = 10.0  # a response making no progress
-    cpu_share: float = 0.04  # of one core, on average, for both threads
-    cpu_burst_s: float = 0.1
-    backlog: int = 1024  # capped by the kernel's somaxconn
-    config_check_s: float = 1.0
 
 
 HANDSHAKE, READ, QUEUED, BUSY, WRITE, LINGER = range(6)
@@ -90,31 +56,6 @@ _REASONS = {400: "Bad Request", 413: "Content Too Large", 429: "Too Many Request
             505: "HTTP Version Not Supported"}
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-
-
-class Governor:
-    """A token bucket of CPU seconds: refilled at ``share`` per wall second, holding at most ``burst``. The
-    threads charge what they used (``time.thread_time``); :meth:`pause_s` says how long to wait before spending
-    more: in debt, until ``quantum`` is available again (one pause, then a batch of requests: pausing for each
-    few microseconds of refill would spend the refill on waking up). Thread-safe."""
-
-    def __init__(self, share: float, burst: float, quantum: float = 0.002) -> None:
-        self._share, self._burst, self._quantum = share, burst, min(quantum, burst)
-        self._tokens = burst
-        self._at = time.monotonic()
-        self._lock = threading.Lock()
-        self.paused_s = 0.0  # total time the loop waited for the budget (reported by the attack benchmark)
-
-    def charge(self, cpu_s: float) -> None:
-        with self._lock:
-            self._tokens -= cpu_s
-
-    def pause_s(self) -> float:
-        with self._lock:
-            now = time.monotonic()
-            self._tokens = min(self._burst, self._tokens + (now - self._at) * self._share)
-            self._at = now
-            return 0.0 if self._tokens >= 0 else (self._quantum - self._tokens) / self._share
 
 
 class _Conn:
@@ -135,15 +76,18 @@ class _Conn:
         self.linger = False  # refused: after the answer, held unread until its deadline instead of closed
         self.pipelined = False  # its request was sent before the previous answer was taken (it does not read)
 
+    # what eviction knows of it (admission.Standing)
+    @property
+    def held(self) -> bool:
+        return self.state == LINGER
 
-def _eviction_rank(conn: _Conn) -> int:
-    """0: refused and held; 1: does not read its answers; 2: not being answered; 3: never closed for a newcomer
-    (a fresh request queued, being answered or being written)."""
-    if conn.state == LINGER:
-        return 0
-    if conn.state != BUSY and (conn.pipelined or (conn.state == WRITE and conn.events == selectors.EVENT_WRITE)):
-        return 1
-    return 2 if conn.state in (HANDSHAKE, READ) else 3
+    @property
+    def unread(self) -> bool:
+        return self.state != BUSY and (self.pipelined or (self.state == WRITE and self.events == selectors.EVENT_WRITE))
+
+    @property
+    def answering(self) -> bool:
+        return self.state not in (HANDSHAKE, READ)
 
 
 def _http_date(now: float) -> str:
@@ -155,14 +99,14 @@ def _http_date(now: float) -> str:
 class Server:
     """Serves ``app`` (WSGI, one request at a time) on the listening socket ``listener``; see the module."""
 
-    def __init__(self, app: WsgiApp, listener: socket.socket, *, web: WebConfig | None = None,
-                 on_event: Callable[[str], None] | None = None, limits: Limits | None = None) -> None:
+    def __init__(self, app: WsgiApp, listener: socket.socket, admission: Admission,
+                 on_event: Callable[[str], None] | None = None) -> None:
         self._app = app
         self._listener = listener
-        self.web = web
+        self.admission = admission
         self._on_event = on_event or (lambda reason: None)
-        self.limits = limits = limits or Limits()
-        self.governor = Governor(limits.cpu_share, limits.cpu_burst_s)
+        self.limits = admission.limits
+        self.governor = admission.governor
         self.server_port: int = listener.getsockname()[1]
         self._conns: collections.OrderedDict[_Conn, None] = collections.OrderedDict()  # oldest activity first
         self._sel = selectors.DefaultSelector()
@@ -174,7 +118,6 @@ class Server:
         self._done: collections.deque[tuple[_Conn, list[bytes]]] = collections.deque()
         self._jobs: queue.SimpleQueue[tuple[_Conn, dict] | None] = queue.SimpleQueue()
         self._busy = False
-        self._auth_cpu = 0.0  # the worker's: CPU of the last request's credentials check
         self._failure_logged = -float("inf")  # the worker's: when a failed request's traceback was last logged
         self._woken = False  # a wake-up byte is in the socket pair, not read yet
         self._accepting = False
@@ -182,8 +125,6 @@ class Server:
         self._stop = threading.Event()
         self._closed = False
         self._pid = os.getpid()
-        self._web_stamp = web.stamp() if web is not None else ()
-        self._web_checked = time.monotonic()
         self._date = (0, "")
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._resume_accept()
@@ -270,8 +211,9 @@ class Server:
                     self._read(conn)
                 elif conn.state == WRITE:
                     self._write(conn)
-            if self.web is not None and time.monotonic() - self._web_checked >= self.limits.config_check_s:
-                self._check_web_config()
+            check_at = self.admission.next_check()
+            if check_at is not None and time.monotonic() >= check_at:
+                self.admission.check_web_config()
 
     def _deliver_until(self, end: float) -> None:
         """While paused: no accepting, reading or dispatching, but responses already computed are sent (a scrape
@@ -310,8 +252,8 @@ class Server:
                 self._drop(conn)
             elif soonest is None or deadline < soonest:
                 soonest = deadline
-        if self.web is not None:  # the web-config file is checked even when nobody connects
-            check_at = self._web_checked + self.limits.config_check_s
+        check_at = self.admission.next_check()  # the web-config file is checked even when nobody connects
+        if check_at is not None:
             soonest = check_at if soonest is None else min(soonest, check_at)
         if not self._accepting and self._accept_at and not self._closed:
             soonest = self._accept_at if soonest is None else min(soonest, self._accept_at)
@@ -332,22 +274,11 @@ class Server:
             self._sel.unregister(self._listener)
             self._accepting = False
 
-    def _evictable(self) -> _Conn | None:
-        """The connection to close for a newcomer (see the module), or None: the oldest of the lowest rank."""
-        found, found_rank = None, 3
-        for conn in self._conns:  # oldest activity first
-            rank = _eviction_rank(conn)
-            if rank < found_rank:
-                found, found_rank = conn, rank
-                if rank == 0:
-                    break
-        return found
-
     def _accept(self) -> None:
         limits = self.limits
         for _ in range(_ACCEPT_BATCH):
             full = len(self._conns) >= limits.max_connections
-            victim = self._evictable() if full else None
+            victim = self.admission.victim(self._conns) if full else None  # oldest activity first
             if full and victim is None:
                 self._pause_accept()  # resumed when one closes; the backlog holds the rest meanwhile
                 return
@@ -363,21 +294,16 @@ class Server:
                 return
             if victim is not None:  # room for the newcomer
                 self._on_event("connection_limit")
-                self._drop(victim)
+                self._drop(victim)  # type: ignore[arg-type]  # one of self._conns
             sock.setblocking(False)
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             deadline = time.monotonic() + limits.header_timeout_s
-            web = self.web
-            if web is not None and web.tls is not None:
-                try:
-                    sock = web.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-                except (ssl.SSLError, OSError):
-                    sock.close()
-                    continue
-                conn = _Conn(sock, addr, HANDSHAKE, deadline)
-            else:
-                conn = _Conn(sock, addr, READ, deadline)
+            wrapped = self.admission.wrap(sock)
+            if wrapped is None:
+                continue
+            sock, tls = wrapped
+            conn = _Conn(sock, addr, HANDSHAKE if tls else READ, deadline)
             self._conns[conn] = None
             # with TCP_DEFER_ACCEPT the request (or the TLS hello) is usually here already: no round of select
             if conn.state == HANDSHAKE:
@@ -418,27 +344,14 @@ class Server:
             self._resume_accept()
 
     def _handshake(self, conn: _Conn) -> None:
-        try:
-            conn.sock.do_handshake()  # type: ignore[attr-defined]
-        except ssl.SSLWantReadError:
-            self._want(conn, selectors.EVENT_READ)
-            return
-        except ssl.SSLWantWriteError:
-            self._want(conn, selectors.EVENT_WRITE)
-            return
-        except (ssl.SSLError, OSError) as exc:  # no client certificate, untrusted one, wrong protocol, reset
-            _log.debug("rl_otel: TLS handshake with %s failed: %s", conn.addr, exc)
-            self._on_event("tls_handshake")
+        step = self.admission.handshake(conn.sock, conn.addr)
+        if step == REFUSED:
             self._drop(conn)
-            return
-        web = self.web
-        if web is not None and not web.san_allowed(conn.sock.getpeercert()):  # type: ignore[attr-defined]
-            _log.debug("rl_otel: client %s has no allowed SAN", conn.addr)
-            self._on_event("tls_san")
-            self._drop(conn)
-            return
-        conn.state = READ
-        self._read(conn)
+        elif step != DONE:
+            self._want(conn, selectors.EVENT_READ if step == WANT_READ else selectors.EVENT_WRITE)
+        else:
+            conn.state = READ
+            self._read(conn)
 
     def _read(self, conn: _Conn) -> None:
         limits = self.limits
@@ -515,12 +428,11 @@ class Server:
         if "://" in target:  # absolute form
             target = "/" + target.split("://", 1)[1].partition("/")[2]
         path, _, query = target.partition("?")
-        web = self.web
         environ.update({
             "REQUEST_METHOD": method, "PATH_INFO": unquote(path, "latin-1"), "QUERY_STRING": query,
             "SERVER_PROTOCOL": version, "SCRIPT_NAME": "", "SERVER_NAME": "rl_otel",
             "SERVER_PORT": str(self.server_port), "REMOTE_ADDR": str(conn.addr[0]) if conn.addr else "",
-            "wsgi.version": (1, 0), "wsgi.url_scheme": web.scheme if web is not None else "http",
+            "wsgi.version": (1, 0), "wsgi.url_scheme": self.admission.scheme,
             "wsgi.input": io.BytesIO(), "wsgi.errors": sys.stderr, "wsgi.multithread": False,
             "wsgi.multiprocess": False, "wsgi.run_once": False, "rl_otel.asked_ns": time.monotonic_ns(),
         })
@@ -620,9 +532,9 @@ class Server:
                 return
             conn, environ = job
             cpu = time.thread_time()
-            self._auth_cpu = 0.0
+            auth_cpu = 0.0
             try:
-                parts = self._call(environ, conn.keep_alive)
+                parts, auth_cpu = self._call(environ, conn.keep_alive)
             except Exception:
                 now = time.monotonic()
                 if now - self._failure_logged >= 60.0:  # a client repeating the request must not flood stderr
@@ -634,33 +546,19 @@ class Server:
                 parts = self._head("500 Internal Server Error", [], 0, False)
             # bcrypt has a budget of its own (webconfig.UNCACHED_CHECKS_PER_S): charged here, one check would
             # pause the endpoint for its 65 ms / cpu_share = 1.3 s
-            self.governor.charge(time.thread_time() - cpu - self._auth_cpu)
+            self.governor.charge(time.thread_time() - cpu - auth_cpu)
             self._done.append((conn, parts))
             if not self._woken:  # one byte in the socket pair wakes the loop; more would cost a syscall each
                 self._woken = True
                 self._wake()
 
-    def _call(self, environ: dict, keep_alive: bool) -> list[bytes]:
-        web = self.web
-        extra = list(web.headers) if web is not None else []
-        if web is not None and web.auth is not None:
-            from rl_otel._internal.exporters.webconfig import Verdict  # loaded: web came from it
-
-            cpu = time.thread_time()
-            verdict = web.auth.verdict(environ.get("HTTP_AUTHORIZATION"))
-            self._auth_cpu = time.thread_time() - cpu
-            if verdict is Verdict.THROTTLED:
-                self._on_event("auth_throttled")
-                body = b"Too many attempts with new credentials; retry later\n"
-                return [*self._head("429 Too Many Requests", [("Retry-After", "1"), *extra], len(body),
-                                    keep_alive), body]
-            if verdict is not Verdict.OK:
-                if verdict is Verdict.DENIED:
-                    self._on_event("auth_failed")
-                body = b"Unauthorized\n"
-                return [*self._head("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="rl_otel"'),
-                                                         ("Content-Type", "text/plain; charset=utf-8"), *extra],
-                                    len(body), keep_alive), body]
+    def _call(self, environ: dict, keep_alive: bool) -> tuple[list[bytes], float]:
+        """The answer to one request, and the thread time its credentials check took."""
+        extra = self.admission.headers
+        refusal, auth_cpu = self.admission.authorize(environ)
+        if refusal is not None:
+            return [*self._head(refusal.status, [*refusal.headers, *extra], len(refusal.body), keep_alive),
+                    refusal.body], auth_cpu
         captured: list = []
 
         def start_response(status: str, headers: list, exc_info: Any = None) -> Callable:
@@ -678,7 +576,7 @@ class Server:
         length = sum(len(p) for p in parts)
         if environ["REQUEST_METHOD"] == "HEAD":
             parts = []
-        return [*self._head(status, [*headers, *extra], length, keep_alive), *parts]
+        return [*self._head(status, [*headers, *extra], length, keep_alive), *parts], auth_cpu
 
     def _head(self, status: str, headers: list, length: int, keep_alive: bool) -> list[bytes]:
         now = time.time()
@@ -689,38 +587,6 @@ class Server:
         if not keep_alive:
             lines.append("Connection: close")
         return [("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")]
-
-    # ---- the web-config file
-
-    def _check_web_config(self) -> None:
-        self._web_checked = time.monotonic()
-        web = self.web
-        assert web is not None
-        stamp = web.stamp()
-        if stamp == self._web_stamp:
-            return
-        self._web_stamp = stamp  # a file that fails to load is tried again when it changes again
-        from rl_otel._internal.exporters.webconfig import load_web_config, weakenings
-
-        try:
-            new = load_web_config(web.path)
-            if new.scheme != web.scheme:
-                raise ConfigurationError(f"it would switch the endpoint from {web.scheme} to {new.scheme}; "
-                                         "restart the process for that")
-            weaker = weakenings(web, new)
-            if weaker:
-                raise ConfigurationError(f"it would weaken security ({'; '.join(weaker)}); restart the process "
-                                         "for that")
-        except ConfigurationError as exc:
-            _log.warning("rl_otel: web config %r changed but is not used (the previous one still is): %s",
-                         web.path, exc)
-            self._on_event("web_config_reload")
-            return
-        if new.auth is not None and web.auth is not None:
-            new.auth.adopt(web.auth)
-        self.web = new
-        self._web_stamp = new.stamp()
-        _log.info("rl_otel: web config %r read again", web.path)
 
 
 def _listen(host: str, port: int, backlog: int, defer_s: float) -> socket.socket:
@@ -764,6 +630,6 @@ def serve(app: WsgiApp, host: str, port: int, *, web: WebConfig | None = None, p
         tried = f"ports {port}..{last} are all" if port_search else f"port {port} is"
         raise PortInUseError(f"prometheus {tried} already in use on {host!r}; pass prometheus={{'port': 0}} for a free "
                              "port, another port, or 'port_search': N to try the next N ports")
-    server = Server(app, listener, web=web, on_event=on_event, limits=limits)
+    server = Server(app, listener, Admission(web, limits, on_event), on_event)
     server.start()
     return server
