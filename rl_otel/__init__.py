@@ -78,8 +78,7 @@ def init(
 
 
 def _init(args: dict[str, Any]) -> Telemetry:
-    from rl_otel._internal.runtime.config import build_config
-    from rl_otel._internal.runtime.options import OPTIONS, load_config_file, merge
+    from rl_otel._internal.runtime.options import OPTIONS, build_config, load_config_file, merge
     from rl_otel.catalog import default_catalog as _default_catalog
     from rl_otel.telemetry import Telemetry as _Telemetry
 

@@ -51,9 +51,14 @@ def test_init_names_exactly_the_defined_options_in_their_order():
 
 
 def test_the_resolved_config_and_the_integrations_cover_every_option():
+    """One place per option: each is checked once (its Option's check) into the TelemetryConfig field of its name,
+    and the typed config holds nothing else but what the environment says."""
     resolved = {f.name for f in fields(TelemetryConfig)}
-    tracker_options = {"track_with", "tracker_kwargs", "trackers"}  # resolved together into TelemetryConfig.trackers
-    assert {o.name for o in OPTIONS} - tracker_options <= resolved
+    filled = {o.field or o.name for o in OPTIONS if o.field is not None}
+    assert resolved == filled | {"host_name", "local_rank", "world_size"}
+    assert all(o.check is not None for o in OPTIONS if o.field is not None)
+    # the three tracker options are resolved together into TelemetryConfig.trackers
+    assert {o.name for o in OPTIONS if o.field is None} == {"tracker_kwargs", "trackers"}
     assert set(INTEGRATION_OPTIONS) == {o.name for o in OPTIONS} | {"config"}
     assert "tracer_provider" not in FILE_KEYS and "run" in FILE_KEYS  # an object cannot come from a YAML file
 

@@ -21,8 +21,8 @@ import bcrypt
 import pytest
 import yaml
 
-from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.exporters.admission import Limits
+from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.exporters.webconfig import load_web_config
 from rl_otel._internal.pipeline.recorder import Recorder
 from rl_otel.catalog import default_catalog, meta

@@ -24,8 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import rl_otel
 from rl_otel._internal.exporters import prometheus as prom
-from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.exporters.admission import Governor, Limits
+from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.exporters.webconfig import UNCACHED_BURST, UNCACHED_CHECKS_PER_S, BasicAuth, TokenBucket, Verdict
 from rl_otel._internal.pipeline.recorder import Recorder
 from rl_otel.catalog import default_catalog, meta

@@ -73,7 +73,7 @@ def test_two_ranks_label_their_series_and_only_rank0_writes_tensorboard(tmp_path
 def test_a_port_is_a_base_offset_by_the_local_rank():
     """torchrun's ranks of one host given one port (explicit or the default 9464) each get their own: port +
     LOCAL_RANK, unless add_local_rank=False; port 0 (a free port) is never offset."""
-    from rl_otel._internal.runtime.config import build_config
+    from rl_otel._internal.runtime.options import build_config
     from rl_otel._internal.runtime.ranks import serving_port
 
     assert [serving_port(9464, local_rank) for local_rank in range(3)] == [9464, 9465, 9466]

@@ -77,7 +77,7 @@ def check_options(where: str, options: Mapping[str, Any], run: str | None = None
 
 def _checked(where: str, options: Mapping[str, Any], run: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(:func:`check_options`' result, the options of the ``config`` file)."""
-    from rl_otel._internal.runtime.config import build_config
+    from rl_otel._internal.runtime.options import build_config
 
     unknown = sorted(set(options) - set(INTEGRATION_OPTIONS))
     if unknown:

@@ -1,25 +1,14 @@
-"""init()'s options checked once and resolved against the environment into the :class:`TelemetryConfig` a
-Telemetry runs with; a bad value raises ConfigurationError naming it. The options themselves (names, defaults,
-docs) are defined in :mod:`rl_otel._internal.runtime.options`."""
+"""The typed configuration a Telemetry runs with: :class:`TelemetryConfig`, every option of
+:data:`~rl_otel._internal.runtime.options.OPTIONS` in its checked form (each option's check is defined with the
+option, in ``options.py``, and fills the field of its name; ``tests/test_architecture.py`` holds the two to each
+other and to ``init()``'s signature)."""
 
 from __future__ import annotations
 
-import os
-import socket
-import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rl_otel._internal.checks import boolean, check_known, positive_seconds
-from rl_otel._internal.exporters.otel_env import resource_attributes, selected
-from rl_otel._internal.runtime.options import merge
-from rl_otel._internal.runtime.ranks import serving_port
-from rl_otel.errors import ConfigurationError
-
 if TYPE_CHECKING:
-    # imported by build_config only when an option asks for them: a process with neither tracing, OTLP nor a
-    # web-config file loads none of these modules (their checks, dataclasses and imports: ~4 ms of init())
     from rl_otel._internal.exporters.otlp import OtlpConfig
     from rl_otel._internal.exporters.webconfig import WebConfig
     from rl_otel._internal.tracing.config import TracingConfig
@@ -28,8 +17,6 @@ if TYPE_CHECKING:
 DEFAULT_PORT = 9464
 DEFAULT_HOST = "0.0.0.0"
 
-
-_PROMETHEUS_KEYS = ("host", "port", "add_local_rank", "port_search", "file_sd", "advertise_host", "web_config_file")
 
 
 @dataclass(frozen=True)
@@ -77,122 +64,3 @@ class TelemetryConfig:
         """The labels of every series this process serves: run, role and rank (two roles of one run, such as
         Trinity's explorer and trainer, are told apart on every series)."""
         return {"run": self.run, "role": self.role, "rank": str(self.rank)}
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
-def _prometheus(value: object, local_rank: int) -> PrometheusConfig | None:
-    if value is None or value is False:
-        return None
-    if value is True:
-        return PrometheusConfig(port=serving_port(DEFAULT_PORT, local_rank))
-    if not isinstance(value, Mapping):
-        raise ConfigurationError(f"prometheus must be a dict like {{'host': ..., 'port': ...}}, True or False; "
-                                 f"got {value!r}")
-    check_known("prometheus", value, _PROMETHEUS_KEYS)
-    host = value.get("host", DEFAULT_HOST)
-    port = value.get("port", DEFAULT_PORT)
-    if not isinstance(host, str):
-        raise ConfigurationError(f"prometheus host must be a str, got {host!r}")
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ConfigurationError(f"prometheus port must be an int in 0..65535 (0 = a free port), got {port!r}")
-    add_local_rank = value.get("add_local_rank")
-    port = serving_port(port, local_rank,
-                        None if add_local_rank is None else boolean("prometheus add_local_rank", add_local_rank))
-    search = value.get("port_search", 0)
-    if isinstance(search, bool) or not isinstance(search, int) or search < 0 or port + search > 65535:
-        raise ConfigurationError(f"prometheus port_search must be an int >= 0 (how many next ports to try) with "
-                                 f"port + port_search <= 65535, got {search!r}")
-    file_sd, advertise = value.get("file_sd"), value.get("advertise_host")
-    if file_sd is not None and (not isinstance(file_sd, (str, os.PathLike)) or not os.fspath(file_sd)):
-        raise ConfigurationError(f"prometheus file_sd must be a directory or a .json/.yml file name, got {file_sd!r}")
-    if advertise is not None and (not isinstance(advertise, str) or not advertise):
-        raise ConfigurationError(f"prometheus advertise_host must be a host name, got {advertise!r}")
-    web = value.get("web_config_file")
-    if web is not None and (not isinstance(web, (str, os.PathLike)) or not os.fspath(web)):
-        raise ConfigurationError(f"prometheus web_config_file must be a file name, got {web!r}")
-    loaded = None
-    if web is not None:
-        from rl_otel._internal.exporters.webconfig import load_web_config
-
-        loaded = load_web_config(web)
-    return PrometheusConfig(host=host, port=port, port_search=search,
-                            file_sd=None if file_sd is None else os.fspath(file_sd), advertise_host=advertise,
-                            web=loaded)
-
-
-def _rank(value: object, env_rank: int) -> int:
-    if value is None:
-        value = env_rank
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigurationError(f"rank must be an int >= 0, got {value!r}")
-    return value
-
-
-def _tracing(tracing: object, tracer_provider: object) -> tuple[TracingConfig | None, Any]:
-    """``tracing=`` and ``tracer_provider=`` checked (:mod:`rl_otel._internal.tracing.config`, loaded when either
-    is given): ``(tracing config, the user's provider)``."""
-    if (tracing is None or tracing is False) and tracer_provider is None:
-        return None, None
-    from rl_otel._internal.tracing.config import check_tracer_provider, tracing_config
-
-    provider = check_tracer_provider(tracer_provider, tracing)
-    return tracing_config(tracing), provider
-
-
-def _otlp(value: object, tracer_provider_given: bool) -> OtlpConfig | None:
-    """``otlp=`` checked (:func:`rl_otel._internal.exporters.otlp.otlp_config`, loaded unless nothing can ask
-    for a push: ``otlp=False``, or ``None`` with neither ``OTEL_METRICS_EXPORTER`` nor ``OTEL_TRACES_EXPORTER``
-    selecting otlp)."""
-    if value is False or (value is None and not any(selected(os.environ, s) for s in ("metrics", "traces"))):
-        return None
-    from rl_otel._internal.exporters.otlp import otlp_config
-
-    return otlp_config(value, tracer_provider_given=tracer_provider_given)
-
-
-def build_config(**given: Any) -> TelemetryConfig:
-    """Check every option of :data:`~rl_otel._internal.runtime.options.OPTIONS` (one not given takes its default)
-    and resolve it against the environment (``RL_OTEL_RUN``, ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``OTEL_*``):
-    the one :class:`TelemetryConfig` a Telemetry runs with. Raises ConfigurationError naming a bad value."""
-    from rl_otel._internal.runtime.ranks import check_tracker_ranks, env_ranks
-    from rl_otel._internal.trackers.config import normalize_trackers
-
-    o = merge(given, {})
-    run, role, ttl = o["run"], o["role"], o["series_ttl_s"]
-    if run is None:
-        run = os.environ.get("RL_OTEL_RUN") or time.strftime("run-%Y%m%d-%H%M%S")
-    if not isinstance(run, str) or not run.strip():
-        raise ConfigurationError(f"run must be a non-empty str, got {run!r}")
-    if not isinstance(role, str) or not role:
-        raise ConfigurationError(f"role must be a non-empty str, got {role!r}")
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0):
-        raise ConfigurationError(f"series_ttl_s must be a positive number of seconds or None, got {ttl!r}")
-    env = env_ranks()
-    tracing, tracer_provider = _tracing(o["tracing"], o["tracer_provider"])
-    return TelemetryConfig(
-        run=run,
-        rank=_rank(o["rank"], env.rank),
-        role=role,
-        host_name=socket.gethostname(),
-        prometheus=_prometheus(o["prometheus"], env.local_rank),
-        max_series_per_metric=_positive_int("max_series_per_metric", o["max_series_per_metric"]),
-        max_unknown_keys=_positive_int("max_unknown_keys", o["max_unknown_keys"]),
-        series_ttl_s=None if ttl is None else float(ttl),
-        tracing=tracing,
-        trackers=normalize_trackers(o["track_with"], o["tracker_kwargs"], o["trackers"]),
-        tracker_ranks=check_tracker_ranks(o["tracker_ranks"]),
-        handle_sigterm=boolean("handle_sigterm", o["handle_sigterm"]),
-        sink_queue_size=_positive_int("sink_queue_size", o["sink_queue_size"]),
-        submit_queue_size=_positive_int("submit_queue_size", o["submit_queue_size"]),
-        close_timeout_s=positive_seconds("close_timeout_s", o["close_timeout_s"]),
-        otlp=_otlp(o["otlp"], tracer_provider is not None),
-        local_rank=env.local_rank,
-        world_size=env.world_size,
-        resource=resource_attributes("resource", o["resource"]),
-        tracer_provider=tracer_provider,
-    )

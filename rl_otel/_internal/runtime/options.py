@@ -1,23 +1,39 @@
-"""The one definition of :func:`rl_otel.init`'s options: name, default, whether a YAML file may set it, and its
-documentation.
+"""The one definition of :func:`rl_otel.init`'s options: name, default, documentation, whether a YAML file may set
+it, and its check. :func:`build_config` checks them once, against the environment, into the typed
+:class:`~rl_otel._internal.runtime.config.TelemetryConfig` a Telemetry runs with (each option fills the field of its
+name; a bad value raises ConfigurationError naming it).
 
 Everything that lists options reads :data:`OPTIONS`: ``init()``'s docstring (built from it), the YAML loader
 (:func:`load_config_file`), the framework integrations (:data:`INTEGRATION_OPTIONS`), ``rl-otel trackers``, and
 ``docs/options.md`` (:func:`options_markdown`). ``init()`` keeps an explicit keyword signature for editors and
-type checkers; ``tests/test_options.py`` checks it names exactly these options, in this order. The values are
-checked in :mod:`rl_otel._internal.runtime.config`.
+type checkers; ``tests/test_architecture.py`` checks it names exactly these options, in this order, and that every
+option has a field of ``TelemetryConfig``. Adding an option: one :class:`Option` here with its check, its field in
+``TelemetryConfig``, its parameter in ``init()``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import socket
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rl_otel._internal.checks import read_yaml
+from rl_otel._internal.checks import boolean, check_known, positive_seconds, read_yaml
+from rl_otel._internal.exporters.otel_env import resource_attributes, selected
+from rl_otel._internal.runtime.config import DEFAULT_HOST, DEFAULT_PORT, PrometheusConfig, TelemetryConfig
+from rl_otel._internal.runtime.ranks import ProcessRanks, serving_port
 from rl_otel.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    # imported by build_config only when an option asks for them: a process with neither tracing, OTLP nor a
+    # web-config file loads none of these modules (their checks, dataclasses and imports: ~4 ms of init())
+    from rl_otel._internal.exporters.otlp import OtlpConfig
+    from rl_otel._internal.tracing.config import TracingConfig
+
+_PROMETHEUS_KEYS = ("host", "port", "add_local_rank", "port_search", "file_sd", "advertise_host", "web_config_file")
 
 
 class Unset:
@@ -38,20 +54,169 @@ class Unset:
 UNSET: Any = Unset()
 
 
+class Given(NamedTuple):
+    """What an option's check sees besides its own value: every option's value (given > file > default) and the
+    process's ranks from the environment."""
+
+    options: Mapping[str, Any]
+    env: ProcessRanks
+
+
 @dataclass(frozen=True)
 class Option:
+    """One option of ``init()``: ``check(value, given)`` returns the value ``TelemetryConfig`` gets in the field
+    ``field`` (the option's name; ``None``: another option's check reads it) or raises ConfigurationError."""
+
     name: str
     default: Any
     doc: str
+    check: Callable[[Any, Given], Any] | None = None
     in_file: bool = True  # a YAML config file may set it (not for objects such as a TracerProvider)
+    field: str | None = ""  # "" : the option's own name
+
+
+def _positive_int(name: str) -> Callable[[Any, Given], int]:
+    def check(value: object, given: Given) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigurationError(f"{name} must be a positive int, got {value!r}")
+        return value
+    return check
+
+
+def _run(value: object, given: Given) -> str:
+    run = value if value is not None else os.environ.get("RL_OTEL_RUN") or time.strftime("run-%Y%m%d-%H%M%S")
+    if not isinstance(run, str) or not run.strip():
+        raise ConfigurationError(f"run must be a non-empty str, got {run!r}")
+    return run
+
+
+def _role(value: object, given: Given) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"role must be a non-empty str, got {value!r}")
+    return value
+
+
+def _ttl(value: object, given: Given) -> float | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        raise ConfigurationError(f"series_ttl_s must be a positive number of seconds or None, got {value!r}")
+    return None if value is None else float(value)
+
+
+def _trackers(value: object, given: Given) -> tuple:
+    """``track_with``, ``tracker_kwargs`` and ``trackers`` together: the trackers' specs."""
+    from rl_otel._internal.trackers.config import normalize_trackers
+
+    o = given.options
+    return normalize_trackers(o["track_with"], o["tracker_kwargs"], o["trackers"])
+
+
+def _tracker_ranks(value: object, given: Given) -> int | str | frozenset[int]:
+    from rl_otel._internal.runtime.ranks import check_tracker_ranks
+
+    return check_tracker_ranks(value)
+
+
+def _boolean(name: str) -> Callable[[Any, Given], bool]:
+    return lambda value, given: boolean(name, value)
+
+
+def _seconds(name: str) -> Callable[[Any, Given], float]:
+    return lambda value, given: positive_seconds(name, value)
+
+
+def _resource(value: object, given: Given) -> tuple[tuple[str, object], ...]:
+    return resource_attributes("resource", value)
+
+
+def _prometheus(value: object, given: Given) -> PrometheusConfig | None:
+    local_rank = given.env.local_rank
+    if value is None or value is False:
+        return None
+    if value is True:
+        return PrometheusConfig(port=serving_port(DEFAULT_PORT, local_rank))
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"prometheus must be a dict like {{'host': ..., 'port': ...}}, True or False; "
+                                 f"got {value!r}")
+    check_known("prometheus", value, _PROMETHEUS_KEYS)
+    host = value.get("host", DEFAULT_HOST)
+    port = value.get("port", DEFAULT_PORT)
+    if not isinstance(host, str):
+        raise ConfigurationError(f"prometheus host must be a str, got {host!r}")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigurationError(f"prometheus port must be an int in 0..65535 (0 = a free port), got {port!r}")
+    add_local_rank = value.get("add_local_rank")
+    port = serving_port(port, local_rank,
+                        None if add_local_rank is None else boolean("prometheus add_local_rank", add_local_rank))
+    search = value.get("port_search", 0)
+    if isinstance(search, bool) or not isinstance(search, int) or search < 0 or port + search > 65535:
+        raise ConfigurationError(f"prometheus port_search must be an int >= 0 (how many next ports to try) with "
+                                 f"port + port_search <= 65535, got {search!r}")
+    file_sd, advertise = value.get("file_sd"), value.get("advertise_host")
+    if file_sd is not None and (not isinstance(file_sd, (str, os.PathLike)) or not os.fspath(file_sd)):
+        raise ConfigurationError(f"prometheus file_sd must be a directory or a .json/.yml file name, got {file_sd!r}")
+    if advertise is not None and (not isinstance(advertise, str) or not advertise):
+        raise ConfigurationError(f"prometheus advertise_host must be a host name, got {advertise!r}")
+    web = value.get("web_config_file")
+    if web is not None and (not isinstance(web, (str, os.PathLike)) or not os.fspath(web)):
+        raise ConfigurationError(f"prometheus web_config_file must be a file name, got {web!r}")
+    loaded = None
+    if web is not None:
+        from rl_otel._internal.exporters.webconfig import load_web_config
+
+        loaded = load_web_config(web)
+    return PrometheusConfig(host=host, port=port, port_search=search,
+                            file_sd=None if file_sd is None else os.fspath(file_sd), advertise_host=advertise,
+                            web=loaded)
+
+
+def _rank(value: object, given: Given) -> int:
+    if value is None:
+        value = given.env.rank
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"rank must be an int >= 0, got {value!r}")
+    return value
+
+
+def _tracing(tracing: object, given: Given) -> TracingConfig | None:
+    """``tracing=`` checked (:mod:`rl_otel._internal.tracing.config`, loaded when it or ``tracer_provider=`` is
+    given; the two are checked against each other)."""
+    if (tracing is None or tracing is False) and given.options["tracer_provider"] is None:
+        return None
+    from rl_otel._internal.tracing.config import tracing_config
+
+    _tracer_provider(given.options["tracer_provider"], given)
+    return tracing_config(tracing)
+
+
+def _tracer_provider(provider: object, given: Given) -> Any:
+    """The user's TracerProvider, checked against ``tracing=`` (which exports spans of rl_otel's own provider)."""
+    if provider is None:
+        return None
+    from rl_otel._internal.tracing.config import check_tracer_provider
+
+    return check_tracer_provider(provider, given.options["tracing"])
+
+
+def _otlp(value: object, given: Given) -> OtlpConfig | None:
+    """``otlp=`` checked (:func:`rl_otel._internal.exporters.otlp.otlp_config`, loaded unless nothing can ask
+    for a push: ``otlp=False``, or ``None`` with neither ``OTEL_METRICS_EXPORTER`` nor ``OTEL_TRACES_EXPORTER``
+    selecting otlp)."""
+    if value is False or (value is None and not any(selected(os.environ, s) for s in ("metrics", "traces"))):
+        return None
+    from rl_otel._internal.exporters.otlp import otlp_config
+
+    return otlp_config(value, tracer_provider_given=given.options["tracer_provider"] is not None)
+
 
 
 TRACKER_OPTIONS = ("track_with", "tracker_kwargs", "trackers")
 
 OPTIONS: tuple[Option, ...] = (
-    Option("run", None, "the run's name, a label on every series (default: ``$RL_OTEL_RUN``, else a timestamp)."),
-    Option("rank", None, "the process's rank, a label on every series (default: ``$RANK``, else 0)."),
-    Option("role", "trainer", "what this process does (trainer, actor, rollout, ...), on the OTel resource."),
+    Option("run", None, "the run's name, a label on every series (default: ``$RL_OTEL_RUN``, else a timestamp).",
+           check=_run),
+    Option("rank", None, "the process's rank, a label on every series (default: ``$RANK``, else 0).", check=_rank),
+    Option("role", "trainer", "what this process does (trainer, actor, rollout, ...), on the OTel resource.",
+           check=_role),
     Option("prometheus", True,
            "``{'host': ..., 'port': ...}`` for the scrape endpoint (default ``0.0.0.0:9464``; port 0 picks a free "
            "port, see ``Telemetry.metrics_url``), ``True`` for the defaults, ``False`` for none. The port is a "
@@ -59,47 +224,51 @@ OPTIONS: tuple[Option, ...] = (
            "host get distinct ports (port 0 is never offset). More keys: ``add_local_rank`` (``False``: serve on "
            "the port as given), ``port_search`` (on a taken port, try the next N), ``file_sd`` (a directory to "
            "publish the target in for Prometheus ``file_sd_configs``), ``advertise_host`` (the host written "
-           "there), ``web_config_file`` (TLS, mTLS, basic auth in the exporter-toolkit web-config format)."),
+           "there), ``web_config_file`` (TLS, mTLS, basic auth in the exporter-toolkit web-config format).",
+           check=_prometheus),
     Option("max_series_per_metric", 10_000, "cap on label sets per metric; past it new series are dropped and "
-                                            "counted."),
+                                            "counted.", check=_positive_int("max_series_per_metric")),
     Option("max_unknown_keys", 1_000, "cap on keys without a catalog entry exported through the fallback gauge "
-                                      "(the trackers still get every key)."),
+                                      "(the trackers still get every key).", check=_positive_int("max_unknown_keys")),
     Option("series_ttl_s", None, "forget a series not written for this many seconds (``None``: keep; liveness "
-                                 "never expires)."),
+                                 "never expires).", check=_ttl),
     Option("track_with", None, "ROLL's option: a tracker name (``'tensorboard'``, ``'wandb'``, ``'swanlab'``, "
-                               "``'stdout'`` or one added with :func:`rl_otel.register_sink`), or a list of names."),
+                               "``'stdout'`` or one added with :func:`rl_otel.register_sink`), or a list of names.",
+                               check=_trackers, field="trackers"),
     Option("tracker_kwargs", None, "with one tracker, its kwargs (flat, as in ROLL); with a list, kwargs keyed by "
-                                   "tracker name."),
+                                   "tracker name.", check=None, field=None),
     Option("trackers", None, "instead of ``track_with``: ``{'tensorboard': {'log_dir': ...}, 'stdout': {}}`` or a "
-                             "list of names / dicts with a ``name``."),
+                             "list of names / dicts with a ``name``.", check=None, field=None),
     Option("tracker_ranks", 0, "which ranks mirror to trackers: a rank (default 0), a list of ranks, or "
-                               "``'all'``. Every rank exports to Prometheus."),
+                               "``'all'``. Every rank exports to Prometheus.", check=_tracker_ranks),
     Option("handle_sigterm", True, "with trackers, close them on SIGTERM and flush them on SIGINT (a signal "
                                    "arriving inside ``log()`` waits for that step), then run the previous handler "
-                                   "(main thread only)."),
+                                   "(main thread only).", check=_boolean("handle_sigterm")),
     Option("sink_queue_size", 64, "steps a tracker may fall behind before its oldest queued step is dropped "
-                                  "(counted)."),
+                                  "(counted).", check=_positive_int("sink_queue_size")),
     Option("submit_queue_size", 4, "jobs ``Telemetry.submit`` may queue (each holds its tensors) before the "
-                                   "caller waits for the metrics worker."),
+                                   "caller waits for the metrics worker.", check=_positive_int("submit_queue_size")),
     Option("close_timeout_s", 10.0, "how long ``close()`` (or a signal) waits for the trackers to write and "
-                                    "close; a tracker call running longer is counted as hung."),
+                                    "close; a tracker call running longer is counted as hung.",
+                                    check=_seconds("close_timeout_s")),
     Option("tracing", None,
            "where ``phase()`` spans go: ``None`` (nowhere), ``'console'`` (JSON lines on stderr), ``{'exporter': "
            "'jsonl', 'path': ...}``, ``{'exporter': 'otlp', 'endpoint': ..., 'protocol': 'http/protobuf' | "
-           "'grpc'}`` (needs the ``otlp`` extra) or a ``SpanExporter``."),
+           "'grpc'}`` (needs the ``otlp`` extra) or a ``SpanExporter``.", check=_tracing),
     Option("otlp", None,
            "push metrics and phase spans to an OpenTelemetry Collector: its base URL, ``True`` (everything from the "
            "``OTEL_EXPORTER_OTLP_*`` variables), ``{'endpoint': ..., 'protocol': 'http/protobuf' | 'grpc', "
            "'interval_s': 10, 'timeout_s': 10, 'headers': {...}, 'traces': True, 'temporality': 'cumulative' | "
            "'delta' | 'lowmemory'}``, or your own ``MetricExporter`` (needs the ``otlp`` extra). Settings not "
            "given come from the standard ``OTEL_*`` variables; not given at all (``None``), "
-           "``OTEL_METRICS_EXPORTER=otlp`` / ``OTEL_TRACES_EXPORTER=otlp`` turn the push on; ``False``: never."),
+           "``OTEL_METRICS_EXPORTER=otlp`` / ``OTEL_TRACES_EXPORTER=otlp`` turn the push on; ``False``: never.",
+           check=_otlp),
     Option("resource", None, "OTel resource attributes (``{'service.name': 'grpo-7b', ...}``), over "
                              "``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``, which are over rl_otel's "
-                             "defaults (``service.name='rl_otel'``)."),
+                             "defaults (``service.name='rl_otel'``).", check=_resource),
     Option("tracer_provider", None, "your own OTel ``TracerProvider``: phases become spans of your traces (a phase "
                                     "opened inside your span is its child), exported by your provider's "
-                                    "processors (not with ``tracing=``).", in_file=False),
+                                    "processors (not with ``tracing=``).", in_file=False, check=_tracer_provider),
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
@@ -120,6 +289,21 @@ def merge(given: Mapping[str, Any], from_file: Mapping[str, Any]) -> dict[str, A
         for k in TRACKER_OPTIONS:
             file.pop(k, None)
     return {o.name: explicit.get(o.name, file.get(o.name, o.default)) for o in OPTIONS}
+
+
+def build_config(**given: Any) -> TelemetryConfig:
+    """Check every option of :data:`OPTIONS` (one not given takes its default) and resolve it against the
+    environment (``RL_OTEL_RUN``, ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``OTEL_*``): the one
+    :class:`TelemetryConfig` a Telemetry runs with. Raises ConfigurationError naming a bad value."""
+    from rl_otel._internal.runtime.ranks import env_ranks
+
+    options = merge(given, {})
+    env = env_ranks()
+    context = Given(options, env)
+    fields = {o.field or o.name: o.check(options[o.name], context) for o in OPTIONS
+              if o.check is not None and o.field is not None}
+    return TelemetryConfig(**fields, host_name=socket.gethostname(), local_rank=env.local_rank,
+                           world_size=env.world_size)
 
 
 def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
