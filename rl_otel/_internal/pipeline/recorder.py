@@ -189,7 +189,14 @@ class Recorder:
         base = self.store.base
         live: dict[str, Family] = {}
         for collector in self._collectors:
-            for spec, labels, value in collector():
+            try:
+                items = list(collector())
+            except Exception:  # a collector is meant never to raise; one that does costs only its own series
+                self.diagnostics.count("live", "collector")
+                self.diagnostics.warn_once("live", repr(collector), "rl_otel: a live gauge collector raised; its "
+                                           "series are left out of this collection")
+                continue
+            for spec, labels, value in items:
                 fam = live.get(spec.name)
                 if fam is None:
                     fam = live[spec.name] = Family(spec, base, self.store.start_ns, [])
