@@ -140,14 +140,17 @@ class _Files:
             writer.flush()
 
     def targets(self, timeout: float = 60.0) -> dict[str, str]:
-        """``{run: host:port}`` from the watcher's file_sd files, once both runs are served."""
+        """``{run: host:port}`` once the watcher's endpoint (published in its file_sd file: one target serves every
+        run it follows) serves both runs."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             found = {}
             for path in self.sd.glob("*.json") if self.sd.exists() else ():
                 try:
                     for group in json.loads(path.read_text()):
-                        found[group["labels"]["run"]] = group["targets"][0]
+                        target = group["targets"][0]
+                        served = samples(scrape(f"http://{target}/metrics"), "rl_step")
+                        found.update({dict(key)["run"]: target for key in served})
                 except (OSError, ValueError, KeyError):
                     continue
             if len(found) == 2:
@@ -170,11 +173,11 @@ class _Files:
 
 
 def _wait_served(url: str, step: int, timeout: float = 30.0) -> None:
-    """Until the endpoint serves ``step`` (the watcher read the step's values)."""
+    """Until the endpoint serves ``step`` for every run it serves (the watcher read the step's values)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         served = samples(scrape(url), "rl_step")
-        if served and max(served.values()) >= step:
+        if served and min(served.values()) >= step:
             return
         time.sleep(0.1)
     raise TimeoutError(f"{url} did not serve step {step}")
@@ -206,14 +209,14 @@ def replay(tmp_path_factory):
                     watched.write(health, _values(fixtures[f], health == "bad", step), step)
             if step == 0:  # the watchers start each run's endpoint at its first values
                 for watched in files.values():
-                    targets.extend(watched.targets().values())
+                    targets.extend(set(watched.targets().values()))
                 (tmp / "prom").mkdir()
                 server = PrometheusServer(tmp / "prom", targets, rule_files=rule_paths)
                 server.wait_for_scrapes(1)
             for (f, health), tel in tels.items():
                 tel.log(_values(fixtures[f], health == "bad", step), step=step)
             for watched in files.values():
-                for target in watched.targets().values():
+                for target in set(watched.targets().values()):
                     _wait_served(f"http://{target}/metrics", step)
             _wait_next_scrape(server)
         _wait_rules(server)
