@@ -111,7 +111,7 @@ def test_cli_serves_every_family_and_mirrors_to_tensorboard(tmp_path):
         assert promtool_check(text) == ""
         for family in FAMILIES:
             assert samples(text, family), f"{family} missing from the scrape"
-        assert samples(text, "rl_step") == {frozenset({("run", "demo-0"), ("rank", "0")}): 9.0}
+        assert samples(text, "rl_step") == {frozenset({("run", "demo-0"), ("role", "trainer"), ("rank", "0")}): 9.0}
         eval_keys = {dict(k)["stat"] + "@" + dict(k)["k"] for k in samples(text, "rl_eval_metric")}
         assert {"mean@4", "std@4", "best@2", "worst@4"} <= eval_keys
         clusters = {dict(k)["cluster"] for k in samples(text, "rl_phase_last_duration_seconds")}
@@ -241,7 +241,8 @@ def test_in_a_terminal_it_serves_until_ctrl_c(tmp_path):
         screen = _screen(_read_until(leader, "press Ctrl-C to stop"))
         url = next(m.group(1) for s in screen if (m := re.search(r"metrics:\s+(http://\S+)", s)))
         assert f"still serving {url}" in screen[-1], screen
-        assert samples(scrape(url), "rl_step") == {frozenset({("run", "demo-0"), ("rank", "0")}): 2.0}
+        assert samples(scrape(url), "rl_step") == {
+            frozenset({("run", "demo-0"), ("role", "trainer"), ("rank", "0")}): 2.0}
         assert proc.poll() is None  # still serving after the scrape: nothing ends it but Ctrl-C
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         assert proc.wait(timeout=60) == 0
