@@ -144,3 +144,31 @@ def test_log_takes_any_single_value():
         checked.log({key: value}, step)
 
     _run(prop)
+
+
+def test_a_flood_of_unknown_keys_costs_one_screen_match_each_past_the_cap(monkeypatch):
+    """A log() of 100,000 unknown keys took 3.4 s (issue 35): each key was matched against every template one by
+    one and given a fallback name, though all but max_unknown_keys were dropped. Past the cap an unknown key is
+    refused after one match of the catalog's screen: no template's own match, no fallback name."""
+    import rl_otel.catalog as catalog_module
+    from rl_otel.catalog import MetricSpec
+
+    calls = {"match": 0, "fallback": 0}
+    real_match, real_fallback = MetricSpec.match, catalog_module.fallback_spec_name
+
+    def match(self, key):
+        calls["match"] += 1
+        return real_match(self, key)
+
+    def fallback(key):
+        calls["fallback"] += 1
+        return real_fallback(key)
+
+    monkeypatch.setattr(MetricSpec, "match", match)
+    monkeypatch.setattr(catalog_module, "fallback_spec_name", fallback)
+    with rl_otel.init(run="flood", prometheus=False, max_unknown_keys=100, handle_sigterm=False) as tel:
+        tel.log({f"custom/k{i}": float(i) for i in range(5_000)}, step=0)
+        assert calls == {"match": 0, "fallback": 100}  # names for the cap's 100; the rest refused at the screen
+        assert tel.value("rl_telemetry_dropped_series_total", metric="unknown_keys") == 4_900
+        tel.log({"actor/pg_loss": 1.0, "eval/gsm8k/accuracy/mean@4": 0.5}, step=1)  # known keys still resolve
+        assert tel.value("actor/pg_loss") == 1.0 and tel.value("eval/gsm8k/accuracy/mean@4") == 0.5

@@ -89,8 +89,13 @@ class Catalog:
             seg = spec.first_segment
             if seg is not None:
                 self._segment.setdefault(seg, []).append(spec)
-        self._anywhere = [s for s in self._templates if s.first_segment is None]
-        self._candidates: dict[str, tuple[MetricSpec, ...]] = {}
+        self._anywhere = tuple(s for s in self._templates if s.first_segment is None)
+        order = {id(s): i for i, s in enumerate(self._templates)}
+        # every other first segment (an unknown key's, a hostile stream's) has the templates of self._anywhere
+        self._candidates: dict[str, tuple[MetricSpec, ...]] = {
+            seg: tuple(sorted((*own, *self._anywhere), key=lambda s: order[id(s)]))
+            for seg, own in self._segment.items()}
+        self._screens: dict[int, re.Pattern[str]] = {}  # by id() of a candidates tuple: any of them matches
 
     def __len__(self) -> int:
         return len(self.specs)
@@ -111,21 +116,27 @@ class Catalog:
         spec = self._concrete.get(key)
         if spec is not None:
             return Resolution(key, True, spec, ())
-        for spec in self._candidates_for(key.split("/", 1)[0]):
+        candidates = self._candidates_for(key.split("/", 1)[0])
+        if not candidates or self._screen(candidates).fullmatch(key) is None:
+            return None  # no template covers it: one match in C instead of one per template
+        for spec in candidates:
             labels = spec.match(key)
             if labels is not None:
                 return Resolution(key, True, spec, tuple(labels.items()))
         return None
 
     def _candidates_for(self, segment: str) -> tuple[MetricSpec, ...]:
-        found = self._candidates.get(segment)
-        if found is None:
-            order = {id(s): i for i, s in enumerate(self._templates)}
-            merged = sorted((*self._segment.get(segment, ()), *self._anywhere), key=lambda s: order[id(s)])
-            found = tuple(merged)
-            if len(self._candidates) < 10_000:  # first segments are few; a hostile stream of new ones is bounded
-                self._candidates[segment] = found
-        return found
+        """The templates a key of first segment ``segment`` can match, in catalog order (the first match wins)."""
+        return self._candidates.get(segment, self._anywhere)
+
+    def _screen(self, candidates: tuple[MetricSpec, ...]) -> re.Pattern[str]:
+        """One regex matching what any of ``candidates`` matches (their patterns without named groups), so a key no
+        template covers - an unknown key, the common case of a flood - is refused by one match."""
+        screen = self._screens.get(id(candidates))  # the tuples live as long as the catalog
+        if screen is None:
+            screen = re.compile("|".join(f"(?:{_UNNAMED.sub('(?:', s.regex.pattern)})" for s in candidates))
+            self._screens[id(candidates)] = screen  # one per literal first segment of a template, and one shared
+        return screen
 
     def resolve(self, key: str) -> Resolution:
         """The entry covering ``key``, else a fallback gauge named from the sanitized key (``known`` false)."""
@@ -150,6 +161,7 @@ class Catalog:
 
 # The frameworks whose entries are in every catalog: their keys were made to agree with each other (one key, one
 # meaning across ROLL, veRL, TRL and Trinity-RFT).
+_UNNAMED = re.compile(r"\(\?P<\w+>")  # a named group's opening, made a plain one in a screen
 SHARED_FRAMEWORKS = ("roll", "verl", "trl", "trinity")
 # The frameworks whose keys resolve only in their own catalog (``default_catalog("slime")``): their key strings
 # overlap others' with other meanings (``train/loss``, ``reward``, ``kl``), so a key resolves within the framework

@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 
 from rl_otel._internal.pipeline.worker import reset_in_forked_child
-from rl_otel.catalog import Catalog, MetricSpec, Resolution
+from rl_otel.catalog import Catalog, MetricSpec
 from rl_otel.catalog.naming import encodable
 
 _CACHE_LIMIT = 100_000  # keys remembered...
@@ -65,7 +65,7 @@ class Router:
         with self._lock:
             found = self._cache.get(key)
             if found is None:
-                found = self._decide(self._catalog.resolve(encodable(key)))
+                found = self._decide(key)
                 if len(self._cache) < _CACHE_LIMIT and self._cached_chars + len(key) <= _CACHE_CHARS:
                     self._cache[key] = found
                     self._cached_chars += len(key)
@@ -86,7 +86,16 @@ class Router:
             owned = self._fallback_owner.get(res.spec.name) == res.key
         return Route(res.spec, (), False) if owned else None
 
-    def _decide(self, res: Resolution) -> Route | Refusal:
+    def _decide(self, key: str) -> Route | Refusal:
+        if len(self._fallback_owner) >= self._max_unknown:
+            # past the cap a key without an entry is refused before a fallback name is made for it (a flood of
+            # new keys costs one catalog lookup each)
+            known = self._catalog.lookup(encodable(key))
+            if known is None:
+                return Refusal("unknown_key_cap", "unknown_keys",
+                               f"key {key!r} is past the cap of {self._max_unknown} keys without a catalog entry")
+            return Route(known.spec, known.labels, True)
+        res = self._catalog.resolve(encodable(key))
         if res.known:
             return Route(res.spec, res.labels, True)
         name = res.spec.name
