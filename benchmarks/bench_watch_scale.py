@@ -37,7 +37,7 @@ def write_runs(root: Path, runs: int, files: int, steps: int = 3) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "w") as out:
                 for s in range(steps):
-                    out.write(json.dumps({"step": s, "time": 1.7e9 + s, **{k: r + s / 10 for k in KEYS}}) + "\n")
+                    out.write(json.dumps({"step": s, "time": 1.7e9 + s, **dict.fromkeys(KEYS, r + s / 10)}) + "\n")
 
 
 def proc_status(pid: int) -> dict[str, int]:

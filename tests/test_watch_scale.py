@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from bench_watch_scale import measure  # noqa: E402
+from bench_watch_scale import measure
 
 
 def test_hundreds_of_runs_hold_a_few_threads_and_descriptors_and_a_new_run_is_served():
