@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -46,10 +45,8 @@ class Telemetry:
         self._closed = False
         self._close_lock = threading.Lock()
         reset_in_forked_child(self)  # every lock on the log() path is made again in a forked child (_after_fork)
-        self._recorder = Recorder(catalog, config.base_labels, max_series_per_metric=config.max_series_per_metric,
-                                  max_unknown_keys=config.max_unknown_keys, series_ttl_s=config.series_ttl_s,
-                                  submit_queue_size=config.submit_queue_size, close_timeout_s=config.close_timeout_s)
-        self._components = Components(config, self._recorder)
+        self._components = Components(config, catalog)
+        self._recorder: Recorder = self._components.recorder
         self._components.build(on_term=self.close, on_int=self.flush)  # closes what it made if a step fails
         # closed at interpreter exit unless closed before (frameworks that never call finish(), like ROLL)
         self._pid = os.getpid()
@@ -57,8 +54,7 @@ class Telemetry:
 
     @property
     def resource(self) -> Resource:
-        """The OTel ``Resource`` of this process (what ``target_info`` serves and OTLP pushes): rl_otel's defaults,
-        under ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME``, the ``rl.*`` attributes and ``init(resource=)``."""
+        """The OTel ``Resource`` of this process: what ``target_info`` serves and OTLP pushes."""
         return self._components.resource
 
     @property
@@ -79,8 +75,7 @@ class Telemetry:
 
     @property
     def tracer_provider(self) -> Any:
-        """The ``TracerProvider`` phases use: ``init(tracer_provider=...)``'s, else this Telemetry's own (never the
-        global one unless given), to which span processors may be added."""
+        """The ``TracerProvider`` phases use: ``init(tracer_provider=...)``'s, else this Telemetry's own."""
         return self._components.tracer_provider
 
     @property
@@ -113,16 +108,11 @@ class Telemetry:
         if self._closed:
             self._recorder.diagnostics.warn_once("closed", "", "rl_otel: log() after close() is ignored")
             return
-        signals = self._components.signals
-        if signals is not None:
-            signals.hold()  # a SIGTERM/SIGINT now is handled once this step is fully logged
-        try:
-            self._recorder.log(metrics, step, wait_for_trackers)
-        except Exception:  # the training step must go on
-            self._recorder.internal_error("log")
-        finally:
-            if signals is not None:
-                signals.release()
+        with self._components.held:  # a SIGTERM/SIGINT now is handled once this step is fully logged
+            try:
+                self._recorder.log(metrics, step, wait_for_trackers)
+            except Exception:  # the training step must go on
+                self._recorder.internal_error("log")
 
     def submit(self, fn: Callable[..., Mapping[str, object]], /, *args: Any, step: int | None = None,
                **kwargs: Any) -> Future:
@@ -135,27 +125,16 @@ class Telemetry:
         Do not modify the tensors in place afterwards; CUDA work queues on the caller's current stream. Never
         raises: the ``Future`` holds the dict, or ``fn``'s exception (counted, logged once per function)."""
         future: Future = Future()
-        if self._closed:
-            self._recorder.diagnostics.warn_once("closed", "submit", "rl_otel: submit() after close() is ignored")
-            future.set_exception(RuntimeError("rl_otel: submit() after close()"))
+        if self._closed or not callable(fn):
+            self._recorder.refuse(fn, future, closed=self._closed)
             return future
-        if not callable(fn):
-            self._recorder.diagnostics.bad("", f"submit() takes a function returning a dict of metrics, got "
-                                               f"{type(fn).__name__}")
-            future.set_exception(TypeError(f"rl_otel: submit() takes a function, got {type(fn).__name__}"))
-            return future
-        signals = self._components.signals
-        if signals is not None:
-            signals.hold()
-        try:
-            self._recorder.submit(fn, args, kwargs, step, future)
-        except Exception as exc:  # the training step must go on
-            self._recorder.internal_error("submit")
-            if not future.done():
-                future.set_exception(exc)
-        finally:
-            if signals is not None:
-                signals.release()
+        with self._components.held:
+            try:
+                self._recorder.submit(fn, args, kwargs, step, future)
+            except Exception as exc:  # the training step must go on
+                self._recorder.internal_error("submit")
+                if not future.done():
+                    future.set_exception(exc)
         return future
 
     def phase(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None = None,
@@ -171,20 +150,13 @@ class Telemetry:
         ``memory/...`` keys (to the trackers with the next ``log()``), ``rl_phase_duration_seconds`` and, on a GPU,
         the phase's GPU time. ``parent``: a carrier from ``Phase.carrier()`` in another process. The callables'
         and the body's exceptions propagate; telemetry never raises. Details: ``docs/logging.md``."""
-        return self._components.phase_runtime().open(_one_segment(cluster, self._recorder), _one_segment(
-            phase, self._recorder), onload=onload, offload=offload, step=step, parent=parent)
+        return self._components.phase_runtime().open(self._recorder.segment(cluster), self._recorder.segment(phase),
+                                                     onload=onload, offload=offload, step=step, parent=parent)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every submitted job has run, the phases' GPU times are known and the trackers have written
         every logged step. True if all of it finished within the timeout."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-
-        def left() -> float | None:
-            return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-        ran = self._recorder.worker.flush(timeout_s)
-        timed = self._components.flush_phases(left())  # the GPU times of the phases ended so far
-        return self._components.bridge.flush(left()) and ran and timed
+        return self._components.flush(timeout_s)
 
     def close(self) -> None:
         """Flush and close the trackers (bounded by ``close_timeout_s``), stop serving. Idempotent; never raises.
@@ -214,13 +186,3 @@ class Telemetry:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _one_segment(name: object, recorder: Recorder) -> str:
-    """A phase or cluster name as one key segment ("/" replaced, said once)."""
-    text = str(name)
-    if "/" in text or not text:
-        fixed = text.replace("/", "_") or "unnamed"
-        recorder.diagnostics.warn_once("phase_name", text, f"rl_otel: phase names are one key segment; {text!r} is "
-                                                           f"used as {fixed!r}")
-        return fixed
-    return text

@@ -274,6 +274,25 @@ class Recorder:
             return
         future.set_result(metrics)
 
+    def refuse(self, fn: object, future: Future, *, closed: bool) -> None:
+        """A ``submit()`` the facade refuses (after ``close()``, or not a function): said, and the future fails."""
+        if closed:
+            self.diagnostics.warn_once("closed", "submit", "rl_otel: submit() after close() is ignored")
+            future.set_exception(RuntimeError("rl_otel: submit() after close()"))
+            return
+        self.diagnostics.bad("", f"submit() takes a function returning a dict of metrics, got {type(fn).__name__}")
+        future.set_exception(TypeError(f"rl_otel: submit() takes a function, got {type(fn).__name__}"))
+
+    def segment(self, name: object) -> str:
+        """A phase or cluster name as one key segment: "/" replaced (said once)."""
+        text = str(name)
+        if "/" in text or not text:
+            fixed = text.replace("/", "_") or "unnamed"
+            self.diagnostics.warn_once("phase_name", text, f"rl_otel: phase names are one key segment; {text!r} is "
+                                                           f"used as {fixed!r}")
+            return fixed
+        return text
+
     def internal_error(self, what: str) -> None:
         """A bug in ``log()``/``submit()`` itself: the step is dropped, counted and logged once with its traceback
         (call from an ``except`` block)."""

@@ -35,7 +35,7 @@ from rl_otel._internal.runtime.signals import SignalFlush
 from rl_otel._internal.trackers.bridge import Bridge, NullBridge
 from rl_otel._internal.trackers.sinks import SinkError
 from rl_otel._version import __version__
-from rl_otel.catalog import meta
+from rl_otel.catalog import Catalog, meta
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
@@ -43,10 +43,13 @@ if TYPE_CHECKING:
     from rl_otel._internal.tracing.phase import PhaseRuntime
 
 
+_NOTHING_HELD = contextlib.nullcontext()
+
+
 class Components:
     """What one Telemetry runs on. Build it with :meth:`build`; :meth:`close` once."""
 
-    def __init__(self, config: TelemetryConfig, recorder: Recorder) -> None:
+    def __init__(self, config: TelemetryConfig, catalog: Catalog) -> None:
         self.config = config
         # explicit (init's resource=) > OTEL_SERVICE_NAME > OTEL_RESOURCE_ATTRIBUTES > rl_otel's defaults (the SDK
         # Resource object itself is built when something needs it: see the resource property)
@@ -56,7 +59,10 @@ class Components:
             {"rl.run": config.run, "rl.rank": config.rank, "rl.role": config.role,
              "rl.local_rank": config.local_rank, "rl.world_size": config.world_size},
             dict(config.resource))
-        self.recorder = recorder
+        self.recorder = recorder = Recorder(
+            catalog, config.base_labels, max_series_per_metric=config.max_series_per_metric,
+            max_unknown_keys=config.max_unknown_keys, series_ttl_s=config.series_ttl_s,
+            submit_queue_size=config.submit_queue_size, close_timeout_s=config.close_timeout_s)
         self.diagnostics: Diagnostics = recorder.diagnostics
         self._tracer_provider: Any = config.tracer_provider  # the user's, or rl_otel's own (built when needed)
         self._lazy_lock = threading.Lock()
@@ -178,9 +184,23 @@ class Components:
                 runtime = self._phases
         return runtime
 
-    def flush_phases(self, timeout_s: float | None) -> bool:
-        """Wait (bounded) for the GPU times of the phases ended so far; True at once when no phase ran."""
-        return True if self._phases is None else self._phases.flush(timeout_s)
+    @property
+    def held(self) -> contextlib.AbstractContextManager:
+        """``with components.held:`` a SIGTERM/SIGINT arriving in the block is handled once it ends (a step is
+        logged whole); nothing to hold without rl_otel's signal handlers."""
+        return self.signals if self.signals is not None else _NOTHING_HELD
+
+    def flush(self, timeout_s: float | None) -> bool:
+        """Wait until every submitted job has run, the phases' GPU times are known and the trackers have written
+        every logged step; True if all of it finished within ``timeout_s`` (``None``: no limit)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        ran = self.recorder.worker.flush(timeout_s)
+        timed = True if self._phases is None else self._phases.flush(left())
+        return self.bridge.flush(left()) and ran and timed
 
     def _otlp(self, stack: contextlib.ExitStack, config: TelemetryConfig) -> bool:
         """The OTLP push: a reader on an SDK MeterProvider exporting the store's families, and a span processor

@@ -76,6 +76,13 @@ class SignalFlush:
         while not self._depth and self._pending:
             self._dispatch(*self._pending.pop(0))
 
+    def __enter__(self) -> SignalFlush:  # ``with signals:`` holds them for the block
+        self.hold()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
     def begin_close(self) -> None:
         """The Telemetry starts closing (on any thread): a signal from now on is delivered after :meth:`uninstall`,
         which ends the close."""
