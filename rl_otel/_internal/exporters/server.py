@@ -23,21 +23,19 @@ from __future__ import annotations
 
 import collections
 import errno
-import io
 import logging
 import os
 import queue
 import selectors
 import socket
 import ssl
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 from rl_otel._internal.exporters.admission import DONE, REFUSED, WANT_READ, Admission, Limits
+from rl_otel._internal.exporters.http1 import REASONS, ResponseHeads, parse_head
 from rl_otel.errors import PortInUseError
 
 if TYPE_CHECKING:  # loaded with a web-config file only (TLS, auth): a plain endpoint never imports it
@@ -51,13 +49,6 @@ WsgiApp = Callable[[dict, Callable], Iterable[bytes]]
 HANDSHAKE, READ, QUEUED, BUSY, WRITE, LINGER = range(6)
 _SEND_CHUNK = 256 * 1024
 _ACCEPT_BATCH = 16
-_REASONS = {400: "Bad Request", 413: "Content Too Large", 429: "Too Many Requests", 431:
-            "Request Header Fields Too Large", 500: "Internal Server Error", 501: "Not Implemented",
-            505: "HTTP Version Not Supported"}
-_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-
-
 class _Conn:
     __slots__ = ("addr", "buf", "deadline", "events", "head", "keep_alive", "linger", "out", "pipelined", "served",
                  "sock", "state")
@@ -90,12 +81,6 @@ class _Conn:
         return self.state not in (HANDSHAKE, READ)
 
 
-def _http_date(now: float) -> str:
-    t = time.gmtime(now)
-    return f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} " \
-           f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
-
-
 class Server:
     """Serves ``app`` (WSGI, one request at a time) on the listening socket ``listener``; see the module."""
 
@@ -125,7 +110,7 @@ class Server:
         self._stop = threading.Event()
         self._closed = False
         self._pid = os.getpid()
-        self._date = (0, "")
+        self._heads = ResponseHeads()  # the worker's
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._resume_accept()
         self._loop_thread = threading.Thread(target=self._run, name="rl_otel-scrape", daemon=True)
@@ -387,64 +372,26 @@ class Server:
     def _request(self, conn: _Conn, end: int) -> None:
         head = bytes(conn.buf[:end])
         del conn.buf[:end + 4]
-        parsed = self._parse(head, conn)
+        parsed = parse_head(head, self.limits.max_headers, self.server_port, conn.addr, self.admission.scheme)
         if isinstance(parsed, int):
             self._refuse(conn, parsed)
             return
+        environ, conn.keep_alive = parsed
         conn.head = bool(conn.buf)
         conn.pipelined = conn.pipelined or conn.head  # the next request came with it: not Prometheus' way
         conn.state = QUEUED
         conn.deadline = None
         self._want(conn, 0)  # one request at a time: nothing more is read until it is answered
         self._conns.move_to_end(conn)
-        (self._pipelined if conn.pipelined else self._ready).append((conn, parsed))
-
-    def _parse(self, head: bytes, conn: _Conn) -> dict | int:
-        """The WSGI environ of a request head, or the status to refuse it with."""
-        lines = head.split(b"\r\n")
-        if len(lines) > self.limits.max_headers + 1:
-            return 431
-        try:
-            method, target, version = lines[0].decode("latin-1").split(" ")
-        except ValueError:
-            return 400
-        if version not in ("HTTP/1.1", "HTTP/1.0"):
-            return 505 if version.startswith("HTTP/") else 400
-        if not method.isalpha() or not target or not (target[0] == "/" or target == "*" or "://" in target):
-            return 400
-        environ: dict[str, Any] = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep or not name or name[-1:] in b" \t" or line[:1] in b" \t":  # obs-fold, "Name :": refused
-                return 400
-            key = name.decode("latin-1").upper().replace("-", "_")
-            key = key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else "HTTP_" + key
-            text = value.strip(b" \t").decode("latin-1")
-            environ[key] = f"{environ[key]},{text}" if key in environ else text
-        if environ.get("CONTENT_LENGTH", "0").strip() != "0" or "HTTP_TRANSFER_ENCODING" in environ:
-            return 413  # a scrape has no body; reading one would be memory spent for nothing
-        tokens = {t.strip().lower() for t in environ.get("HTTP_CONNECTION", "").split(",")}
-        conn.keep_alive = "close" not in tokens if version == "HTTP/1.1" else "keep-alive" in tokens
-        if "://" in target:  # absolute form
-            target = "/" + target.split("://", 1)[1].partition("/")[2]
-        path, _, query = target.partition("?")
-        environ.update({
-            "REQUEST_METHOD": method, "PATH_INFO": unquote(path, "latin-1"), "QUERY_STRING": query,
-            "SERVER_PROTOCOL": version, "SCRIPT_NAME": "", "SERVER_NAME": "rl_otel",
-            "SERVER_PORT": str(self.server_port), "REMOTE_ADDR": str(conn.addr[0]) if conn.addr else "",
-            "wsgi.version": (1, 0), "wsgi.url_scheme": self.admission.scheme,
-            "wsgi.input": io.BytesIO(), "wsgi.errors": sys.stderr, "wsgi.multithread": False,
-            "wsgi.multiprocess": False, "wsgi.run_once": False, "rl_otel.asked_ns": time.monotonic_ns(),
-        })
-        return environ
+        (self._pipelined if conn.pipelined else self._ready).append((conn, environ))
 
     def _refuse(self, conn: _Conn, status: int) -> None:
         """Answer a request the server refuses by itself, then hold the connection (:meth:`_hold`)."""
         self._on_event("bad_request")
         conn.keep_alive = False
         conn.linger = True
-        body = f"{status} {_REASONS[status]}\n".encode()
-        (head,) = self._head(f"{status} {_REASONS[status]}", [("Content-Type", "text/plain")], len(body), False)
+        body = f"{status} {REASONS[status]}\n".encode()
+        head = self._heads.head(f"{status} {REASONS[status]}", [("Content-Type", "text/plain")], len(body), False)
         self._respond(conn, [head + body])
 
     def _hold(self, conn: _Conn) -> None:
@@ -543,7 +490,7 @@ class Server:
                                    "minute at most; each failure is counted)")
                 self._on_event("internal")
                 conn.keep_alive = False
-                parts = self._head("500 Internal Server Error", [], 0, False)
+                parts = [self._heads.head("500 Internal Server Error", [], 0, False)]
             # bcrypt has a budget of its own (webconfig.UNCACHED_CHECKS_PER_S): charged here, one check would
             # pause the endpoint for its 65 ms / cpu_share = 1.3 s
             self.governor.charge(time.thread_time() - cpu - auth_cpu)
@@ -557,7 +504,7 @@ class Server:
         extra = self.admission.headers
         refusal, auth_cpu = self.admission.authorize(environ)
         if refusal is not None:
-            return [*self._head(refusal.status, [*refusal.headers, *extra], len(refusal.body), keep_alive),
+            return [self._heads.head(refusal.status, [*refusal.headers, *extra], len(refusal.body), keep_alive),
                     refusal.body], auth_cpu
         captured: list = []
 
@@ -576,17 +523,7 @@ class Server:
         length = sum(len(p) for p in parts)
         if environ["REQUEST_METHOD"] == "HEAD":
             parts = []
-        return [*self._head(status, [*headers, *extra], length, keep_alive), *parts], auth_cpu
-
-    def _head(self, status: str, headers: list, length: int, keep_alive: bool) -> list[bytes]:
-        now = time.time()
-        if int(now) != self._date[0]:
-            self._date = (int(now), _http_date(now))
-        lines = [f"HTTP/1.1 {status}", f"Date: {self._date[1]}", *(f"{k}: {v}" for k, v in headers),
-                 f"Content-Length: {length}"]
-        if not keep_alive:
-            lines.append("Connection: close")
-        return [("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")]
+        return [self._heads.head(status, [*headers, *extra], length, keep_alive), *parts], auth_cpu
 
 
 def _listen(host: str, port: int, backlog: int, defer_s: float) -> socket.socket:
