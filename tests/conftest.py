@@ -9,6 +9,29 @@ from tests.skip_policy import import_skip_problem
 
 DATA = Path(__file__).parent / "data"
 
+# The fast layer a developer runs after every edit: ``pytest -m "not slow"`` (under a minute on 2 cores). These
+# modules start real servers, subprocesses, frameworks or promtool, or run long property tests: all their tests
+# are marked slow here, as is every test marked ``prometheus``; a slow test in another module carries
+# ``@pytest.mark.slow`` itself. The full suite runs them all (CI).
+SLOW_MODULES = frozenset({
+    "test_alert_corpus", "test_bridge", "test_budget", "test_collector", "test_demo", "test_endpoint_hardening",
+    "test_failure_promises", "test_faults", "test_memory", "test_otlp", "test_readme", "test_stats_trinity",
+    "test_tracing", "test_uniform_histogram", "test_deploy", "test_e2e_prometheus",
+    "test_endpoint_attacks", "test_fleet", "test_fork", "test_frameworks_e2e", "test_integration_accelerate",
+    "test_integration_nemo_rl", "test_integration_ports_and_options", "test_integration_roll",
+    "test_integration_roll_phases", "test_integration_skyrl", "test_integration_slime", "test_integration_transformers",
+    "test_integration_trinity", "test_integration_verl", "test_load", "test_multinode", "test_ops_demo_panels",
+    "test_ops_e2e", "test_ops_rules", "test_ray", "test_setup_commands", "test_sinks_crash", "test_watch_e2e",
+    "test_watch_scale", "test_webconfig",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
+        if module in SLOW_MODULES or item.get_closest_marker("prometheus") is not None:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(autouse=True)
 def _no_otel_environment(monkeypatch):

@@ -112,7 +112,7 @@ def test_served_beside_the_host_times(tel, cuda):
     assert settle(tel)
     text = scrape(tel.metrics_url)
     assert promtool_check(text) == ""
-    base = {("run", "gpu-time"), ("rank", "0"), ("cluster", "rollout"), ("phase", "generate")}
+    base = {("run", "gpu-time"), ("role", "trainer"), ("rank", "0"), ("cluster", "rollout"), ("phase", "generate")}
     host = samples(text, "rl_phase_duration_seconds_count")
     gpu = samples(text, f"{GPU}_count")
     assert set(gpu) == set(host) == {frozenset(base | {("part", p)}) for p in ("total", "execute", "onload",
@@ -277,6 +277,7 @@ def test_unresolved_phases_are_capped_and_the_excess_counted(cuda):
         t.timer.close(0)
 
 
+@pytest.mark.slow
 def test_close_drops_and_counts_what_the_gpu_has_not_reached(tel, cuda):
     exporter = InMemorySpanExporter()
     tel.tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -296,6 +297,7 @@ def test_close_drops_and_counts_what_the_gpu_has_not_reached(tel, cuda):
     assert gpu_timer(tel).unresolved == 0
 
 
+@pytest.mark.slow
 def test_a_process_exiting_with_unresolved_events_exits_and_counts_them():
     script = """
 import atexit, sys

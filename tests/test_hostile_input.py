@@ -10,6 +10,7 @@ two shared cores.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -128,6 +129,7 @@ def _run(prop) -> Checked:
     return checked
 
 
+@pytest.mark.slow
 def test_log_takes_any_dict_and_step():
     @PROFILE
     @given(metrics=st.dictionaries(keys, values, max_size=6), step=steps)
@@ -137,6 +139,7 @@ def test_log_takes_any_dict_and_step():
     _run(prop)
 
 
+@pytest.mark.slow
 def test_log_takes_any_single_value():
     @PROFILE
     @given(key=keys, value=st.one_of(scalars, arrays), step=steps)

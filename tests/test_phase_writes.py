@@ -47,6 +47,7 @@ def test_writes_keep_their_order_across_phases_and_steps():
         assert _served_total(tel) == ph.metrics[KEY] != 123.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpu", ["no_gpu", "fake_gpu", "real_gpu"])
 def test_phases_nobody_reads_do_not_pile_up(gpu, monkeypatch):
     if gpu == "fake_gpu":

@@ -132,6 +132,7 @@ def test_close_runs_every_queued_job_first_and_later_submits_are_refused(tmp_pat
     assert not any(t.name == "rl_otel-metrics" and t.is_alive() for t in threading.enumerate())
 
 
+@pytest.mark.slow
 def test_a_stuck_job_makes_the_producer_drop_the_oldest_after_the_timeout(tmp_path):
     tel = rl_otel.init(run="test", prometheus={"host": "127.0.0.1", "port": 0}, submit_queue_size=1,
                        close_timeout_s=0.3, handle_sigterm=False)
@@ -151,6 +152,7 @@ def test_a_stuck_job_makes_the_producer_drop_the_oldest_after_the_timeout(tmp_pa
         tel.close()
 
 
+@pytest.mark.slow
 def test_a_scrape_during_a_stuck_job_serves_what_is_stored(tel):
     tel.log({"critic/score/mean": 0.5}, step=0)
     gate = threading.Event()

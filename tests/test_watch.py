@@ -37,6 +37,7 @@ def _file(path, *events_: bytes) -> bytes:
     return data
 
 
+@pytest.mark.slow
 def test_a_truncated_trailing_record_waits_for_the_rest_at_every_cut(tmp_path):
     """Every prefix of a real event file gives exactly its complete records, none counted corrupt; the rest
     follows once written, from the saved offset."""
@@ -136,6 +137,7 @@ def test_a_partial_jsonl_line_rewritten_shorter_is_read_again(tmp_path):
     assert tail.read(path.stat().st_size).lines == [b'{"step": 1}']
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("megabytes", [9, 17])
 def test_a_long_jsonl_line_never_stalls_its_file(tmp_path, megabytes):
     """A line longer than a read (8 MB) is read whole up to MAX_LINE (16 MB), a longer one skipped and counted
@@ -242,6 +244,7 @@ def test_damage_longer_than_a_read_is_counted_once_and_skipped_once(tmp_path):
     assert records == events_ and corrupt == 1
 
 
+@pytest.mark.slow
 def test_oversized_records_and_lines_are_counted_on_the_endpoint_and_what_follows_served(tmp_path):
     """``rl-otel watch`` end to end: a 17 MB JSONL line and an event with length 2**63 are each counted in
     ``rl_telemetry_errors_total{reason="corrupt_record"}``, and the 2,000 steps written after them served."""
@@ -271,6 +274,7 @@ def _steps_in(directory) -> list[int]:
     return [found[0] for found in map(events.scalars, records) if found]
 
 
+@pytest.mark.slow
 def test_tensorboardx_flush_writes_only_what_its_thread_took_and_flush_secs_or_close_write_the_rest(tmp_path):
     """What docs/watch.md says of tensorboardX (AReaL's writer), held against the installed version:
     ``add_scalar`` queues the event (``max_queue``, 10) for the writer's thread, which writes it into the file's
@@ -377,6 +381,7 @@ def test_corrupt_records_are_counted_on_the_endpoint_and_the_good_ones_served(tm
         w.close()
 
 
+@pytest.mark.slow
 def test_a_run_whose_files_stop_growing_is_closed_with_expire_after_and_comes_back_when_they_grow(tmp_path):
     """``--expire-after``: a finished run leaves the scrape (its series go; the watcher's own target stays), as a
     finished training process does; a file that grows again starts the run anew."""
