@@ -62,13 +62,15 @@ def served_runs(url: str) -> tuple[set[str], float, int]:
     return runs, took, len(body)
 
 
-def watch(root: Path, sd: Path, nofile: int) -> subprocess.Popen:
+def watch(root: Path, sd: Path, nofile: int, log: Path) -> subprocess.Popen:
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
-    return subprocess.Popen([sys.executable, "-m", "rl_otel.cli", "watch", str(root), "--host", "127.0.0.1", "--port",
-                             "0", "--file-sd", str(sd), "--no-state"], preexec_fn=limit,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # its log goes to a file: a line per run served would fill a pipe nobody reads and stop the watcher
+    with open(log, "w") as out:
+        return subprocess.Popen([sys.executable, "-m", "rl_otel.cli", "watch", str(root), "--host", "127.0.0.1",
+                                 "--port", "0", "--file-sd", str(sd), "--no-state"], preexec_fn=limit,
+                                stdout=subprocess.DEVNULL, stderr=out)
 
 
 def endpoint(sd: Path, proc: subprocess.Popen, timeout: float = 120.0) -> str:
@@ -80,7 +82,7 @@ def endpoint(sd: Path, proc: subprocess.Popen, timeout: float = 120.0) -> str:
             except (OSError, ValueError, IndexError, KeyError):
                 pass
         if proc.poll() is not None:
-            raise RuntimeError(f"rl-otel watch exited: {proc.stderr.read() if proc.stderr else ''}")
+            raise RuntimeError(f"rl-otel watch exited with {proc.returncode}")
         time.sleep(0.1)
     raise TimeoutError("no endpoint published")
 
@@ -90,7 +92,7 @@ def measure(runs: int, files: int, nofile: int, timeout_s: float = 1800.0) -> di
         root, sd = Path(tmp) / "logs", Path(tmp) / "sd"
         write_runs(root, runs, files)
         start = time.monotonic()
-        proc = watch(root, sd, nofile)
+        proc = watch(root, sd, nofile, Path(tmp) / "watch.log")
         try:
             url = endpoint(sd, proc)
             served: set[str] = set()
@@ -99,7 +101,7 @@ def measure(runs: int, files: int, nofile: int, timeout_s: float = 1800.0) -> di
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{len(served)} of {runs} runs served after {timeout_s:g} s")
                 if proc.poll() is not None:
-                    raise RuntimeError(f"rl-otel watch exited: {proc.stderr.read() if proc.stderr else ''}")
+                    raise RuntimeError(f"rl-otel watch exited: {(Path(tmp) / 'watch.log').read_text()[-2000:]}")
                 served, _, _ = served_runs(url)
                 time.sleep(0.5)
             all_served_s = time.monotonic() - start
