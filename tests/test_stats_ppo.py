@@ -377,6 +377,34 @@ def test_the_part_by_part_read_gives_what_the_one_transfer_gives(monkeypatch, co
             assert type(value) is type(other) is float and (value == other or (value != value and other != other)), key
 
 
+@pytest.mark.parametrize("compact", [True, False])
+def test_a_call_frees_its_buffers_when_it_returns(monkeypatch, compact):
+    """The rounds' buffer (device memory on a GPU) is free when the call returns, with no reference cycle left
+    for Python's cyclic garbage collector to find some time later."""
+    import gc
+    import weakref
+
+    from rl_otel.stats import fused
+
+    made: list[weakref.ref] = []
+    original = fused.Fused.plan
+
+    def plan(self, *rounds):
+        original(self, *rounds)
+        made.append(weakref.ref(self._storage))
+
+    monkeypatch.setattr(fused.Fused, "plan", plan)
+    batch = make_batch(7, 16, 32)
+    final = batch["response_mask"] * (torch.arange(16) % 3 != 0)[:, None]
+    gc.disable()
+    try:
+        full_stats(batch, distributions=True, final_response_mask=final, _compact=compact)
+        ppo_stats(**batch, names="verl", _compact=compact)
+        assert made and all(ref() is None for ref in made)
+    finally:
+        gc.enable()
+
+
 def test_kl_penalty_terms():
     lp, base = torch.tensor([-1.0, -0.5, -30.0]), torch.tensor([-1.5, -0.5, -1.0])
     d = (lp - base).numpy()
@@ -395,6 +423,8 @@ def test_kl_penalty_terms():
     ({"clip_ratio_c": 1.0}, "clip_ratio_c"), ({"distributions": "yes"}, "distributions"),
     ({"advantages": torch.zeros(2, 2)}, "advantages"), ({"final_response_mask": torch.ones(3, 5)}, "final_response"),
     ({"response_lengths": torch.ones(4)}, "response_lengths"),
+    ({"clip_ratio_low": -0.1}, "clip_ratio_low"), ({"clip_ratio_high": -0.2}, "clip_ratio_high"),
+    ({"value_clip": -0.5}, "value_clip"), ({"value_clip": float("nan")}, "value_clip"),
 ])
 def test_bad_arguments_raise_naming_the_value(kwargs, match):
     batch = make_batch(0, 3, 4)

@@ -168,6 +168,14 @@ class Fused:
         for r in rounds:
             r.bind(self._storage, self._rows)
 
+    def close(self) -> None:
+        """Drop the storage and the rounds (which refer back to this object): the memory is free when the call
+        returns, not when Python's cyclic garbage collector next runs (on a GPU, a round buffer of device memory)."""
+        self.count_rows.clear()
+        self._storage = None
+        self.parts.clear()
+        self.host = []
+
     def read(self) -> None:
         """The one device -> host transfer (the compact layout, a CPU's, views each part where it is)."""
         if self.tokens.compact:

@@ -177,10 +177,10 @@ def ppo_stats(
         prompt_mask: ``[B, P]`` nonzero on prompt tokens (prompt lengths).
         response_lengths: ``[B]`` response lengths, for veRL's length keys (default: ``response_mask``'s).
         clip_ratio_low, clip_ratio_high: PPO ratio clip range ``[1 - low, 1 + high]`` (0.2 as ROLL's ``pg_clip``
-            and veRL's ``clip_ratio``; ``high`` defaults to ``low``).
+            and veRL's ``clip_ratio``; ``high`` defaults to ``low``), both >= 0.
         clip_ratio_c: dual-clip bound for negative advantages (veRL's ``clip_ratio_c``, default 3.0; ROLL's
             ``dual_clip_loss`` bound is ``1 + 2 * pg_clip``, off by default). value_clip: the critic's clip range
-            around ``values``.
+            around ``values`` (>= 0).
         kl_penalty: estimator of ``actor/kl_loss`` against ``ref_log_probs``: ``kl``, ``abs``, ``mse``, ``k3``
             (ROLL's, and veRL's default ``low_var_kl``).
         kl_coef: the KL coefficient (TRL's ``objective/kl_coef`` and ``ppo/mean_non_score_reward``).
@@ -192,8 +192,8 @@ def ppo_stats(
         distributions: ``True`` adds histograms (``actor/ratio_dist``, ``ppo/policy/ratio``, ...; ROLL and TRL
             keys) as :class:`BucketCounts` against the catalog's buckets, read back in the same single transfer
             (Prometheus histograms; trackers get no values to draw from); ``"tensors"`` adds them as 1-d tensors
-            of the selected values instead, for Prometheus and trackers (a boolean index: one more sync each on
-            a GPU).
+            of the selected values instead, for Prometheus and trackers (per token: a boolean index on the device,
+            one more sync each on a GPU; per sequence: CPU tensors, from the transfer).
         catalog: where the histograms' bucket bounds come from (default: :func:`rl_otel.default_catalog`); use
             the catalog ``Telemetry`` was created with.
 
@@ -442,8 +442,12 @@ def _compute(*, inputs: dict[str, torch.Tensor | None], clip_low: float, clip_hi
         _sequences(s, roll=roll, trl=trl)
     s.f.read()  # the one transfer
     result: dict[str, float | BucketCounts | torch.Tensor] = {}
-    for finish in s.finish:
-        result.update(finish())
+    try:
+        for finish in s.finish:
+            result.update(finish())
+    finally:  # the rounds, the call and its finish functions refer to each other: freed now, not by the cyclic GC
+        s.finish.clear()
+        s.f.close()
     result.update(s.tensors)
     return result
 
