@@ -52,6 +52,8 @@ class Tokens:
         self.shape = (int(mask.shape[0]), int(mask.shape[1]))
         self.device = mask.device
         self.compact = self.device.type == "cpu" if compact is None else compact
+        if self.compact and self.device.type != "cpu":
+            raise ValueError(f"the compact layout reduces CPU tensors, got {self.device.type} tensors")
         self.kinds = 1 if final is None else 2
         if self.compact:
             selected = self.mask.bool()
@@ -61,7 +63,7 @@ class Tokens:
             self.index = index.to(torch.int32) if selected.numel() < 2**31 else index
             self.size = int(self.index.numel())
             self.fin = None if final is None else self.take(final) != 0
-            self._off_fin: torch.Tensor | None = None
+            self._off_fin: np.ndarray | None = None
             self._fin_counts: torch.Tensor | None = None
             self._segments: tuple[np.ndarray, np.ndarray | None] | None = None
         else:
@@ -84,47 +86,40 @@ class Tokens:
 
     # -- the compact layout (CPU) ---------------------------------------------------------------------------------
 
-    def off_fin(self) -> torch.Tensor:
+    def off_fin(self) -> np.ndarray:
         """Positions, among the selected tokens, of those outside the FIN mask (compact)."""
         if self._off_fin is None:
             assert self.fin is not None
-            self._off_fin = (~self.fin).nonzero().squeeze(1)
+            self._off_fin = np.flatnonzero(~self.fin.numpy())
         return self._off_fin
 
     def fin_counts(self) -> torch.Tensor:
         """FIN tokens per sequence, ``[B]`` (compact)."""
         if self._fin_counts is None:
             assert self.fin is not None
-            self._fin_counts = self.segment_sums(self.fin.float()[None])[0]
+            self._fin_counts = torch.from_numpy(self.segment_sums(self.fin.numpy().astype(np.float32)[None])[0])
         return self._fin_counts
 
-    def segment_sums(self, rows: torch.Tensor, runs: Sequence[tuple[int, int]] | None = None) -> torch.Tensor:
-        """Per-sequence sums ``[n, B]`` of compact rows ``[n, L]`` (the tokens are in sequence order); with
-        ``runs``, only of those ``[start, stop)`` rows (the others read 0)."""
+    def segment_sums(self, rows: np.ndarray, runs: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
+        """Per-sequence sums ``[n, B]`` of compact rows ``[n, L]`` (the tokens are in sequence order: numpy's
+        segmented sum, a fifth of ``torch.segment_reduce``'s time on a CPU); with ``runs``, only of those
+        ``[start, stop)`` rows (the others read 0)."""
         n, b = rows.shape[0], self.shape[0]
-        runs = [(0, n)] if runs is None else runs
-        if rows.device.type != "cpu" or not self.size:
-            out = torch.zeros((n, b), dtype=rows.dtype, device=rows.device)
-            if self.size:
-                lengths = self.row_counts.expand(n, -1).contiguous()
-                for a, z in runs:
-                    out[a:z] = torch.segment_reduce(rows[a:z], "sum", lengths=lengths[a:z], axis=1, unsafe=True)
+        out = np.zeros((n, b), dtype=rows.dtype)
+        if not self.size:
             return out
-        # numpy's segmented sum: a fifth of torch.segment_reduce's time on a CPU
         if self._segments is None:
             sizes = self.row_counts.numpy().astype(np.int64)
             nonempty = sizes > 0  # reduceat offsets: of the sequences with tokens (it has no empty segment)
             self._segments = ((np.cumsum(sizes) - sizes)[nonempty], None if nonempty.all() else nonempty)
         starts, has = self._segments
-        values = rows.numpy()
-        out_np = np.zeros((n, b), dtype=values.dtype)
         with np.errstate(all="ignore"):  # inf/NaN tokens give inf/NaN sums, as torch's, without a warning
-            for a, z in runs:
+            for a, z in [(0, n)] if runs is None else runs:
                 if has is None:
-                    np.add.reduceat(values[a:z], starts, axis=1, out=out_np[a:z])
+                    np.add.reduceat(rows[a:z], starts, axis=1, out=out[a:z])
                 else:  # the sequences without tokens sum to 0
-                    out_np[a:z, has] = np.add.reduceat(values[a:z], starts, axis=1)
-        return torch.from_numpy(out_np)
+                    out[a:z, has] = np.add.reduceat(rows[a:z], starts, axis=1)
+        return out
 
 
 class Fused:
@@ -401,46 +396,46 @@ class Rows:
             self._m2 = f.part(torch.linalg.vector_norm(block, dim=(-2, -1)))
 
     def _reduce_compact(self, per_seq: Sequence[str], sq: Sequence[str], var: Sequence[str]) -> None:
+        """On numpy views of the rows (the compact layout's are CPU tensors): numpy's reductions cost a third of
+        torch's per call on small rows, and the results need no copy."""
         f, tok = self.f, self.tok
-        q = self.q
-        assert q is not None
+        assert self.q is not None
+        v = self.q.numpy()
         stored = {n: self._row(n) for n, p in self.pos.items() if p < self.grid and n not in self._counts}
-        fin = _runs(sorted(stored[n] for n, p in self.pos.items() if n in stored and p // self.width == FIN))
-        if self._mm_slots:
-            mm = _runs(sorted(r for n, r in stored.items() if self.pos[n] % self.width in self._mm_slots))
-            mm_fin = [(a, b) for a, b in _runs(sorted(
-                r for n, r in stored.items() if self.pos[n] // self.width == FIN
-                and self.pos[n] % self.width in self._mm_slots))]
-            mx, mn = q.new_full(q.shape[:1], -_INF), q.new_full(q.shape[:1], _INF)
-            for a, b in mm_fin:  # FIN rows: outside the final mask -inf for the maximum, +inf for the minimum
-                q[a:b].index_fill_(1, tok.off_fin(), -_INF)
-            if tok.size:
-                for a, b in mm:
-                    torch.amax(q[a:b], -1, out=mx[a:b])
-            for a, b in mm_fin:
-                q[a:b].index_fill_(1, tok.off_fin(), _INF)
-            if tok.size:
-                for a, b in mm:
-                    torch.amin(q[a:b], -1, out=mn[a:b])
-            self._mx, self._mn = f.part(mx), f.part(mn)
-        for a, b in fin:  # FIN rows: zero outside the final mask (NaN there never counts)
-            q[a:b].index_fill_(1, tok.off_fin(), 0.0)
-        totals = q.new_zeros(q.shape[:1])
-        for a, b in _runs(sorted(stored.values())):
-            torch.sum(q[a:b], -1, out=totals[a:b])
-        self._rs = f.part(totals)
-        if per_seq:
-            self._seq = f.part(tok.segment_sums(q, _runs(sorted(stored[n] for n in per_seq))))
-        for name in sq:
-            row = self[name]
-            self._sq[name] = f.part(tok.segment_sums(row.square()[None])[0] if name in self._per_seq
-                                    else torch.dot(row, row))
-        if var:
-            first = self._row(var[0])
-            block = q[first:first + len(var)]
-            if tok.size:
-                block.sub_(totals[first:first + len(var), None] / tok.size)
-            self._m2 = f.part(torch.linalg.vector_norm(block, dim=-1))
+        in_fin = {n for n in stored if self.pos[n] // self.width == FIN}
+        in_mm = {n for n in stored if self.pos[n] % self.width in self._mm_slots}
+        off = tok.off_fin() if in_fin else None
+        with np.errstate(all="ignore"):  # inf/NaN tokens give inf/NaN results, as torch's, without a warning
+            if in_mm:
+                mm, mm_fin = _runs(sorted(stored[n] for n in in_mm)), _runs(sorted(stored[n] for n in in_mm & in_fin))
+                mx, mn = np.full(v.shape[0], -_INF, dtype=v.dtype), np.full(v.shape[0], _INF, dtype=v.dtype)
+                for a, b in mm_fin:  # FIN rows: outside the final mask -inf for the maximum, +inf for the minimum
+                    v[a:b, off] = -_INF
+                for a, b in mm if tok.size else ():
+                    np.maximum.reduce(v[a:b], axis=1, out=mx[a:b])
+                for a, b in mm_fin:
+                    v[a:b, off] = _INF
+                for a, b in mm if tok.size else ():
+                    np.minimum.reduce(v[a:b], axis=1, out=mn[a:b])
+                self._mx, self._mn = f.part(torch.from_numpy(mx)), f.part(torch.from_numpy(mn))
+            for a, b in _runs(sorted(stored[n] for n in in_fin)):  # FIN rows: zero outside the final mask
+                v[a:b, off] = 0.0
+            totals = np.zeros(v.shape[0], dtype=v.dtype)
+            for a, b in _runs(sorted(stored.values())):
+                np.add.reduce(v[a:b], axis=1, out=totals[a:b])
+            self._rs = f.part(torch.from_numpy(totals))
+            if per_seq:
+                self._seq = f.part(torch.from_numpy(tok.segment_sums(v, _runs(sorted(stored[n] for n in per_seq)))))
+            for name in sq:
+                row = v[stored[name]]
+                self._sq[name] = f.part(torch.from_numpy(
+                    tok.segment_sums(np.square(row)[None])[0] if name in self._per_seq else np.dot(row, row)[None]))
+            if var:
+                first = stored[var[0]]
+                block = v[first:first + len(var)]
+                if tok.size:
+                    block -= totals[first:first + len(var), None] / tok.size
+                self._m2 = f.part(torch.from_numpy(np.linalg.norm(block, axis=1)))
 
     # -- reading them on the host (after Fused.read) ---------------------------------------------------------------
 

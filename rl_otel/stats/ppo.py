@@ -396,7 +396,8 @@ class _Stats:
         what a later row depends on, and for the rarer inputs)."""
         tok = self.tokens
         if tok.compact:
-            return tok.segment_sums((x if kind == RESP else torch.where(tok.fin, x, 0.0))[None])[0]  # type: ignore[arg-type]
+            within = x if kind == RESP else torch.where(tok.fin, x, 0.0)  # type: ignore[arg-type]
+            return torch.from_numpy(tok.segment_sums(within.numpy()[None])[0])
         return torch.where(tok.drop[kind], 0.0, x).sum(-1)
 
     def counts_now(self, kind: int) -> torch.Tensor:
