@@ -248,7 +248,7 @@ def ppo_stats(
             distributions=distributions, catalog=catalog or default_catalog(), compact=_compact)
 
 
-# -- host-side arithmetic: numpy float64, IEEE results for a zero denominator (0/0 = NaN, x/0 = +-inf) ------------
+# -- host-side arithmetic, in Python floats: IEEE results for a zero denominator (0/0 = NaN, x/0 = +-inf) ----------
 
 def _div(num: float, den: float) -> float:
     if den:
@@ -337,7 +337,7 @@ class _Stats:
         if t is None:
             return None
         if name not in self._seq_parts:
-            # floats in float32 or wider (float64 scores keep their precision), integers (lengths) in the rows'
+            # floats in float32 or wider (float64 scores keep their precision), integers (lengths) as the rows
             t = t.detach().reshape(-1)
             self._seq_parts[name] = self.f.part(as_float(t) if t.is_floating_point() else t.to(self.f.dtype))
         return self._seq_parts[name]
@@ -609,8 +609,9 @@ def _roll(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
         ret = s.tok("returns")
         if clipped:  # the predictions loaded into err and loss too (one stack), the bounds in lo and hi
             C.load(["val", "vpr", "err", "loss"], [val_in, vpr_in, vpr_in, vpr_in])  # type: ignore[list-item]
-            _value_errors(C, values="val", vpreds="vpr", returns=ret, clip=value_clip,  # type: ignore[arg-type]
-                          err="err", clipped="loss", bounds=("lo", "hi"))
+            assert value_clip is not None and ret is not None
+            _value_errors(C, values="val", vpreds="vpr", returns=ret, clip=value_clip, err="err", clipped="loss",
+                          bounds=("lo", "hi"))
             torch.gt(C["loss"], C["err"], out=C["flag"])  # surr1 > surr2: the clipped error is the larger
             torch.maximum(C["err"], C["loss"], out=C["loss"])
         else:
@@ -726,8 +727,9 @@ def _trl(s: _Stats, *, clip_low: float, clip_high: float, value_clip: float | No
     _load(A, s, {"returns": "returns", "values": "values", "advantages": "advantages", "entropy": "entropy",
                  "vpreds": "vpreds", "old": "old_log_probs"})
     if clipped:  # the errors in rp and vflag, then vf_losses2 > vf_losses1 in vflag
-        _value_errors(A, values="values", vpreds="vpreds", returns=A["returns"], clip=value_clip,  # type: ignore[arg-type]
-                      err="rp", clipped="vflag")
+        assert value_clip is not None
+        _value_errors(A, values="values", vpreds="vpreds", returns=A["returns"], clip=value_clip, err="rp",
+                      clipped="vflag")
         torch.gt(A["vflag"], A["rp"], out=A["vflag"])
     if has_err:  # returns - prediction: its squares are the value head's errors, its variance explained's
         torch.sub(A["returns"], A[pred], out=A["rp"])  # type: ignore[index]
