@@ -146,8 +146,9 @@ BASELINE_NAMES = {"verl": "veRL compute_data_metrics + policy-loss metrics", "ro
 
 
 def count_syncs(fn: Callable[[], object]) -> int:
-    """Host syncs (``.item()``, ``.tolist()``, ``.cpu()``, ``.numpy()``, ``bool(tensor)``) made by ``fn``."""
-    names = ("item", "tolist", "cpu", "numpy", "__bool__")
+    """Host syncs (``.item()``, ``.tolist()``, ``.cpu()``, ``bool(tensor)``) made by ``fn`` (``.numpy()`` is not
+    counted: it views a CPU tensor, a device tensor has to be copied with ``.cpu()`` first)."""
+    names = ("item", "tolist", "cpu", "__bool__")
     originals = {name: getattr(torch.Tensor, name) for name in names}
     calls = 0
 
@@ -332,8 +333,9 @@ def main() -> None:
           "the per-round ratios")
     for fw in FRAMEWORKS:
         case = Case(fw, sizes[0][0], sizes[0][1]).to(args.device)
-        print(f"host reads, {fw}: ppo_stats {count_syncs(case.ours)}, {BASELINE_NAMES[fw]} {count_syncs(case.theirs)}"
-              " (on a CPU each reads a 0-d result where it is; on a GPU each is a sync)")
+        accelerator = count_syncs(lambda c=case: ppo_stats(**c.kwargs, _compact=False))
+        print(f"host reads, {fw}: ppo_stats {count_syncs(case.ours)} (CPU layout), {accelerator} (its accelerator "
+              f"layout), {BASELINE_NAMES[fw]} {count_syncs(case.theirs)} (a sync each on a GPU)")
     print(table(rows(sizes=None if default else sizes, rounds=args.rounds, device=args.device)))
 
 

@@ -65,7 +65,7 @@ class Tokens:
             self.size = int(self.index.numel())
             self.fin = None if final is None else self.take(final) != 0
             self._off_fin: np.ndarray | None = None
-            self._fin_counts: torch.Tensor | None = None
+            self._fin_counts: np.ndarray | None = None
             self._segments: tuple[np.ndarray, np.ndarray | None] | None = None
         else:
             # drop[k]: the positions a row of kind k never counts (padding; for FIN also what is outside RESP)
@@ -94,11 +94,11 @@ class Tokens:
             self._off_fin = np.flatnonzero(~self.fin.numpy())
         return self._off_fin
 
-    def fin_counts(self) -> torch.Tensor:
+    def fin_counts(self) -> np.ndarray:
         """FIN tokens per sequence, ``[B]`` (compact)."""
         if self._fin_counts is None:
             assert self.fin is not None
-            self._fin_counts = torch.from_numpy(self.segment_sums(self.fin.numpy().astype(np.float32)[None])[0])
+            self._fin_counts = self.segment_sums(self.fin.numpy().astype(np.float32)[None])[0]
         return self._fin_counts
 
     def segment_sums(self, rows: np.ndarray, runs: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
@@ -129,7 +129,7 @@ class Fused:
     def __init__(self, tokens: Tokens, dtype: torch.dtype) -> None:
         self.tokens = tokens
         self.dtype = dtype
-        self.parts: list[torch.Tensor] = []
+        self.parts: list[torch.Tensor | np.ndarray] = []
         self.host: list[np.ndarray] = []
         self.count_rows: dict[int, tuple[Rows, str]] = {}
         self._storage: torch.Tensor | None = None
@@ -142,9 +142,10 @@ class Fused:
             if tokens.kinds > FIN:
                 self._counts[FIN] = self.part(tokens.fin_counts())
 
-    def part(self, t: torch.Tensor) -> int:
-        """Register a device tensor to read back; returns its index into :attr:`host` after :meth:`read`."""
-        self.parts.append(t.detach().reshape(-1))
+    def part(self, t: torch.Tensor | np.ndarray) -> int:
+        """Register a device tensor to read back (or, on the compact layout, a host array already); returns its
+        index into :attr:`host` after :meth:`read`."""
+        self.parts.append(t.reshape(-1) if isinstance(t, np.ndarray) else t.detach().reshape(-1))
         return len(self.parts) - 1
 
     def plan(self, *rounds: Rows) -> None:
@@ -187,7 +188,7 @@ class Fused:
             self.read_at_once()
 
     def read_parts(self) -> None:
-        self.host = [p.cpu().numpy() for p in self.parts]
+        self.host = [p if isinstance(p, np.ndarray) else p.cpu().numpy() for p in self.parts]
 
     def read_at_once(self) -> None:
         """One ``cat`` and one copy to the host (``cat`` promotes to the widest dtype: the parts are
@@ -195,9 +196,10 @@ class Fused:
         self.host = []
         if not self.parts:
             return
-        flat = torch.cat(self.parts).cpu().numpy()
+        parts = [torch.from_numpy(p) if isinstance(p, np.ndarray) else p for p in self.parts]
+        flat = torch.cat(parts).cpu().numpy()
         pos = 0
-        for p in self.parts:
+        for p in parts:
             self.host.append(flat[pos:pos + p.numel()])
             pos += p.numel()
 
@@ -433,25 +435,25 @@ class Rows:
                     v[a:b, off] = _INF
                 for a, b in mm if tok.size else ():
                     np.minimum.reduce(v[a:b], axis=1, out=mn[a:b])
-                self._mx, self._mn = f.part(torch.from_numpy(mx)), f.part(torch.from_numpy(mn))
+                self._mx, self._mn = f.part(mx), f.part(mn)
             for a, b in _runs(sorted(stored[n] for n in in_fin)):  # FIN rows: zero outside the final mask
                 v[a:b, off] = 0.0
             totals = np.zeros(v.shape[0], dtype=v.dtype)
             for a, b in _runs(sorted(stored.values())):
                 np.add.reduce(v[a:b], axis=1, out=totals[a:b])
-            self._rs = f.part(torch.from_numpy(totals))
+            self._rs = f.part(totals)
             if per_seq:
-                self._seq = f.part(torch.from_numpy(tok.segment_sums(v, _runs(sorted(stored[n] for n in per_seq)))))
+                self._seq = f.part(tok.segment_sums(v, _runs(sorted(stored[n] for n in per_seq))))
             for name in sq:
                 row = v[stored[name]]
-                self._sq[name] = f.part(torch.from_numpy(
-                    tok.segment_sums(np.square(row)[None])[0] if name in self._per_seq else np.dot(row, row)[None]))
+                self._sq[name] = f.part(tok.segment_sums(np.square(row)[None])[0] if name in self._per_seq
+                                        else np.dot(row, row)[None])
             if var:
                 first = stored[var[0]]
                 block = v[first:first + len(var)]
                 if tok.size:
                     block -= totals[first:first + len(var), None] / tok.size
-                self._m2 = f.part(torch.from_numpy(np.linalg.norm(block, axis=1)))
+                self._m2 = f.part(np.linalg.norm(block, axis=1))
 
     # -- reading them on the host (after Fused.read) ---------------------------------------------------------------
 

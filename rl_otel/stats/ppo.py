@@ -404,7 +404,7 @@ class _Stats:
         """Tokens of ``kind`` per sequence ``[B]``, on the device now."""
         tok = self.tokens
         if tok.compact:
-            return tok.row_counts.to(self.f.dtype) if kind == RESP else tok.fin_counts().to(self.f.dtype)
+            return tok.row_counts.to(self.f.dtype) if kind == RESP else torch.from_numpy(tok.fin_counts())
         return (~tok.drop[kind]).sum(-1).to(self.f.dtype)
 
     def per_token(self, x: torch.Tensor) -> torch.Tensor:
