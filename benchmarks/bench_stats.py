@@ -1,6 +1,7 @@
-"""``ppo_stats`` against the frameworks' own per-metric code, on CPU, one torch thread: time and peak memory.
+"""``ppo_stats`` against the frameworks' own per-metric code: time, peak memory and, on a GPU, kernels launched.
 
     python benchmarks/bench_stats.py [--sizes 64x512 256x1024 512x4096] [--rounds 15] [--profile verl:512x4096]
+    python benchmarks/bench_stats.py --device cuda     # the GPU comparison: gpu_comparison("cuda")
 
 For each framework's key set (``names="verl"``, ``"roll"``, ``"trl"``) and each batch size, the baseline is that
 framework's metric code as the framework writes it (``benchmarks/baselines/``: veRL's ``compute_data_metrics`` and
@@ -9,6 +10,12 @@ fed the same batch prepared the way that framework prepares it; ``tests/test_sta
 give the same numbers. Time: interleaved A/B rounds, the median of the per-round ratios (``common.ab_rounds``).
 Memory: the peak of the bytes held by tensors each allocates (``common.peak_tensor_bytes``; the inputs, allocated
 before, are not counted). Also printed: the host syncs each makes (``.item()``/``.tolist()``/``.cpu()`` calls).
+
+On a GPU (``--device cuda``, or :func:`gpu_comparison`, which ``benchmarks/bench_gpu.py`` prints) both sides are
+launch-bound, so the rows are the wall time of a call (interleaved rounds; each call ends reading its results on
+the host), the kernels it launches (torch's profiler, CUDA activity; memcpy and memset counted apart), the GPU's
+busy time and the peak of the device memory allocated, against issue 32's targets: at most 0.5x the frameworks'
+time and at most 40 kernels a call, at B=512, T=4096 and B=64, T=512.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from rl_otel.stats import ppo_stats
 
 CLIP_LOW, CLIP_HIGH, VALUE_CLIP, KL_COEF, BETA = 0.2, 0.28, 0.2, 0.05, 0.05
 SIZES = ((64, 512), (256, 1024), (512, 4096))
+GPU_SHAPES = ((512, 4096), (64, 512))  # issue 32's
+TARGET_TIME_RATIO, TARGET_KERNELS = 0.5, 40  # on a GPU: ppo_stats' wall time over the framework's, kernels a call
 PROMPT = 256
 FRAMEWORKS = ("verl", "roll", "trl")
 
@@ -137,8 +146,9 @@ BASELINE_NAMES = {"verl": "veRL compute_data_metrics + policy-loss metrics", "ro
 
 
 def count_syncs(fn: Callable[[], object]) -> int:
-    """Host syncs (``.item()``, ``.tolist()``, ``.cpu()``, ``.numpy()``, ``bool(tensor)``) made by ``fn``."""
-    names = ("item", "tolist", "cpu", "numpy", "__bool__")
+    """Host syncs (``.item()``, ``.tolist()``, ``.cpu()``, ``bool(tensor)``) made by ``fn`` (``.numpy()`` is not
+    counted: it views a CPU tensor, a device tensor has to be copied with ``.cpu()`` first)."""
+    names = ("item", "tolist", "cpu", "__bool__")
     originals = {name: getattr(torch.Tensor, name) for name in names}
     calls = 0
 
@@ -199,6 +209,77 @@ def rows(quick: bool = False, sizes=None, rounds: int | None = None, device: str
     return out
 
 
+def device_activity(fn: Callable[[], object]) -> dict[str, float]:
+    """What one call of ``fn`` does on the current CUDA device, by torch's profiler (CUDA activity): the kernels it
+    launches, its memcpy and memset operations (not kernels: a device-to-host read, the zeroing of a large
+    reduction's semaphores), and the GPU time they take together (ms)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:  # CPU: its events skipped
+        fn()
+        torch.cuda.synchronize()
+    kernels = copies = 0
+    busy_us = 0.0
+    for event in prof.events():
+        if event.device_type != DeviceType.CUDA:
+            continue
+        if event.name.startswith(("Memcpy", "Memset")):
+            copies += 1
+        else:
+            kernels += 1
+        busy_us += event.time_range.elapsed_us()
+    return {"kernels": kernels, "copies": copies, "gpu_ms": busy_us / 1e3}
+
+
+def gpu_comparison(device: str, rounds: int = 15, shapes: tuple[tuple[int, int], ...] = GPU_SHAPES) -> list[dict]:
+    """``ppo_stats`` against each framework's metric code on ``device`` (a CUDA device), one row per framework and
+    shape: ``framework``, ``shape`` (``"BxT"``), ``ours_ms``/``theirs_ms`` (median wall time of a call, each ending
+    with its results on the host; interleaved A/B rounds), ``ratio`` (the median of the per-round ratios),
+    ``ours_kernels``/``theirs_kernels`` (kernels a call launches, by torch's profiler), ``ours_peak_bytes``/
+    ``theirs_peak_bytes`` (device memory allocated at the peak, above what was allocated before), and
+    ``ours_copies``/``theirs_copies`` (memcpy + memset operations), ``ours_gpu_ms``/``theirs_gpu_ms`` (the time the
+    GPU is busy), ``ours_first_ms`` (the first call's wall time: any one-off cost; ppo_stats compiles nothing)."""
+    import time
+
+    torch.cuda.set_device(torch.device(device))
+    out: list[dict] = []
+    for b, t in shapes:
+        for fw in FRAMEWORKS:
+            case = Case(fw, b, t).to(device)
+            start = time.perf_counter()
+            case.ours()
+            first_ms = (time.perf_counter() - start) * 1e3
+            case.theirs()
+            timing = ab_rounds([case.ours, case.theirs], rounds, budget_s=2.0)
+            ours, theirs = device_activity(case.ours), device_activity(case.theirs)
+            out.append({"framework": fw, "shape": f"{b}x{t}", "ours_ms": timing.median(0) * 1e3,
+                        "theirs_ms": timing.median(1) * 1e3, "ratio": timing.ratio(0, 1),
+                        "ours_kernels": int(ours["kernels"]), "theirs_kernels": int(theirs["kernels"]),
+                        "ours_peak_bytes": peak_cuda_bytes(case.ours),
+                        "theirs_peak_bytes": peak_cuda_bytes(case.theirs),
+                        "ours_copies": int(ours["copies"]), "theirs_copies": int(theirs["copies"]),
+                        "ours_gpu_ms": ours["gpu_ms"], "theirs_gpu_ms": theirs["gpu_ms"], "ours_first_ms": first_ms})
+    return out
+
+
+def gpu_table(rows: list[dict]) -> str:
+    """:func:`gpu_comparison`'s rows against the targets (at most 0.5x the framework's time, 40 kernels)."""
+    head = ("names", "BxT", "ppo_stats ms", "framework ms", "ratio", f"<= {TARGET_TIME_RATIO}", "kernels (+copies)",
+            "framework's", f"<= {TARGET_KERNELS}", "GPU busy ms", "peak MiB", "framework's", "first call ms")
+    body = [(r["framework"], r["shape"], f"{r['ours_ms']:.3f}", f"{r['theirs_ms']:.3f}", f"{r['ratio']:.3f}",
+             "met" if r["ratio"] <= TARGET_TIME_RATIO else "MISSED", f"{r['ours_kernels']} (+{r['ours_copies']})",
+             f"{r['theirs_kernels']} (+{r['theirs_copies']})",
+             "met" if r["ours_kernels"] <= TARGET_KERNELS else "MISSED",
+             f"{r['ours_gpu_ms']:.3f} / {r['theirs_gpu_ms']:.3f}", f"{r['ours_peak_bytes'] / 2**20:.1f}",
+             f"{r['theirs_peak_bytes'] / 2**20:.1f}", f"{r['ours_first_ms']:.1f}") for r in rows]
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *body, strict=True)]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+                     for cells in (head, *body))
+
+
 def profile(spec: str) -> None:
     """cProfile and torch's profiler of ``ppo_stats`` for ``framework:BxT``: where its time goes."""
     import cProfile
@@ -237,12 +318,24 @@ def main() -> None:
         return
     sizes = [tuple(map(int, s.split("x"))) for s in args.sizes]
     default = args.sizes == [f"{b}x{t}" for b, t in SIZES]
+    if args.device.startswith("cuda"):
+        print(f"{torch.cuda.get_device_name(torch.device(args.device))}, torch {torch.__version__}; "
+              f"{args.rounds}+ interleaved A/B rounds, median of the per-round ratios; targets: ppo_stats at most "
+              f"{TARGET_TIME_RATIO}x the framework's wall time, at most {TARGET_KERNELS} kernels a call")
+        for fw in FRAMEWORKS:
+            case = Case(fw, *GPU_SHAPES[0]).to(args.device)
+            print(f"host reads, {fw}: ppo_stats {count_syncs(case.ours)}, {BASELINE_NAMES[fw]} "
+                  f"{count_syncs(case.theirs)}")
+        print(gpu_table(gpu_comparison(args.device, rounds=args.rounds,
+                                       shapes=GPU_SHAPES if default else tuple(sizes))))  # type: ignore[arg-type]
+        return
     print(f"{args.device}, 1 torch thread, torch {torch.__version__}; {args.rounds} interleaved A/B rounds, median of "
           "the per-round ratios")
     for fw in FRAMEWORKS:
         case = Case(fw, sizes[0][0], sizes[0][1]).to(args.device)
-        print(f"host reads, {fw}: ppo_stats {count_syncs(case.ours)}, {BASELINE_NAMES[fw]} {count_syncs(case.theirs)}"
-              " (on a CPU each reads a 0-d result where it is; on a GPU each is a sync)")
+        accelerator = count_syncs(lambda c=case: ppo_stats(**c.kwargs, _compact=False))
+        print(f"host reads, {fw}: ppo_stats {count_syncs(case.ours)} (CPU layout), {accelerator} (its accelerator "
+              f"layout), {BASELINE_NAMES[fw]} {count_syncs(case.theirs)} (a sync each on a GPU)")
     print(table(rows(sizes=None if default else sizes, rounds=args.rounds, device=args.device)))
 
 

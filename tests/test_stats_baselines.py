@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import bench_stats
 from common import peak_tensor_bytes
 
+from rl_otel.stats import ppo_stats
+
 
 def close(got: float, want: float) -> bool:
     if math.isnan(want):
@@ -68,12 +70,19 @@ def test_the_verl_baseline_is_verls_own_code():
     assert all(close(got[k], float(v)) for k, v in want.items()), {k: (got[k], v) for k, v in want.items()}
 
 
+@pytest.mark.parametrize("layout", ["cpu", "accelerator"])
 @pytest.mark.parametrize("full", [False, True])
 @pytest.mark.parametrize("framework", bench_stats.FRAMEWORKS)
-def test_ppo_stats_holds_less_tensor_memory_than_the_frameworks_code(framework, full):
+def test_ppo_stats_holds_less_tensor_memory_than_the_frameworks_code(framework, full, layout):
     """Half or nearly all of the positions response tokens: the peak of the bytes held by the tensors each
-    allocates (the inputs, allocated before, not counted)."""
-    case = bench_stats.Case(framework, 64, 256, full=full)
-    ours, theirs = peak_tensor_bytes(case.ours), peak_tensor_bytes(case.theirs)
-    assert theirs > 64 * 256 * 4  # the frameworks' code holds several [B, T] float tensors at once
+    allocates (the inputs, allocated before, not counted). The CPU layout gathers the response tokens; the
+    accelerator layout (run here on the CPU: the same tensors a GPU would allocate) stacks whole ``[B, T]`` rows in
+    rounds that reuse one buffer (a T four times the prompt's width, as in training: the prompt lengths'
+    ``[B, P]`` temporary is a small part of it)."""
+    t = 256 if layout == "cpu" else 1024
+    case = bench_stats.Case(framework, 64, t, full=full)
+    compact = layout == "cpu"
+    ours = peak_tensor_bytes(lambda: ppo_stats(**case.kwargs, _compact=compact))
+    theirs = peak_tensor_bytes(case.theirs)
+    assert theirs > 64 * t * 4  # the frameworks' code holds several [B, T] float tensors at once
     assert ours <= theirs, (ours, theirs)

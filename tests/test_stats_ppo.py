@@ -325,6 +325,10 @@ def test_half_precision_is_accumulated_in_float32(dtype):
 @pytest.mark.parametrize("variant", ["roll+trl", "roll final mask, seq IS, seq-mean", "verl"])
 @pytest.mark.parametrize("compact", [True, False])
 def test_one_host_transfer_per_call(monkeypatch, compact, variant):
+    """Every way a tensor's values reach Python is counted. The accelerator path (compact=False, run here on the
+    CPU) reads once: ``.cpu()`` of the concatenated parts, then ``.numpy()`` of that host copy. The CPU path
+    (compact: CPU tensors only) views its tensors as numpy arrays where they are, and never reads a value at a
+    time (``item``, ``tolist``, ``bool()``, ``float()``...)."""
     calls: list[str] = []
     for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"):
         original = getattr(torch.Tensor, name)
@@ -345,38 +349,60 @@ def test_one_host_transfer_per_call(monkeypatch, compact, variant):
         got = ppo_stats(**batch, final_response_mask=final, importance_sampling="seq", clip_ratio_c=1.4,
                         value_clip=VALUE_CLIP, loss_agg_mode="seq-mean-token-mean", distributions=True,
                         _compact=compact)
-    if compact:  # the CPU path: no transfer to save, each part is read where it is - and nothing but tolist()
-        assert set(calls) == {"tolist"}, calls
-    else:  # the accelerator path: one transfer
-        assert calls == ["tolist"], calls
+    if compact:
+        assert set(calls) == {"cpu", "numpy"}, calls
+    else:
+        assert calls == ["cpu", "numpy"], calls
     assert len(got) > 30
 
 
-def test_the_cpu_read_gives_what_the_one_transfer_gives():
-    """The CPU path reads each part (compact); the accelerator path concatenates them and reads once: the same
-    values, the same float types, on both sides of a dtype promotion."""
-    import rl_otel.stats.ppo as ppo
+@pytest.mark.parametrize("compact", [True, False])
+def test_the_part_by_part_read_gives_what_the_one_transfer_gives(monkeypatch, compact):
+    """Each layout read both ways (part by part, and concatenated then copied at once, which promotes the parts
+    to the widest dtype): the same values, the same float types."""
+    from rl_otel.stats.fused import Fused
 
     batch = make_batch(7, 16, 32)
-    cpu = full_stats(batch, distributions=True, kl_penalty="k3")
-    original = ppo._Batch.__init__
-
-    def one_transfer(self, catalog, per_part=False):
-        original(self, catalog, per_part=False)
-
-    try:
-        ppo._Batch.__init__ = one_transfer
-        transferred = full_stats(batch, distributions=True, kl_penalty="k3")
-    finally:
-        ppo._Batch.__init__ = original
-    assert cpu.keys() == transferred.keys()
-    for key, value in cpu.items():
-        other = transferred[key]
+    monkeypatch.setattr(Fused, "read", Fused.read_parts)
+    parts = full_stats(batch, distributions=True, kl_penalty="k3", _compact=compact)
+    monkeypatch.setattr(Fused, "read", Fused.read_at_once)
+    at_once = full_stats(batch, distributions=True, kl_penalty="k3", _compact=compact)
+    assert parts.keys() == at_once.keys()
+    for key, value in parts.items():
+        other = at_once[key]
         if isinstance(value, BucketCounts):
             assert (value.counts.tolist(), value.sum, value.min, value.max, value.non_finite) == (
                 other.counts.tolist(), other.sum, other.min, other.max, other.non_finite), key
         else:
-            assert type(value) is type(other) and (value == other or (value != value and other != other)), key
+            assert type(value) is type(other) is float and (value == other or (value != value and other != other)), key
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_a_call_frees_its_buffers_when_it_returns(monkeypatch, compact):
+    """The rounds' buffer (device memory on a GPU) is free when the call returns, with no reference cycle left
+    for Python's cyclic garbage collector to find some time later."""
+    import gc
+    import weakref
+
+    from rl_otel.stats import fused
+
+    made: list[weakref.ref] = []
+    original = fused.Fused.plan
+
+    def plan(self, *rounds):
+        original(self, *rounds)
+        made.append(weakref.ref(self._storage))
+
+    monkeypatch.setattr(fused.Fused, "plan", plan)
+    batch = make_batch(7, 16, 32)
+    final = batch["response_mask"] * (torch.arange(16) % 3 != 0)[:, None]
+    gc.disable()
+    try:
+        full_stats(batch, distributions=True, final_response_mask=final, _compact=compact)
+        ppo_stats(**batch, names="verl", _compact=compact)
+        assert made and all(ref() is None for ref in made)
+    finally:
+        gc.enable()
 
 
 def test_kl_penalty_terms():
@@ -397,6 +423,8 @@ def test_kl_penalty_terms():
     ({"clip_ratio_c": 1.0}, "clip_ratio_c"), ({"distributions": "yes"}, "distributions"),
     ({"advantages": torch.zeros(2, 2)}, "advantages"), ({"final_response_mask": torch.ones(3, 5)}, "final_response"),
     ({"response_lengths": torch.ones(4)}, "response_lengths"),
+    ({"clip_ratio_low": -0.1}, "clip_ratio_low"), ({"clip_ratio_high": -0.2}, "clip_ratio_high"),
+    ({"value_clip": -0.5}, "value_clip"), ({"value_clip": float("nan")}, "value_clip"),
 ])
 def test_bad_arguments_raise_naming_the_value(kwargs, match):
     batch = make_batch(0, 3, 4)

@@ -1,23 +1,26 @@
-"""PPO/critic/token statistics of a batch in one fused pass: every scalar (and histogram) crosses to the host once.
+"""PPO/critic/token statistics of a batch in a few stacked reductions: every scalar crosses to the host at once.
 
 ROLL's actor worker and veRL's ``compute_data_metrics`` call ``.item()`` once a metric (12-29 host syncs a
-micro-batch on a GPU). :func:`ppo_stats` computes the same keys with the same definitions on the device,
-concatenates the results into one vector and calls ``.tolist()`` once. On a CPU, where nothing crosses, the
-response tokens are gathered once (an index of the mask) and each 0-d result is read where it is; each section
-gathers the inputs it needs and drops each after its last use (elementwise work in place where a temporary is
-its own), so the peak memory stays below the frameworks' per-metric code (``benchmarks/bench_stats.py``).
+micro-batch on a GPU) and launch several kernels for each. :func:`ppo_stats` computes the same keys with the same
+definitions: each framework's section writes the per-token quantities it needs as rows of one buffer and reduces
+them together in two or three rounds (:mod:`rl_otel.stats.fused`: a few dozen kernels a call, one host transfer);
+the keys' formulas then run on the host, in float64, on the few numbers that came back. Rounds reuse one buffer,
+so the peak memory stays below the frameworks' per-metric code (``benchmarks/bench_stats.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
-from rl_otel._internal.pipeline.histogram import BucketCounts
+from rl_otel._internal.pipeline.histogram import BucketCounts, BulkHistogram
 from rl_otel.catalog import Catalog, default_catalog
-from rl_otel.stats import masked
+from rl_otel.stats.fused import FIN, RESP, Fused, Rows, Tokens
 from rl_otel.stats.histogram import as_float, bucket_vector
 
 KL_PENALTIES = ("kl", "abs", "mse", "k3", "low_var_kl")
@@ -26,6 +29,9 @@ NAME_SETS = ("roll", "trl", "verl")
 IMPORTANCE_SAMPLING = ("token", "seq")
 ROLL_RATIO_MIN_FILL = 1e10  # ROLL's actor/ratio_min: min(ratio * mask + (1 - mask) * 1e10)
 VERL_CLIP_RATIO_C = 3.0  # veRL's default dual-clip bound (ActorConfig.clip_ratio_c)
+_K3 = ("k3", "low_var_kl")
+
+Host = dict[str, Any]  # a section's keys, computed on the host after the transfer
 
 
 def kl_penalty_terms(log_probs: torch.Tensor, base_log_probs: torch.Tensor, kind: str) -> torch.Tensor:
@@ -34,11 +40,12 @@ def kl_penalty_terms(log_probs: torch.Tensor, base_log_probs: torch.Tensor, kind
 
     ``kl``: k1 = logp - logp_base; ``abs``: |k1|; ``mse``: k2 = k1^2 / 2; ``k3``/``low_var_kl``:
     exp(-k1) + k1 - 1 clamped to [-10, 10], with -k1 clamped to [-20, 20] first as veRL does (ROLL does not
-    clamp -k1; for finite inputs the two agree, the result being clamped to 10 either way beyond |k1| = 20).
+    clamp -k1; for finite inputs the two agree, the result being clamped to 10 either way beyond |k1| = 20;
+    ``ppo_stats(names="roll")`` follows ROLL).
     """
-    if kind in ("k3", "low_var_kl"):
+    if kind in _K3:
         neg = (base_log_probs - log_probs).clamp_(-20.0, 20.0)  # -k1, exactly: a - b == -(b - a)
-        return neg.exp().sub_(neg).sub_(1.0).clamp_(-10.0, 10.0)  # exp(-k1) - (-k1) - 1, in place
+        return _k3_from(neg.exp(), neg, out=neg)
     log_ratio = log_probs - base_log_probs
     if kind == "kl":
         return log_ratio
@@ -49,61 +56,9 @@ def kl_penalty_terms(log_probs: torch.Tensor, base_log_probs: torch.Tensor, kind
     raise ValueError(f"kl_penalty must be one of {KL_PENALTIES}, got {kind!r}")
 
 
-def _clipped_error(vpreds: torch.Tensor, values: torch.Tensor, returns: torch.Tensor, clip: float) -> torch.Tensor:
-    """``(max(min(vpreds, values + clip), values - clip) - returns)^2``, in two temporaries."""
-    clipped = torch.minimum(vpreds, values + clip)
-    low = values - clip
-    torch.maximum(clipped, low, out=clipped)
-    del low
-    return clipped.sub_(returns).square_()
-
-
-class _Batch:
-    """Scalars and bucketed distributions collected on the device, read back with one transfer."""
-
-    def __init__(self, catalog: Catalog, per_part: bool = False) -> None:
-        self.catalog = catalog
-        self.per_part = per_part  # read each part where it is (the CPU path: there is no transfer to save)
-        self.parts: list[torch.Tensor] = []
-        self.layout: list[tuple[str, tuple[float, ...] | None]] = []
-        self.constants: dict[str, float] = {}
-
-    def put(self, key: str, value: torch.Tensor) -> None:
-        self.parts.append(value)  # a 0-d tensor
-        self.layout.append((key, None))
-
-    def put_dist(self, key: str, values: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-        resolved = self.catalog.lookup(key)
-        if resolved is None:
-            raise KeyError(f"{key!r} is not in the catalog: its histogram has no buckets")
-        bounds = resolved.spec.buckets
-        self.parts.append(bucket_vector(values, bounds, mask))
-        self.layout.append((key, bounds))
-
-    def read(self) -> dict[str, float | BucketCounts]:
-        out: dict[str, float | BucketCounts] = dict(self.constants)
-        if not self.parts:
-            return out
-        if self.per_part:
-            # On a CPU there is nothing to transfer: each part is read where it is (``tolist()`` of a 0-d tensor,
-            # ~0.3 us, where a cat of ~50 mixed-dtype parts costs ~150 us); float() as the cat's promotion to a
-            # floating dtype gives.
-            for (key, bounds), part in zip(self.layout, self.parts, strict=True):
-                value: Any = part.tolist()
-                out[key] = float(value) if bounds is None else BucketCounts.from_vector(bounds, value)
-            return out
-        # the one device -> host transfer (cat promotes every part to the widest dtype)
-        flat = torch.cat([part.reshape(-1) for part in self.parts]).tolist()
-        pos = 0
-        for key, bounds in self.layout:
-            if bounds is None:
-                out[key] = flat[pos]
-                pos += 1
-            else:
-                size = len(bounds) + 5
-                out[key] = BucketCounts.from_vector(bounds, flat[pos:pos + size])
-                pos += size
-        return out
+def _k3_from(exp_neg: torch.Tensor, neg: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    """k3 from -k1 and exp(-k1): ``(exp(-k1) - (-k1)) - 1`` clamped to [-10, 10], in the frameworks' order."""
+    return torch.sub(exp_neg, neg, out=out).sub_(1.0).clamp_(-10.0, 10.0)
 
 
 def ppo_stats(
@@ -222,10 +177,10 @@ def ppo_stats(
         prompt_mask: ``[B, P]`` nonzero on prompt tokens (prompt lengths).
         response_lengths: ``[B]`` response lengths, for veRL's length keys (default: ``response_mask``'s).
         clip_ratio_low, clip_ratio_high: PPO ratio clip range ``[1 - low, 1 + high]`` (0.2 as ROLL's ``pg_clip``
-            and veRL's ``clip_ratio``; ``high`` defaults to ``low``).
+            and veRL's ``clip_ratio``; ``high`` defaults to ``low``), both >= 0.
         clip_ratio_c: dual-clip bound for negative advantages (veRL's ``clip_ratio_c``, default 3.0; ROLL's
             ``dual_clip_loss`` bound is ``1 + 2 * pg_clip``, off by default). value_clip: the critic's clip range
-            around ``values``.
+            around ``values`` (>= 0).
         kl_penalty: estimator of ``actor/kl_loss`` against ``ref_log_probs``: ``kl``, ``abs``, ``mse``, ``k3``
             (ROLL's, and veRL's default ``low_var_kl``).
         kl_coef: the KL coefficient (TRL's ``objective/kl_coef`` and ``ppo/mean_non_score_reward``).
@@ -237,8 +192,8 @@ def ppo_stats(
         distributions: ``True`` adds histograms (``actor/ratio_dist``, ``ppo/policy/ratio``, ...; ROLL and TRL
             keys) as :class:`BucketCounts` against the catalog's buckets, read back in the same single transfer
             (Prometheus histograms; trackers get no values to draw from); ``"tensors"`` adds them as 1-d tensors
-            of the selected values instead, for Prometheus and trackers (a boolean index: one more sync each on
-            a GPU).
+            of the selected values instead, for Prometheus and trackers (per token: a boolean index on the device,
+            one more sync each on a GPU; per sequence: CPU tensors, from the transfer).
         catalog: where the histograms' bucket bounds come from (default: :func:`rl_otel.default_catalog`); use
             the catalog ``Telemetry`` was created with.
 
@@ -274,6 +229,10 @@ def ppo_stats(
     if response_lengths is not None and response_lengths.numel() != log_probs.shape[0]:
         raise ValueError(f"response_lengths has shape {tuple(response_lengths.shape)}, batch {log_probs.shape[0]}")
     clip_ratio_high = clip_ratio_low if clip_ratio_high is None else clip_ratio_high
+    for name, value in (("clip_ratio_low", clip_ratio_low), ("clip_ratio_high", clip_ratio_high),
+                        ("value_clip", value_clip)):
+        if value is not None and not value >= 0:
+            raise ValueError(f"{name} must be >= 0, got {value!r}")
     if final_response_mask is response_mask:
         final_response_mask = None
 
@@ -289,76 +248,183 @@ def ppo_stats(
             distributions=distributions, catalog=catalog or default_catalog(), compact=_compact)
 
 
-class _Stats:
-    """One ``ppo_stats`` call: the selection, the values collected so far, and the helpers the sections share.
+# -- host-side arithmetic, in Python floats: IEEE results for a zero denominator (0/0 = NaN, x/0 = +-inf) ----------
 
-    Each section (:func:`_roll`, :func:`_trl`, :func:`_verl`, :func:`_sequences`) gathers the token inputs it needs
-    when it needs them and drops each after its last use, so that at most a few token-sized tensors are alive at
-    once (the peak memory stays below the frameworks' own per-metric code, whatever the share of response tokens).
-    """
+def _div(num: float, den: float) -> float:
+    if den:
+        return num / den
+    if num != num or not num:  # 0/0 and NaN/0
+        return math.nan
+    return math.copysign(math.inf, num) * math.copysign(1.0, den)
+
+
+def _eps(n: float) -> float:
+    """``n + 1e-8`` as the frameworks compute it, in float32: ``n`` for a count ``n >= 1``, else ``1e-8``."""
+    return n if n >= 1 else n + 1e-8
+
+
+def _mean(x: np.ndarray) -> float:
+    return float(x.sum()) / x.size if x.size else math.nan
+
+
+def _std(x: np.ndarray) -> float:
+    """Bessel-corrected standard deviation (two passes, as torch's ``std``); NaN for fewer than 2 values."""
+    if x.size < 2:
+        return math.nan
+    d = x - x.sum() / x.size
+    return math.sqrt(float(d @ d) / (x.size - 1))
+
+
+def _family(prefix: str, x: np.ndarray) -> Host:
+    """Mean, max and min of per-sequence values (NaN for no sequence)."""
+    if not x.size:
+        return {f"{prefix}/mean": math.nan, f"{prefix}/max": math.nan, f"{prefix}/min": math.nan}
+    return {f"{prefix}/mean": float(x.sum()) / x.size, f"{prefix}/max": float(x.max()), f"{prefix}/min": float(x.min())}
+
+
+def _host_buckets(values: np.ndarray, bounds: tuple[float, ...]) -> BucketCounts:
+    """What :func:`~rl_otel.stats.histogram.bucket_vector` gives, for values already on the host."""
+    h = BulkHistogram(bounds)
+    non_finite = h.observe(values)
+    return BucketCounts(bounds=tuple(bounds), counts=h.counts, sum=h.sum, count=h.count, min=h.min, max=h.max,
+                        non_finite=non_finite)
+
+
+@lru_cache(maxsize=32)
+def _offsets(value: float, dtype: torch.dtype, device: torch.device, dims: int) -> torch.Tensor:
+    """``[-value, +value]`` shaped to broadcast against a row (made once per device: a host copy)."""
+    return torch.tensor([-value, value], dtype=dtype, device=device).view(2, *([1] * dims))
+
+
+class _Stats:
+    """One ``ppo_stats`` call: the inputs, the fused reductions, and what each section computes on the host after
+    the transfer (its ``finish`` functions). Each section reduces what it needs in rounds over one buffer."""
 
     def __init__(self, inputs: dict[str, torch.Tensor | None], *, compact: bool | None, catalog: Catalog,
                  distributions: bool | str, seq_mean: bool) -> None:
         self.a = inputs
-        self.sel = masked.Selection(inputs["response_mask"], compact)  # type: ignore[arg-type]
-        self.out = _Batch(catalog, per_part=self.sel.compact)
-        self.tensors: dict[str, torch.Tensor] = {}
-        self.width = self.sel.shape[-1]
+        final = inputs["final_response_mask"]
+        self.tokens = Tokens(inputs["response_mask"], final, compact)  # type: ignore[arg-type]
+        # float32 rows, float64 if any token input is float64 (half precision is accumulated in float32)
+        wide = any(t is not None and t.dtype == torch.float64 for t in (
+            inputs[n] for n in ("log_probs", "old_log_probs", "ref_log_probs", "advantages", "values", "returns",
+                                "vpreds", "entropy")))
+        self.f = Fused(self.tokens, torch.float64 if wide else torch.float32)
+        self.catalog = catalog
         self.distributions = distributions
         self.seq_mean = seq_mean
+        self.width = self.tokens.shape[1]
+        self.finish: list[Callable[[], Host]] = []
+        self.tensors: dict[str, torch.Tensor] = {}
+        self._seq_parts: dict[str, int] = {}
+
+    # -- device side ----------------------------------------------------------------------------------------------
 
     def tok(self, name: str) -> torch.Tensor | None:
-        """An optional ``[B, T]`` input as a 1-d tensor over the response tokens (see ``Selection.take``)."""
+        """An optional ``[B, T]`` input as a float row (masked: the input itself; compact: its tokens, gathered
+        anew: hold it while needed, the sections drop each after its last use)."""
         t = self.a[name]
-        return None if t is None else as_float(self.sel.take(t))
+        return None if t is None else as_float(self.tokens.take(t))
 
-    def put(self, key: str, value: torch.Tensor) -> None:
-        self.out.put(key, value)
+    def rows(self, kinds: Sequence[Sequence[str | None]], *, tail: Sequence[str] = (), mm: slice | None = None
+             ) -> Rows:
+        """A round of the section (plan the section's rounds with ``self.f.plan``, then ``start()`` each)."""
+        return Rows(self.f, kinds, tail=tail, mm=mm)
 
-    def dist(self, key: str, x: torch.Tensor, per_token: bool, within: torch.Tensor | None = None) -> None:
+    def seq_input(self, name: str) -> int | None:
+        """A ``[B]`` input (scores, rewards, response lengths) as a part, once a call."""
+        t = self.a[name]
+        if t is None:
+            return None
+        if name not in self._seq_parts:
+            # floats in float32 or wider (float64 scores keep their precision), integers (lengths) as the rows
+            t = t.detach().reshape(-1)
+            self._seq_parts[name] = self.f.part(as_float(t) if t.is_floating_point() else t.to(self.f.dtype))
+        return self._seq_parts[name]
+
+    def prompt_lengths(self) -> int | None:
+        """Prompt lengths ``[B]`` (nonzero entries of ``prompt_mask``) as a part, once a call: one reduction."""
+        pm = self.a["prompt_mask"]
+        if pm is None:
+            return None
+        if "prompt" not in self._seq_parts:
+            pm = pm.detach()
+            if self.tokens.compact:  # (parts read one by one: any dtype)
+                lengths = torch.count_nonzero(pm, dim=-1)
+            else:  # in the rows' dtype, for the one concatenated read: ord=0 counts the nonzero entries
+                lengths = torch.linalg.vector_norm(pm if pm.is_floating_point() else pm.to(self.f.dtype), ord=0,
+                                                   dim=-1)
+            self._seq_parts["prompt"] = self.f.part(lengths)
+        return self._seq_parts["prompt"]
+
+    def dist(self, key: str, x: torch.Tensor, kind: int = RESP) -> None:
+        """A per-token distribution: ``x`` is a row (padding included on the masked layout)."""
+        if not self.distributions:
+            return
+        tok = self.tokens
+        if tok.compact:
+            within = None if kind == RESP else tok.fin
+            if self.distributions == "tensors":  # a copy: the row's storage is reused by the next round
+                self.tensors[key] = x.clone() if within is None else x[within]
+                return
+        else:
+            within = self.a["response_mask"] if kind == RESP else ~tok.drop[FIN]
+            if self.distributions == "tensors":
+                self.tensors[key] = x[~tok.drop[kind]]  # a boolean index: one sync each
+                return
+        bounds = self.bounds(key)
+        part = self.f.part(bucket_vector(x, bounds, within))
+        self.finish.append(lambda: {key: BucketCounts.from_vector(bounds, self.f.host[part].tolist())})
+
+    def seq_dist(self, key: str, values: Callable[[], np.ndarray]) -> Host:
+        """A per-sequence distribution, bucketed on the host (``values``: called after the transfer)."""
+        if not self.distributions:
+            return {}
+        x = values()
         if self.distributions == "tensors":
-            if not per_token:
-                self.tensors[key] = x
-            else:
-                self.tensors[key] = self.sel.select(x) if within is None else x[within]
-        elif self.distributions:
-            mask = (self.sel.dist_mask if within is None else within) if per_token else None
-            self.out.put_dist(key, x, mask)
+            return {key: torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))}
+        return {key: _host_buckets(x, self.bounds(key))}
 
-    def agg(self, x: torch.Tensor) -> torch.Tensor:
-        return self.sel.seq_mean(x) if self.seq_mean else self.sel.mean(x)
+    def bounds(self, key: str) -> tuple[float, ...]:
+        resolved = self.catalog.lookup(key)
+        if resolved is None:
+            raise KeyError(f"{key!r} is not in the catalog: its histogram has no buckets")
+        return tuple(resolved.spec.buckets)
 
-    def family(self, prefix: str, x: torch.Tensor) -> None:
-        total, lo, hi = self.sel.sum_min_max(x)
-        self.put(f"{prefix}/mean", total / self.sel.n.to(total.dtype))
-        self.put(f"{prefix}/max", hi)
-        self.put(f"{prefix}/min", lo)
+    def row_sums_now(self, x: torch.Tensor, kind: int) -> torch.Tensor:
+        """Per-sequence sums ``[B]`` of a row over the tokens of ``kind``, on the device now (not stacked: for
+        what a later row depends on, and for the rarer inputs)."""
+        tok = self.tokens
+        if tok.compact:
+            within = x if kind == RESP else torch.where(tok.fin, x, 0.0)  # type: ignore[arg-type]
+            return torch.from_numpy(tok.segment_sums(within.numpy()[None])[0])
+        return torch.where(tok.drop[kind], 0.0, x).sum(-1)
 
-    def seq_family(self, prefix: str, x: torch.Tensor) -> None:
-        lo, hi = torch.aminmax(x) if x.numel() else (_nan_like(x), _nan_like(x))
-        self.put(f"{prefix}/mean", _seq_mean_of(x))
-        self.put(f"{prefix}/max", hi)
-        self.put(f"{prefix}/min", lo)
+    def counts_now(self, kind: int) -> torch.Tensor:
+        """Tokens of ``kind`` per sequence ``[B]``, on the device now."""
+        tok = self.tokens
+        if tok.compact:
+            return tok.row_counts.to(self.f.dtype) if kind == RESP else torch.from_numpy(tok.fin_counts())
+        return (~tok.drop[kind]).sum(-1).to(self.f.dtype)
 
-    def per_seq(self, t: torch.Tensor, within: torch.Tensor | None = None) -> torch.Tensor:
-        """A ``[B]`` or ``[B, T]`` input as ``[B]`` floats (``[B, T]``: summed over the selected tokens)."""
-        t = t.detach()
-        if t.dim() == 2:
-            x = as_float(self.sel.take(t))
-            return self.sel.row_sums(x if within is None else torch.where(within, x, 0.0))
-        return as_float(t.reshape(-1))
+    def per_token(self, x: torch.Tensor) -> torch.Tensor:
+        """A per-sequence ``[B]`` tensor as a row (each token gets its sequence's value)."""
+        tok = self.tokens
+        if tok.compact:
+            return x.repeat_interleave(tok.row_counts, output_size=tok.size)
+        return x.unsqueeze(-1).expand(tok.shape)
 
+    # -- host side (after the transfer) ---------------------------------------------------------------------------
 
-def _nan_like(x: torch.Tensor) -> torch.Tensor:
-    return x.new_full((), float("nan"))
+    def host(self, part: int | None) -> np.ndarray | None:
+        return None if part is None else self.f.host[part].astype(np.float64)
 
-
-def _seq_mean_of(x: torch.Tensor) -> torch.Tensor:
-    return x.mean() if x.numel() else _nan_like(x)
-
-
-def _seq_std(x: torch.Tensor) -> torch.Tensor:
-    return x.std() if x.numel() > 1 else _nan_like(x)
+    def agg(self, rows: Rows, name: str) -> float:
+        """``loss_agg_mode`` over the response tokens: a token mean, or the mean over the sequences that have
+        tokens of each one's token mean (NaN when there are none)."""
+        if self.seq_mean:
+            return _div(rows.seq_sum(name), self.f.n_seqs(RESP))
+        return _div(rows.total(name), self.f.n(RESP))
 
 
 def _compute(*, inputs: dict[str, torch.Tensor | None], clip_low: float, clip_high: float, clip_c: float | None,
@@ -375,308 +441,508 @@ def _compute(*, inputs: dict[str, torch.Tensor | None], clip_low: float, clip_hi
         _verl(s, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c, kl_penalty=kl_penalty)
     if roll or trl:
         _sequences(s, roll=roll, trl=trl)
-    result: dict[str, float | BucketCounts | torch.Tensor] = dict(s.out.read())
+    s.f.read()  # the one transfer
+    result: dict[str, float | BucketCounts | torch.Tensor] = {}
+    try:
+        for finish in s.finish:
+            result.update(finish())
+    finally:  # the rounds, the call and its finish functions refer to each other: freed now, not by the cyclic GC
+        s.finish.clear()
+        s.f.close()
     result.update(s.tensors)
     return result
+
+
+def _dims(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.dim()
+
+
+def _present(s: _Stats, *names: str) -> list[str | None]:
+    """``names`` with the absent inputs as ``None`` (an unused slot: the layouts keep their positions)."""
+    return [n if s.a[n] is not None else None for n in names]
+
+
+def _load(rows: Rows, s: _Stats, slots: dict[str, str]) -> None:
+    """Copy the present inputs into their rows (``slots``: row name -> input name), in row order."""
+    order = {**rows.pos, **{r: len(rows.pos) + j for j, r in enumerate(rows.tail) if r not in rows.pos}}
+    pairs = sorted(((order[r], r, s.a[i]) for r, i in slots.items() if s.a[i] is not None and r in order),
+                   key=lambda p: p[0])
+    if pairs:
+        rows.load([r for _, r, _ in pairs], [t for _, _, t in pairs])  # type: ignore[misc]
+
+
+def _around(prev: Rows, keep: Sequence[str], names: Sequence[str | None]) -> list[str | None]:
+    """A one-kind layout of ``names`` in the slots of ``prev``'s storage that hold neither its rows ``keep``
+    (which the new round reads: they stay where they are) nor its count row (not stored on the compact layout)."""
+    taken = {prev.pos[k] for k in keep if k in prev.pos} | {p for n, p in prev.pos.items() if prev.is_count(n)}
+    layout: list[str | None] = []
+    queue = list(names)
+    while queue:
+        layout.append(None if len(layout) in taken else queue.pop(0))
+    return layout
+
+
+def _exp(x: float) -> float:
+    """``exp`` (ROLL's ratio extremes are the exponentials of the log-ratio's extremes: exp is monotonic)."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _value_errors(r: Rows, *, values: str, vpreds: str, returns: torch.Tensor, clip: float, err: str, clipped: str,
+                  bounds: tuple[str, str] | None = None) -> None:
+    """The critic's squared errors into rows ``err`` and ``clipped``: ``(vpreds - returns)^2`` and
+    ``(clamp(vpreds, values - clip, values + clip) - returns)^2`` (ROLL's ``CriticWorker.loss_func`` clips with
+    ``torch.clip``, TRL's ``PPOTrainer.loss`` with ``clip_by_value``: the same for ``clip >= 0``), both squared in
+    one kernel.
+
+    With ``bounds`` (two spare rows) ``err`` and ``clipped`` hold the predictions already (loaded with the round's
+    inputs: four kernels); without, the bounds are made in ``err`` and ``clipped`` (five kernels, no spare row).
+    """
+    lo, hi = bounds or (err, clipped)
+    q = r.q
+    assert q is not None
+    torch.add(r[values], _offsets(float(clip), q.dtype, q.device, q.dim() - 1), out=r.rows(lo, hi))
+    torch.clamp(r[clipped] if bounds else r[vpreds], min=r[lo], max=r[hi], out=r[clipped])
+    if bounds:
+        r.rows(err, clipped).sub_(returns).square_()
+    else:
+        torch.sub(r[vpreds], returns, out=r[err])
+        r[clipped].sub_(returns)
+        r.rows(err, clipped).square_()
 
 
 def _roll(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None, value_clip: float | None,
           kl_penalty: str, seq_is: bool) -> None:
     """ROLL (roll/pipeline/rlvr/actor_worker.py loss_func; roll/utils/functionals.py agg_loss, masked_mean;
-    base_worker.py CriticWorker.loss_func; metrics_manager.py add_values_metrics)."""
-    sel, a, width = s.sel, s.a, s.width
-    n_resp = sel.n
-    fin = None if a["final_response_mask"] is None else sel.take_mask(a["final_response_mask"])
-    n_fin = n_resp if fin is None else torch.count_nonzero(fin).to(torch.float32)
-    n_resp_eps = n_resp + 1e-8  # float32: n itself for n >= 1
-    n_fin_eps = n_resp_eps if fin is None else n_fin + 1e-8
+    base_worker.py CriticWorker.loss_func; metrics_manager.py add_values_metrics).
 
-    def roll_agg(x: torch.Tensor, within: torch.Tensor | None, n_tokens: torch.Tensor) -> torch.Tensor:
-        """agg_loss with loss_agg_mode: token-mean sums x over response_mask (ROLL sums every position) and
-        divides by ``n_tokens``; seq-mean-token-mean averages the sequences of ``within`` (0 if none)."""
-        if s.seq_mean:
-            return sel.seq_mean(x, within, empty=0.0)
-        return sel.sum(x) / n_tokens
-
-    def roll_family(prefix: str, x: torch.Tensor, within: torch.Tensor | None) -> None:
-        """ROLL's masked_mean (sum / (count + 1e-8) over the tokens: 0 for none), max and min (NaN for none)."""
-        total, lo, hi = sel.sum_min_max(x, within)
-        s.put(f"{prefix}/mean", total / (n_resp_eps if within is None else n_fin_eps))
-        s.put(f"{prefix}/max", hi)
-        s.put(f"{prefix}/min", lo)
-
-    lp, old = s.tok("log_probs"), s.tok("old_log_probs")
-    assert lp is not None and old is not None
-    log_ratio = lp - old
-    roll_family("critic/old_log_prob", old, None)
-    del old
-    ref = s.tok("ref_log_probs")
-    if ref is not None:
-        kl = kl_penalty_terms(lp, ref, kl_penalty)  # a new tensor: zeroed in place off the final mask
-        s.put("actor/kl_loss", roll_agg(kl if fin is None else kl.masked_fill_(~fin, 0.0), fin, n_fin))
-        del kl
-        roll_family("critic/ref_log_prob", ref, None)
-        s.dist("actor/kl_dist", lp - ref, True)
-        del ref
-    s.dist("actor/log_prob_dist", lp, True)
-    del lp
-    s.put("actor/approxkl", 0.5 * roll_agg(log_ratio.square(), None, n_resp))  # halving is exact
-    s.put("actor/policykl", roll_agg(log_ratio, None, n_resp))  # compute_approx_kl(logp, logp_old, "kl")
-    if seq_is:  # one ratio a sequence: exp(masked_mean(log_ratio, final_response_mask, dim=-1))
-        counts = sel.row_counts_within(fin)
-        row_lr = sel.row_sums(log_ratio if fin is None else torch.where(fin, log_ratio, 0.0))
-        del log_ratio
-        seq_ratio = torch.where(counts > 0, row_lr / counts.clamp(min=1).to(row_lr.dtype), 0.0).exp()
-        ratio = sel.per_row(seq_ratio)
-        n_high = torch.count_nonzero(seq_ratio > 1.0 + clip_high) * width  # broadcast over all T positions
-        n_low = torch.count_nonzero(seq_ratio < 1.0 - clip_low) * width
+    Three rounds over a 10-row storage (FIN rows: ``final_response_mask``, when it is given; else every row is a
+    RESP row): A, the inputs' own statistics and the log-ratio; B, the policy's per-token quantities, reading A's
+    ``lr`` (slot 1) and ``ref`` (slot 3) before writing over them; C, the critic's.
+    """
+    a, f, tok = s.a, s.f, s.tokens
+    fin = tok.kinds > 1
+    fin_kind = FIN if fin else RESP
+    rewards_2d = a["rewards"] is not None and a["rewards"].dim() == 2
+    has_ref, has_adv = a["ref_log_probs"] is not None, a["advantages"] is not None
+    stats = _present(s, "ref_log_probs", "entropy")
+    values = ["rewards" if rewards_2d else None, *_present(s, "advantages", "returns", "values")]
+    # A: [1, lr, old, ref, ent | rewards, adv, ret, val, 1f]: maxima and minima of lr .. ent and adv .. val
+    if fin:
+        A = s.rows([["1", "lr", "old", *stats], [*values, "1f"]], mm=slice(1, 5))
     else:
-        ratio = log_ratio.exp_()  # the log-ratio's last use: exponentiated in place
-        del log_ratio
-        n_high, n_low = sel.sum(ratio > 1.0 + clip_high), sel.sum(ratio < 1.0 - clip_low)
-    lo, hi = sel.min_max_fill(ratio, ROLL_RATIO_MIN_FILL, 0.0)
-    s.put("actor/ratio_mean", sel.seq_mean(ratio, empty=0.0))
-    s.put("actor/ratio_max", hi)
-    s.put("actor/ratio_min", lo)
-    s.put("actor/ppo_ratio_high_clipfrac", n_high / n_fin)
-    s.put("actor/ppo_ratio_low_clipfrac", n_low / n_fin)
-    s.put("actor/ppo_ratio_clipfrac", (n_high + n_low) / n_fin)  # clipped = clipped_low + clipped_high
+        A = s.rows([["1", "lr", "old", *stats, *values[1:], values[0]]], mm=slice(1, 8))
+    # B: [ratio, high, low, clip, obj | k3, s1, s2, -, -]; pg_loss sums the objective over response_mask (a
+    # token-mean) or averages its sequences within the final mask (seq-mean): obj is a FIN row then, in s1
+    seq_obj = fin and s.seq_mean
+    obj = "s1" if seq_obj else "obj"
+    if seq_obj:  # slot 0 (A's count row) left alone: the compact layout then stores 8 rows, not 9
+        B = s.rows([[None, "high", "low", "clip", "ratio"], ["k3", "s1", "s2", None, None]])
+    elif fin:
+        B = s.rows([["ratio", "high", "low", "clip", "obj"], ["k3", "s1", "s2", None, None]])
+    else:
+        B = s.rows([["ratio", "high", "low", "clip", "obj", "k3", "s1", "s2"]])
+    # C (RESP): [-, val, vpr, err, loss, flag, lo, hi]: the critic worker's per-sequence means
+    ret_in, val_in, vpr_in = a["returns"], a["values"], a["vpreds"]
+    pred = "vpr" if vpr_in is not None else "val" if val_in is not None else None
+    clipped = value_clip is not None and ret_in is not None and val_in is not None and vpr_in is not None
+    C = None
+    if val_in is not None or vpr_in is not None:
+        C = s.rows([[None, "val" if val_in is not None else None, "vpr" if vpr_in is not None else None,
+                     "err" if ret_in is not None and pred else None,
+                     *(["loss", "flag", "lo", "hi"] if clipped else [])]])
+    f.plan(A, B, *([C] if C is not None else []))
+
+    A.start()
+    _load(A, s, {"old": "old_log_probs", "ref_log_probs": "ref_log_probs", "entropy": "entropy",
+                 "rewards": "rewards", "advantages": "advantages", "returns": "returns", "values": "values"})
+    lp = s.tok("log_probs")
+    assert lp is not None
+    torch.sub(lp, A["old"], out=A["lr"])
+    if has_ref and s.distributions:
+        s.dist("actor/kl_dist", lp - A["ref_log_probs"])
+    s.dist("actor/log_prob_dist", lp)
+    if has_adv:
+        s.dist("critic/advantages_dist", A["advantages"], fin_kind)
+    A.reduce(per_seq=[*(["lr"] if s.seq_mean else []), *(["rewards"] if rewards_2d else [])], sq=["lr"])
+
+    B.start()  # slot 1 (high) still holds A's lr, slot 3 (clip) A's ref
+    k3 = has_ref and kl_penalty in _K3
+    if k3:  # ROLL's compute_approx_kl "k3": exp(kl) - kl - 1 with kl = ref - logp, not clamped first (as ROLL)
+        torch.sub(A["ref_log_probs"], lp, out=B["s1"])
+    elif has_ref:
+        B["k3"].copy_(kl_penalty_terms(lp, A["ref_log_probs"], kl_penalty))
+    del lp
+    seq_ratio_part = None
+    if seq_is:  # one ratio a sequence: exp(masked_mean(log_ratio, final_response_mask, dim=-1)), on every token
+        sums, counts = s.row_sums_now(B["high"], fin_kind), s.counts_now(fin_kind)
+        seq_ratio = torch.where(counts > 0, sums / counts.clamp(min=1), 0.0).exp()
+        B["ratio"].copy_(s.per_token(seq_ratio))
+        seq_ratio_part = f.part(seq_ratio)
+        if k3:
+            torch.exp(B["s1"], out=B["s2"])
+    elif k3:  # the ratio and exp(kl) in one kernel: rows (lr, kl) -> (ratio, exp(kl))
+        torch.exp(B.rows("high", "s1"), out=B.rows("ratio", "s2"))
+    else:
+        torch.exp(B["high"], out=B["ratio"])
+    if k3:
+        _k3_from(B["s2"], B["s1"], out=B["k3"])
+    if not seq_is:
+        torch.gt(B["ratio"], 1.0 + clip_high, out=B["high"])
+        torch.lt(B["ratio"], 1.0 - clip_low, out=B["low"])
+    s.dist("actor/ratio_dist", B["ratio"])
     adv = s.tok("advantages")
-    if adv is not None:
-        surr1 = ratio * adv
-        surr2 = ratio.clamp(1.0 - clip_low, 1.0 + clip_high).mul_(adv)
-        s.put("actor/clipfrac", roll_agg(surr2 < surr1, None, n_fin))
-        objective = torch.minimum(surr1, surr2, out=surr1)  # loss = -objective, negated after the sum (exact)
-        del surr2
-        if clip_c is not None:  # dual_clip_loss: -max(-loss, c * A) where A < 0
-            objective = torch.where(adv < 0, torch.maximum(objective, clip_c * adv), objective)
-        s.put("actor/pg_loss", -roll_agg(objective, fin, n_fin))
-        del objective, surr1
-    s.dist("actor/ratio_dist", ratio, True)
-    del ratio
-    ent = s.tok("entropy")
-    if ent is not None:
-        s.family("critic/entropy", ent)  # agg_loss(entropy, response_mask, "token-mean")
-        del ent
-    if adv is not None:
-        roll_family("critic/advantages", adv, fin)
-        s.dist("critic/advantages_dist", adv, True, fin)
-        del adv
-    ret = s.tok("returns")
-    if ret is not None:
-        roll_family("critic/returns", ret, fin)
-    val = s.tok("values")
-    if val is not None:
-        roll_family("critic/values", val, fin)
-        s.put("critic/value", sel.mean_of_row_means(val))
-    vpr = s.tok("vpreds")
-    if vpr is not None:
-        s.put("critic/vpred", sel.mean_of_row_means(vpr))
-    pred = vpr if vpr is not None else val
-    if ret is not None and pred is not None:
-        err = (pred - ret).square_()
-        error = sel.mean_of_row_means(err)
-        s.put("critic/error", error)
-        if vpr is not None and val is not None and value_clip is not None:
-            err_clipped = _clipped_error(vpr, val, ret, value_clip)
-            s.put("critic/clipfrac", sel.mean_of_row_means(err_clipped > err))
-            s.put("critic/loss", 0.5 * sel.mean_of_row_means(torch.maximum(err, err_clipped, out=err_clipped)))
-            del err_clipped
-        elif vpr is not None:
-            s.put("critic/loss", 0.5 * error)
-        del err
-    del ret, val, vpr, pred
-    if a["rewards"] is not None:
-        # token_level_rewards.sum(-1), the rewards zeroed off final_response_mask (compute_advantage)
-        seq_rewards = s.per_seq(a["rewards"], fin)
-        if a["rewards"].dim() != 2:
-            seq_rewards = torch.where(sel.row_counts_within(fin) > 0, seq_rewards, 0.0)
+    if adv is not None:  # surr1 = ratio * A, surr2 = clamp(ratio) * A, both in one kernel: (ratio, c) -> (s1, s2)
+        torch.clamp(B["ratio"], 1.0 - clip_low, 1.0 + clip_high, out=B["s2"])
+        torch.mul(B.rows("ratio", "s2"), adv, out=B.rows("s1", "s2"))
+        torch.lt(B["s2"], B["s1"], out=B["clip"])
+        torch.minimum(B["s1"], B["s2"], out=B[obj])  # loss = -objective, negated on the host (exact)
+        if clip_c is not None:  # dual_clip_loss: -max(-loss, c * A) where A < 0; objective >= 0 where A >= 0
+            torch.maximum(B[obj], torch.clamp(adv, max=0.0, out=B["s2"]).mul_(clip_c), out=B[obj])
+    del adv
+    B.reduce(per_seq=["ratio", *([n for n in ("clip", obj, "k3") if n in B.pos] if s.seq_mean else [])])
+
+    if C is not None:
+        C.start()
+        ret = s.tok("returns")
+        if clipped:  # the predictions loaded into err and loss too (one stack), the bounds in lo and hi
+            C.load(["val", "vpr", "err", "loss"], [val_in, vpr_in, vpr_in, vpr_in])  # type: ignore[list-item]
+            assert value_clip is not None and ret is not None
+            _value_errors(C, values="val", vpreds="vpr", returns=ret, clip=value_clip, err="err", clipped="loss",
+                          bounds=("lo", "hi"))
+            torch.gt(C["loss"], C["err"], out=C["flag"])  # surr1 > surr2: the clipped error is the larger
+            torch.maximum(C["err"], C["loss"], out=C["loss"])
         else:
-            s.seq_family("critic/token_level_rewards_mean", seq_rewards / width)
-        s.seq_family("critic/rewards", seq_rewards)
-        s.dist("critic/rewards_dist", seq_rewards, False)
+            _load(C, s, {"val": "values", "vpr": "vpreds"})
+            if "err" in C.pos:
+                torch.sub(C[pred], ret, out=C["err"]).square_()  # type: ignore[index, arg-type]
+        del ret
+        C.reduce(per_seq=[n for n in ("val", "vpr", "err", "loss", "flag") if n in C.pos])  # row means
+    rewards_part = None if a["rewards"] is None or rewards_2d else s.seq_input("rewards")
+    shape = tok.shape
+
+    def finish() -> Host:
+        n_r, n_f = f.n(RESP), f.n(fin_kind)
+        seqs = {RESP: f.n_seqs(RESP), FIN: f.n_seqs(fin_kind)}
+
+        def roll_agg(rows: Rows, name: str, kind: int, n_tokens: float) -> float:
+            """agg_loss: token-mean sums over response_mask (ROLL sums every position) and divides by
+            ``n_tokens``; seq-mean-token-mean averages the sequences with tokens (0 if none: ROLL's + 1e-8)."""
+            if s.seq_mean:
+                return _div(rows.seq_sum(name), _eps(seqs[kind]))
+            return _div(rows.total(name), n_tokens)
+
+        def roll_family(prefix: str, rows: Rows, name: str, n: float) -> Host:
+            """masked_mean (sum / (count + 1e-8): 0 for none), max and min (NaN for none)."""
+            return {f"{prefix}/mean": _div(rows.total(name), _eps(n)), f"{prefix}/max": rows.max(name),
+                    f"{prefix}/min": rows.min(name)}
+
+        out: Host = roll_family("critic/old_log_prob", A, "old", n_r)
+        if has_ref:
+            out["actor/kl_loss"] = roll_agg(B, "k3", FIN, n_f)
+            out.update(roll_family("critic/ref_log_prob", A, "ref_log_probs", n_r))
+        sq = _div(A.sq_seq_sum("lr"), _eps(seqs[RESP])) if s.seq_mean else _div(A.sq_total("lr"), n_r)
+        out["actor/approxkl"] = 0.5 * sq  # halving is exact
+        out["actor/policykl"] = roll_agg(A, "lr", RESP, n_r)  # compute_approx_kl(logp, logp_old, "kl")
+        positions = shape[0] * shape[1]
+        if seq_ratio_part is not None:
+            sr = f.host[seq_ratio_part].astype(np.float64)
+            selected = sr[f.counts(RESP) > 0]
+            hi = float(selected.max()) if selected.size else -math.inf
+            lo = float(selected.min()) if selected.size else math.inf
+            n_high = float(np.count_nonzero(sr > 1.0 + clip_high)) * shape[1]  # a clipped sequence: all T
+            n_low = float(np.count_nonzero(sr < 1.0 - clip_low)) * shape[1]
+        else:
+            hi = _exp(A.max("lr")) if n_r else -math.inf
+            lo = _exp(A.min("lr")) if n_r else math.inf
+            n_high, n_low = B.total("high"), B.total("low")
+        if not positions:
+            hi = lo = math.nan
+        elif n_r < positions:  # max(ratio * mask) reads 0 and min(ratio * mask + (1 - mask) * 1e10) 1e10 off it
+            hi = hi if math.isnan(hi) else max(hi, 0.0)
+            lo = lo if math.isnan(lo) else min(lo, ROLL_RATIO_MIN_FILL)
+        out.update({"actor/ratio_mean": _div(B.seq_sum("ratio"), _eps(seqs[RESP])), "actor/ratio_max": hi,
+                    "actor/ratio_min": lo, "actor/ppo_ratio_high_clipfrac": _div(n_high, n_f),
+                    "actor/ppo_ratio_low_clipfrac": _div(n_low, n_f),
+                    "actor/ppo_ratio_clipfrac": _div(n_high + n_low, n_f)})  # clipped = clipped_low + clipped_high
+        if has_adv:
+            out["actor/clipfrac"] = roll_agg(B, "clip", RESP, n_f)
+            out["actor/pg_loss"] = -roll_agg(B, obj, FIN, n_f)
+        if a["entropy"] is not None:  # agg_loss(entropy, response_mask, "token-mean")
+            out.update({"critic/entropy/mean": _div(A.total("entropy"), n_r),
+                        "critic/entropy/max": A.max("entropy"), "critic/entropy/min": A.min("entropy")})
+        for name, prefix in (("advantages", "critic/advantages"), ("returns", "critic/returns"),
+                             ("values", "critic/values")):
+            if a[name] is not None:
+                out.update(roll_family(prefix, A, name, n_f))
+        if C is not None:  # masked_mean(x, response_mask, dim=-1).mean() over all B sequences
+            for name, key in (("val", "critic/value"), ("vpr", "critic/vpred"), ("err", "critic/error"),
+                              ("flag", "critic/clipfrac")):
+                if name in C.pos:
+                    out[key] = _div(C.seq_sum(name), shape[0])
+            if "loss" in C.pos:
+                out["critic/loss"] = 0.5 * _div(C.seq_sum("loss"), shape[0])
+            elif vpr_in is not None and "err" in C.pos:
+                out["critic/loss"] = 0.5 * out["critic/error"]
+        if a["rewards"] is not None:
+            # token_level_rewards.sum(-1), the rewards zeroed off final_response_mask (compute_advantage)
+            if rewards_2d:
+                seq_rewards = A.per_seq("rewards")
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    out.update(_family("critic/token_level_rewards_mean", seq_rewards / shape[1]))
+            else:
+                r = s.host(rewards_part)
+                assert r is not None
+                seq_rewards = np.where(f.counts(fin_kind) > 0, r, 0.0)
+            out.update(_family("critic/rewards", seq_rewards))
+            out.update(s.seq_dist("critic/rewards_dist", lambda: seq_rewards))
+        return out
+
+    s.finish.append(finish)
 
 
 def _trl(s: _Stats, *, clip_low: float, clip_high: float, value_clip: float | None, kl_coef: float | None) -> None:
-    """TRL's legacy PPOTrainer (``loss``, ``record_step_stats``)."""
-    sel = s.sel
-    lp, old = s.tok("log_probs"), s.tok("old_log_probs")
-    assert lp is not None and old is not None
-    log_ratio = lp - old
-    del lp
-    s.dist("objective/logprobs", old, True)
-    ref = s.tok("ref_log_probs")
-    if ref is not None:
-        # TRL's objective/* describe the rollout: its log-probs against the reference, summed per sequence.
-        kl_seq = sel.row_sums(old - ref)
-        s.put("objective/kl", _seq_mean_of(kl_seq))
-        if kl_coef is not None:
-            s.out.constants["objective/kl_coef"] = float(kl_coef)
-            s.put("ppo/mean_non_score_reward", _seq_mean_of(-float(kl_coef) * kl_seq))
-        s.dist("objective/kl_dist", kl_seq, False)
-        s.dist("objective/ref_logprobs", ref, True)
-        del ref
-    s.put("objective/entropy", _seq_mean_of(-sel.row_sums(old)))
-    del old
-    s.put("ppo/policy/approxkl", 0.5 * s.agg(log_ratio.square()))
-    s.put("ppo/policy/policykl", -s.agg(log_ratio))  # TRL: masked_mean(old_logprobs - logprobs)
-    ratio = log_ratio.exp_()  # the log-ratio's last use: exponentiated in place
-    del log_ratio
-    adv = s.tok("advantages")
-    if adv is not None:
-        surr1 = ratio * adv
-        surr2 = ratio.clamp(1.0 - clip_low, 1.0 + clip_high).mul_(adv)
-        s.put("ppo/policy/clipfrac", s.agg(surr2 < surr1))
-        del surr1, surr2
-    s.dist("ppo/policy/ratio", ratio, True)
-    del ratio
-    ent = s.tok("entropy")
-    if ent is not None:
-        s.put("ppo/policy/entropy", sel.mean(ent))
-        del ent
-    if adv is not None:
-        s.put("ppo/policy/advantages_mean", sel.mean(adv))
-        s.dist("ppo/policy/advantages", adv, True)
-        del adv
-    ret, val = s.tok("returns"), s.tok("values")
-    for x, prefix in ((ret, "ppo/returns"), (val, "ppo/val")):
-        if x is not None:
-            s.put(f"{prefix}/mean", sel.mean(x))
-            s.put(f"{prefix}/var", sel.var(x, unbiased=True))
-    vpr = s.tok("vpreds")
-    if vpr is not None:
-        s.put("ppo/val/vpred", sel.mean(vpr))
-    pred = vpr if vpr is not None else val
-    if ret is not None and pred is not None:
-        err = (pred - ret).square_()
-        s.put("ppo/val/error", sel.mean(err))
-        # Explained variance: a ratio of variances, so population and Bessel-corrected agree.
-        s.put("ppo/val/var_explained", 1.0 - sel.var(ret - pred) / sel.var(ret))
-        if vpr is not None and val is not None and value_clip is not None:
-            s.put("ppo/val/clipfrac", s.agg(_clipped_error(vpr, val, ret, value_clip) > err))
-        del err
+    """TRL's legacy PPOTrainer (``loss``, ``record_step_stats``).
+
+    Two rounds: A, the inputs' statistics, the value head's clipped-error flags and the variances (``rp``, returns
+    minus the prediction: its squares are the value head's errors); B, the policy's per-token quantities, laid out
+    around A's ``adv`` and ``old`` rows, which it reads.
+    """
+    a, f = s.a, s.f
+    ret, val, vpr = a["returns"], a["values"], a["vpreds"]
+    pred = "vpreds" if vpr is not None else "values" if val is not None else None
+    clipped = value_clip is not None and ret is not None and val is not None and vpr is not None
+    has_err = ret is not None and pred is not None
+    has_ref, has_adv = a["ref_log_probs"] is not None, a["advantages"] is not None
+    # A: [1, rp, ret, val | adv, ent, vpr, old, vflag]: the rows whose variances are wanted right after the count
+    var = [n for n, present in (("rp", has_err), ("returns", ret is not None), ("values", val is not None)) if present]
+    A = s.rows([["1", *var, *[n for n in ("advantages", "entropy", "vpreds") if a[n] is not None], "old",
+                 *(["vflag"] if clipped else [])]])
+    B = s.rows([_around(A, ("advantages", "old"), ["okl" if has_ref else None, "lr", "s1", "s2", "clip"])])
+    f.plan(A, B)
+
+    A.start()
+    _load(A, s, {"returns": "returns", "values": "values", "advantages": "advantages", "entropy": "entropy",
+                 "vpreds": "vpreds", "old": "old_log_probs"})
+    if clipped:  # the errors in rp and vflag, then vf_losses2 > vf_losses1 in vflag
+        assert value_clip is not None
+        _value_errors(A, values="values", vpreds="vpreds", returns=A["returns"], clip=value_clip, err="rp",
+                      clipped="vflag")
+        torch.gt(A["vflag"], A["rp"], out=A["vflag"])
+    if has_err:  # returns - prediction: its squares are the value head's errors, its variance explained's
+        torch.sub(A["returns"], A[pred], out=A["rp"])  # type: ignore[index]
+    s.dist("objective/logprobs", A["old"])
+    if has_adv:
+        s.dist("ppo/policy/advantages", A["advantages"])
+    if has_ref and s.distributions:
+        s.dist("objective/ref_logprobs", s.tok("ref_log_probs"))  # type: ignore[arg-type]
+    A.reduce(per_seq=["vflag"] if clipped and s.seq_mean else [], sq=["rp"] if has_err else [], var=var)
+
+    B.start()
+    if has_ref:  # TRL's objective/* describe the rollout: its log-probs against the reference
+        torch.sub(A["old"], s.tok("ref_log_probs"), out=B["okl"])  # type: ignore[arg-type]
+    torch.sub(s.tok("log_probs"), A["old"], out=B["lr"])  # type: ignore[arg-type]
+    torch.exp(B["lr"], out=B["s1"])
+    s.dist("ppo/policy/ratio", B["s1"])
+    if has_adv:  # surr1, surr2 in one kernel
+        torch.clamp(B["s1"], 1.0 - clip_low, 1.0 + clip_high, out=B["s2"])
+        B.rows("s1", "s2").mul_(A["advantages"])
+        torch.lt(B["s2"], B["s1"], out=B["clip"])
+    B.reduce(per_seq=[*(["lr", "clip"] if s.seq_mean and has_adv else ["lr"] if s.seq_mean else []),
+                      *(["okl"] if has_ref and s.distributions else [])], sq=["lr"])
+    n_seqs = s.tokens.shape[0]
+
+    def finish() -> Host:
+        n = f.n(RESP)
+        out: Host = {}
+        if has_ref:
+            out["objective/kl"] = _div(B.total("okl"), n_seqs)
+            if kl_coef is not None:
+                out["objective/kl_coef"] = float(kl_coef)
+                out["ppo/mean_non_score_reward"] = _div(-float(kl_coef) * B.total("okl"), n_seqs)
+            out.update(s.seq_dist("objective/kl_dist", lambda: B.per_seq("okl")))
+        out["objective/entropy"] = _div(-A.total("old"), n_seqs)
+        sq = _div(B.sq_seq_sum("lr"), f.n_seqs(RESP)) if s.seq_mean else _div(B.sq_total("lr"), n)
+        out["ppo/policy/approxkl"] = 0.5 * sq
+        out["ppo/policy/policykl"] = -s.agg(B, "lr")  # TRL: masked_mean(old_logprobs - logprobs)
+        if has_adv:
+            out["ppo/policy/clipfrac"] = s.agg(B, "clip")
+        if a["entropy"] is not None:
+            out["ppo/policy/entropy"] = _div(A.total("entropy"), n)
+        if has_adv:
+            out["ppo/policy/advantages_mean"] = _div(A.total("advantages"), n)
+        for name, prefix in (("returns", "ppo/returns"), ("values", "ppo/val")):
+            if a[name] is not None:
+                out[f"{prefix}/mean"] = _div(A.total(name), n)
+                out[f"{prefix}/var"] = _div(A.m2(name), n - 1) if n > 1 else math.nan
+        if vpr is not None:
+            out["ppo/val/vpred"] = _div(A.total("vpreds"), n)
+        if has_err:
+            out["ppo/val/error"] = _div(A.sq_total("rp"), n)
+            # Explained variance: a ratio of variances, so population and Bessel-corrected agree.
+            out["ppo/val/var_explained"] = 1.0 - _div(A.m2("rp"), A.m2("returns")) if n else math.nan
+        if clipped:
+            out["ppo/val/clipfrac"] = s.agg(A, "vflag")
+        return out
+
+    s.finish.append(finish)
 
 
 def _verl(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None, kl_penalty: str) -> None:
     """veRL 0.9.1: core_algos.compute_policy_loss_vanilla (masked_mean = sum / (count + 1e-8)), agg_loss,
-    metric_utils.compute_data_metrics."""
-    sel, a, width = s.sel, s.a, s.width
-    n_resp = sel.n
-    nan = float("nan")
+    metric_utils.compute_data_metrics.
 
-    def verl_masked_mean(x: torch.Tensor) -> torch.Tensor:
-        total = sel.sum(x)
-        return total / (n_resp + 1e-8).to(total.dtype if total.is_floating_point() else torch.float32)
+    Two rounds: A, the inputs' statistics and the variances of ``vf_explained_var`` (and the token-level scores
+    and rewards, summed over every position); B, the policy loss's per-token quantities, reading A's ``adv`` row
+    (slot 4, which B leaves alone).
+    """
+    a, f = s.a, s.f
+    ret, val = a["returns"], a["values"]
+    has_ref, has_adv = a["ref_log_probs"] is not None, a["advantages"] is not None
+    k3 = has_ref and kl_penalty in _K3
+    tail = [n for n in ("scores", "rewards") if _dims(a[n]) == 2]
+    # A: [1, rv, ret, val, adv, ent] + [scores, rewards] unmasked: maxima and minima of ret .. adv
+    A = s.rows([["1", "rv" if ret is not None and val is not None else None,
+                 *_present(s, "returns", "values", "advantages", "entropy")]], tail=tail, mm=slice(2, 5))
+    # B: [-, neg_kl, k3, pg, (A's adv), tmp, clip, lower]; pg and tmp hold the ratio and exp(-k1) first
+    B = s.rows([[None, "neg_kl", "k3" if has_ref else None,
+                 *(["pg", None, "tmp", "clip", "lower"] if has_adv else [])]])
+    f.plan(A, B)
 
+    A.start()
+    _load(A, s, {n: n for n in ("returns", "values", "advantages", "entropy", *tail)})
+    if "rv" in A.pos:
+        torch.sub(A["returns"], A["values"], out=A["rv"])
+    A.reduce(per_seq=["entropy"] if s.seq_mean and "entropy" in A.pos else [],
+             var=["rv", "returns"] if "rv" in A.pos else [])
+
+    B.start()
     lp, old = s.tok("log_probs"), s.tok("old_log_probs")
     assert lp is not None and old is not None
-    neg_kl = (lp - old).clamp_(-20.0, 20.0)
+    torch.sub(lp, old, out=B["neg_kl"])
     del old
-    ref = s.tok("ref_log_probs")
-    if ref is not None:
-        s.put("actor/kl_loss", s.agg(kl_penalty_terms(lp, ref, kl_penalty)))
-        del ref
+    if k3:  # -k1 beside the log-ratio: both clamped to +-20 as veRL clamps them, in one kernel
+        torch.sub(s.tok("ref_log_probs"), lp, out=B["k3"])  # type: ignore[arg-type]
+    both = B.rows("neg_kl", "k3") if k3 else B.rows("neg_kl")
+    both.clamp_(-20.0, 20.0)
+    if has_adv:
+        torch.exp(both, out=B.rows("pg", "tmp") if k3 else B.rows("pg"))  # the ratio (and exp(-k1))
+        if k3:
+            _k3_from(B["tmp"], B["k3"], out=B["k3"])
+    elif k3:
+        _k3_from(B["k3"].exp(), B["k3"], out=B["k3"])
+    if has_ref and not k3:
+        B["k3"].copy_(kl_penalty_terms(lp, s.tok("ref_log_probs"), kl_penalty))  # type: ignore[arg-type]
     del lp
-    s.put("actor/ppo_kl", -verl_masked_mean(neg_kl))  # masked_mean(-negative_approx_kl): negation is exact
-    adv = s.tok("advantages")
-    if adv is not None:
-        ratio = neg_kl.exp()
-        neg_adv = -adv
-        losses1 = neg_adv * ratio
-        losses2 = ratio.clamp_(1.0 - clip_low, 1.0 + clip_high).mul_(neg_adv)
-        s.put("actor/pg_clipfrac", verl_masked_mean(losses2 > losses1))
-        clip_losses1 = torch.maximum(losses1, losses2, out=losses1)
-        del losses2, ratio
-        losses3 = neg_adv.mul_(VERL_CLIP_RATIO_C if clip_c is None else clip_c)
-        negative = adv < 0
-        s.put("actor/pg_clipfrac_lower", verl_masked_mean((clip_losses1 > losses3) & negative))
-        s.put("actor/pg_loss", s.agg(torch.where(negative, torch.minimum(losses3, clip_losses1, out=losses3),
-                                                 clip_losses1)))
-        del clip_losses1, losses3, negative, neg_adv
-        s.family("critic/advantages", adv)
-        del adv
-    del neg_kl
-    ent = s.tok("entropy")
-    if ent is not None:
-        s.put("actor/entropy", s.agg(ent))
-        del ent
-    ret, val = s.tok("returns"), s.tok("values")
-    for x, prefix in ((ret, "critic/returns"), (val, "critic/values")):
-        if x is not None:
-            s.family(prefix, x)
-    if ret is not None and val is not None:
-        s.put("critic/vf_explained_var",
-              1.0 - sel.var(ret - val, unbiased=True) / (sel.var(ret, unbiased=True) + 1e-5))
-    del ret, val
-    # metric_utils.compute_data_metrics
-    lengths = (sel.row_counts if a["response_lengths"] is None else a["response_lengths"].detach().reshape(-1)
-               ).to(torch.float64)
-    kept = lengths != 0  # aborted: response length 0
-    n_kept = kept.sum().to(torch.float64)
+    if has_adv:
+        # veRL's losses are the negated surrogates: pg_losses2 > pg_losses1 <=> surr2 < surr1; clip_pg_losses1 =
+        # -min(surr1, surr2); the dual clip's bound -A * c: where A < 0 the objective is raised to A * c
+        # (clamp(A, max=0) * c is 0 where A >= 0, where the objective is >= 0), which is pg_clipfrac_lower.
+        torch.clamp(B["pg"], 1.0 - clip_low, 1.0 + clip_high, out=B["tmp"])
+        B.rows("pg", "tmp").mul_(A["advantages"])
+        torch.lt(B["tmp"], B["pg"], out=B["clip"])
+        torch.minimum(B["pg"], B["tmp"], out=B["pg"])
+        bound = torch.clamp(A["advantages"], max=0.0, out=B["tmp"]).mul_(
+            VERL_CLIP_RATIO_C if clip_c is None else clip_c)
+        torch.gt(bound, B["pg"], out=B["lower"])
+        torch.maximum(B["pg"], bound, out=B["pg"])  # the objective; the loss is its negation
+    B.reduce(per_seq=[n for n in ("pg", "k3") if n in B.pos] if s.seq_mean else [])
+    lengths_part = s.seq_input("response_lengths")
+    score_parts = {n: s.seq_input(n) for n in ("scores", "rewards") if _dims(a[n]) == 1}
+    prompt_part = s.prompt_lengths()
+    width = s.width
+    prompt_width = None if a["prompt_mask"] is None else a["prompt_mask"].shape[-1]
 
-    def kept_family(prefix: str, x: torch.Tensor, clip: bool = False) -> None:
-        if sel.compact:  # on a CPU a boolean index costs no sync: select once, then two reductions
+    def finish() -> Host:
+        n = f.n(RESP)
+        den = _eps(n)  # veRL's masked_mean: sum / (count + 1e-8)
+        out: Host = {"actor/ppo_kl": -_div(B.total("neg_kl"), den)}  # masked_mean(-negative_approx_kl)
+        if has_ref:
+            out["actor/kl_loss"] = s.agg(B, "k3")
+        if has_adv:
+            out["actor/pg_clipfrac"] = _div(B.total("clip"), den)
+            out["actor/pg_clipfrac_lower"] = _div(B.total("lower"), den)
+            out["actor/pg_loss"] = -s.agg(B, "pg")
+        for name, prefix in (("advantages", "critic/advantages"), ("returns", "critic/returns"),
+                             ("values", "critic/values")):
+            if a[name] is not None:
+                out.update({f"{prefix}/mean": _div(A.total(name), n), f"{prefix}/max": A.max(name),
+                            f"{prefix}/min": A.min(name)})
+        if a["entropy"] is not None:
+            out["actor/entropy"] = s.agg(A, "entropy")
+        if "rv" in A.pos:
+            unbiased = (lambda name: _div(A.m2(name), n - 1) if n > 1 else math.nan)
+            out["critic/vf_explained_var"] = 1.0 - unbiased("rv") / (unbiased("returns") + 1e-5)
+        # metric_utils.compute_data_metrics
+        lengths = s.host(lengths_part) if lengths_part is not None else f.counts(RESP)
+        assert lengths is not None
+        kept = lengths != 0  # aborted: response length 0
+        n_kept = float(np.count_nonzero(kept))
+
+        def kept_family(prefix: str, x: np.ndarray, clip: bool = False) -> Host:
             xk = x[kept]
-            s.put(f"{prefix}/mean", xk.sum() / n_kept)
-            lo, hi = torch.aminmax(xk) if xk.numel() else (_nan_like(x), _nan_like(x))
-            s.put(f"{prefix}/max", hi)
-            s.put(f"{prefix}/min", lo)
+            fam = {f"{prefix}/mean": _div(float(xk.sum()), n_kept),
+                   f"{prefix}/max": float(xk.max()) if xk.size else math.nan,
+                   f"{prefix}/min": float(xk.min()) if xk.size else math.nan}
             if clip:
-                s.put(f"{prefix}/clip_ratio", torch.count_nonzero(xk == width) / n_kept)
-            return
-        some = n_kept > 0
-        s.put(f"{prefix}/mean", torch.where(kept, x, 0.0).sum() / n_kept)
-        s.put(f"{prefix}/max", torch.where(some, torch.where(kept, x, -torch.inf).max(), nan)
-              if x.numel() else _nan_like(x))
-        s.put(f"{prefix}/min", torch.where(some, torch.where(kept, x, torch.inf).min(), nan)
-              if x.numel() else _nan_like(x))
-        if clip:
-            s.put(f"{prefix}/clip_ratio", ((x == width) & kept).sum() / n_kept)
+                fam[f"{prefix}/clip_ratio"] = _div(float(np.count_nonzero(xk == width)), n_kept)
+            return fam
 
-    for name, prefix in (("scores", "critic/score"), ("rewards", "critic/rewards")):
-        t = a[name]
-        if t is not None:  # token_level_{scores,rewards}.sum(-1): every position, as veRL sums
-            t = t.detach()
-            kept_family(prefix, as_float(t).sum(-1) if t.dim() == 2 else as_float(t.reshape(-1)))
-    s.seq_family("response_length", lengths)
-    s.put("response_length/clip_ratio", _seq_mean_of((lengths == width).to(torch.float64)))
-    kept_family("response_length_non_aborted", lengths, clip=True)
-    s.put("response/aborted_ratio", _seq_mean_of((~kept).to(torch.float64)))
-    if a["prompt_mask"] is not None:
-        pm = a["prompt_mask"].detach()
-        prompt_len = pm.bool().sum(-1, dtype=torch.int32).to(torch.float64)
-        s.seq_family("prompt_length", prompt_len)
-        s.put("prompt_length/clip_ratio", _seq_mean_of((prompt_len == pm.shape[-1]).to(torch.float64)))
+        for name, prefix in (("scores", "critic/score"), ("rewards", "critic/rewards")):
+            if a[name] is not None:  # token_level_{scores,rewards}.sum(-1): every position, as veRL sums
+                x = A.per_seq(name) if name in tail else s.host(score_parts[name])
+                out.update(kept_family(prefix, x))  # type: ignore[arg-type]
+        out.update(_family("response_length", lengths))
+        out["response_length/clip_ratio"] = _mean((lengths == width).astype(np.float64))
+        out.update(kept_family("response_length_non_aborted", lengths, clip=True))
+        out["response/aborted_ratio"] = _mean((~kept).astype(np.float64))
+        if prompt_part is not None:
+            prompt_len = s.host(prompt_part)
+            assert prompt_len is not None
+            out.update(_family("prompt_length", prompt_len))
+            out["prompt_length/clip_ratio"] = _mean((prompt_len == prompt_width).astype(np.float64))
+        return out
+
+    s.finish.append(finish)
 
 
 def _sequences(s: _Stats, *, roll: bool, trl: bool) -> None:
     """Per-sequence scores and lengths, ROLL's and TRL's."""
-    a = s.a
-    if a["scores"] is not None:
-        sc = s.per_seq(a["scores"])
+    scores = s.a["scores"]
+    if scores is not None and scores.dim() == 2:  # token-level scores: summed over the response tokens
+        score_part: int | None = s.f.part(s.row_sums_now(s.tok("scores"), RESP))  # type: ignore[arg-type]
+    else:
+        score_part = s.seq_input("scores")
+    prompt_part = s.prompt_lengths()
+
+    def finish() -> Host:
+        out: Host = {}
+        sc = s.host(score_part)
+        if sc is not None:
+            if roll:
+                out.update(_family("critic/score", sc))
+                out.update(s.seq_dist("critic/score_dist", lambda: sc))
+            if trl:
+                mean, std = _mean(sc), _std(sc)
+                out.update({"env/reward_mean": mean, "env/reward_std": std, "ppo/mean_scores": mean,
+                            "ppo/std_scores": std})
+                out.update(s.seq_dist("env/reward_dist", lambda: sc))
+        resp_len = s.f.counts(RESP)
         if roll:
-            s.seq_family("critic/score", sc)
-            s.dist("critic/score_dist", sc, False)
+            out.update(_family("tokens/response_length", resp_len))
+            out.update(s.seq_dist("tokens/response_length_dist", lambda: resp_len))
         if trl:
-            mean, std = _seq_mean_of(sc), _seq_std(sc)
-            s.put("env/reward_mean", mean)
-            s.put("env/reward_std", std)
-            s.put("ppo/mean_scores", mean)
-            s.put("ppo/std_scores", std)
-            s.dist("env/reward_dist", sc, False)
-    resp_len = s.sel.row_counts.to(torch.float64)
-    if roll:
-        s.seq_family("tokens/response_length", resp_len)
-        s.dist("tokens/response_length_dist", resp_len, False)
-    if trl:
-        s.put("tokens/responses_len_mean", _seq_mean_of(resp_len))
-        s.put("tokens/responses_len_std", _seq_std(resp_len))
-        s.dist("tokens/responses_dist", resp_len, False)
-    if a["prompt_mask"] is not None:
-        prompt_len = a["prompt_mask"].detach().bool().sum(-1, dtype=torch.int32).to(torch.float64)
-        if roll:
-            s.seq_family("tokens/prompt_length", prompt_len)
-        if trl:
-            s.put("tokens/queries_len_mean", _seq_mean_of(prompt_len))
-            s.put("tokens/queries_len_std", _seq_std(prompt_len))
-            s.dist("tokens/queries_dist", prompt_len, False)
+            out.update({"tokens/responses_len_mean": _mean(resp_len), "tokens/responses_len_std": _std(resp_len)})
+            out.update(s.seq_dist("tokens/responses_dist", lambda: resp_len))
+        prompt_len = s.host(prompt_part)
+        if prompt_len is not None:
+            if roll:
+                out.update(_family("tokens/prompt_length", prompt_len))
+            if trl:
+                out.update({"tokens/queries_len_mean": _mean(prompt_len), "tokens/queries_len_std": _std(prompt_len)})
+                out.update(s.seq_dist("tokens/queries_dist", lambda: prompt_len))
+        return out
+
+    s.finish.append(finish)
