@@ -30,10 +30,11 @@ KEYS = ("critic/score/mean", "actor/pg_loss", "actor/entropy", "timing_s/gen", "
 
 
 def write_runs(root: Path, runs: int, files: int, steps: int = 3) -> None:
-    """``runs`` run directories of ``files`` JSONL files each (one rank per file: ``rank<i>/metrics.jsonl``)."""
+    """``runs`` run directories of ``files`` JSONL files each (``part<i>.jsonl``: one run and rank, the files a
+    restarted or resumed training leaves)."""
     for r in range(runs):
         for f in range(files):
-            path = root / f"run{r:05d}" / f"rank{f}" / "metrics.jsonl"
+            path = root / f"run{r:05d}" / f"part{f}.jsonl"
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "w") as out:
                 for s in range(steps):
