@@ -15,7 +15,7 @@ from bench_watch_scale import measure
 
 
 def test_hundreds_of_runs_hold_a_few_threads_and_descriptors_and_a_new_run_is_served():
-    # 300 runs x 3 ranks: 900 files; 128 descriptors would not even hold the old watcher's sockets for 40 runs
+    # 300 runs of 3 files: 128 descriptors would not even hold the old watcher's sockets for 40 runs
     figures = measure(runs=300, files=3, nofile=128, timeout_s=600)  # raises if a run or the new one is not served
     assert figures["threads"] <= 6, figures  # the poll loop and the endpoint's two threads, whatever the runs
     assert figures["fds"] <= 40, figures
