@@ -25,6 +25,13 @@ earlier than the hazard and no later than its documented delay (the alert's ``fo
 :data:`DELAYS` says). The phase alerts (stuck phase, rank skew) read rl_otel's own series, whatever the framework:
 their corpus is the ``phases`` group.
 
+Goodput, stragglers and progress (issue 33; ``tests/alert_corpus_goodput.py``): every framework's healthy run also
+holds each of its processes' goodput buckets, derived from its timing keys through the catalog's placement (with
+start-up and periodic checkpoint dips), and their last-progress times; its broken runs starve one process of
+productive time (RLGoodputDrop) and stop one process's progress while its endpoint answers (RLProcessNoProgress).
+Where a framework's ranks run phases (ROLL's workers, rl_otel's ``tel.phase()``), its ranks serve their compute
+seconds, and a broken run slows one rank: RLRankSkew must fire naming that rank and no other.
+
 ``python -m tests.alert_corpus`` writes the promtool test file and the alert x framework table.
 """
 
@@ -46,6 +53,7 @@ from rl_otel.catalog.concepts import CONCEPTS, NON_FINITE_WATCHED
 from rl_otel.ops import rules
 from rl_otel.ops.promql import metric_names
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
+from tests import alert_corpus_goodput as gp
 from tests.frameworks import ALL_FRAMEWORKS, _matches, load
 
 DATA = Path(__file__).resolve().parent / "data" / "alert_corpus"
@@ -68,7 +76,16 @@ DELAYS = {             # minutes from the hazard to firing where it is more than
     "RLEvalRegression": lambda t: _minutes(t.eval_smooth) // 2 + _minutes(t.eval_for) + SLACK,  # the mean sinks
     "RLImportanceRatioExploding":  # the median of the batches' max turns half-way through its window
         lambda t: _minutes(t.ratio_max_smooth) // 2 + _minutes(t.ratio_max_for) + SLACK,
+    # the 30-minute mean of the 5-minute goodput sinks under half its baseline, then `for`
+    "RLGoodputDrop": lambda t: 5 + _minutes(t.goodput_smooth) + _minutes(t.goodput_for) + SLACK,
+    # a process progressing every minute: its age passes progress_stall_min_seconds, then `for`
+    "RLProcessNoProgress": lambda t: math.ceil(max(t.progress_stall_min_seconds, 60 * t.progress_stall_ratio) / 60)
+    + _minutes(t.progress_stall_for) + SLACK,
+    "RLRankSkew": lambda t: 5 + _minutes(t.rank_skew_for) + SLACK,  # the 5-minute compute rate turns, then `for`
 }
+# The straggler cases: the frameworks whose ranks run phases (ROLL's workers: state_offload_manger), their role.
+PHASED = {"roll": "actor_train"}
+STRAGGLER_RANKS, SLOW_RANK = 4, 2
 # Alerts not even pending on the demo's healthy runs (the importance ratio's went pending at the demo's single-batch
 # spikes, 10.06 against an absolute 10, and the last batch's value held while a run lingered).
 CALM = ("RLImportanceRatioExploding",)
@@ -290,6 +307,7 @@ class Check:
     kind: str  # "healthy" | "broken"
     deadline: int = 0  # minute
     induce: int = 0  # minute the hazard starts
+    ranks: tuple[str, ...] = ()  # a broken check's expected rank labels, over the whole run (none: not checked)
 
 
 @dataclass
@@ -303,6 +321,79 @@ class Group:
 
 def _up(run: str) -> tuple[str, list[float]]:
     return f'up{{job="{JOB}", instance="{run}-0:9464", run="{run}"}}', []
+
+
+def _psel(metric: str, run: str, role: str, rank: int = 0, **labels: str) -> str:
+    """A series of one process (role and rank) of a run, on its own endpoint."""
+    inner = {"job": JOB, "instance": f"{run}-{role}-{rank}:9464", "run": run, "role": role, "rank": str(rank),
+             **labels}
+    return metric + "{" + ", ".join(f'{k}="{v}"' for k, v in inner.items()) + "}"
+
+
+def _process_series(run: Run, role: str, minutes: int, shares: gp.Shares | None = None, rank: int = 0,
+                    progress_until: int | None = None) -> None:
+    """One process's endpoint: up, its last progress each minute (frozen from ``progress_until``: alive but no
+    progress), and with ``shares`` its goodput counters."""
+    run.series[f'up{{job="{JOB}", instance="{run.name}-{role}-{rank}:9464"}}'] = [1.0] * minutes
+    until = minutes if progress_until is None else progress_until
+    run.series[_psel("rl_last_progress_timestamp_seconds", run.name, role, rank)] = \
+        [60.0 * min(m, until) for m in range(minutes)]
+    if shares is not None:
+        buckets, wall = gp.counters(shares)
+        for bucket, values in buckets.items():
+            run.series[_psel("rl_goodput_bucket_seconds_total", run.name, role, rank, bucket=bucket)] = values
+        run.series[_psel("rl_goodput_wall_seconds_total", run.name, role, rank)] = wall
+
+
+def _compute_series(run: Run, role: str, minutes: int, slow_rank: int | None = None, induce: int = 0) -> None:
+    """``STRAGGLER_RANKS`` ranks of ``role`` serving their compute and collective-wait seconds and the mean duration
+    of the phase holding their all-reduce (the waiting ranks' is as long as the straggler's or longer)."""
+    ranks = gp.compute_rates(STRAGGLER_RANKS, minutes, f"{run.name}/{role}", slow_rank, induce)
+    for rank, (compute, wait, phase) in enumerate(ranks):
+        run.series[_psel("rl_rank_compute_seconds_total", run.name, role, rank)] = list(compute)
+        run.series[_psel("rl_collective_wait_seconds_total", run.name, role, rank, point="allreduce")] = list(wait)
+        labels = {"cluster": role, "phase": "train_step", "part": "total"}
+        run.series[_psel("rl_phase_duration_seconds_count", run.name, role, rank, **labels)] = \
+            [float(m) for m in range(minutes)]
+        run.series[_psel("rl_phase_duration_seconds_sum", run.name, role, rank, **labels)] = \
+            [round(sum(phase[:m]), 3) for m in range(minutes)]
+
+
+def issue33_runs(framework: str, t: Thresholds, healthy: Run, minutes: int, induce: int) -> tuple[list[Run],
+                                                                                                     list[Check]]:
+    """The goodput, progress and straggler series of ``framework``'s healthy run (added to it), and its broken runs
+    with their checks: RLGoodputDrop on the process with the most goodput, RLProcessNoProgress on a process other
+    than the trainer where there is one, RLRankSkew where its ranks run phases."""
+    procs = gp.processes(framework)
+    shares = {p.role: gp.healthy_shares(p, minutes) for p in procs}
+    for p in procs:
+        _process_series(healthy, p.role, minutes, shares[p.role])
+    if framework in PHASED:
+        _compute_series(healthy, PHASED[framework], minutes)
+    runs, checks = [], []
+
+    def broken(alert: str, run: Run, ranks: tuple[str, ...] = ()) -> None:
+        runs.append(run)
+        checks.append(Check(alert, healthy.name, framework, "healthy"))
+        checks.append(Check(alert, run.name, framework, "broken", induce + DELAYS[alert](t), induce, ranks))
+
+    level = {p.role: sum(gp.goodput(s) for s in shares[p.role].minutes[gp.STARTUP:induce]) / (induce - gp.STARTUP)
+             for p in procs}
+    best = max(procs, key=lambda p: level[p.role])
+    # starved keeps a fifth: below goodput_drop_ratio of the level, and goodput_drop_min under it with room
+    assert t.goodput_drop_ratio > 0.2 and level[best.role] * 0.8 > t.goodput_drop_min * 2, (framework, level)
+    run = Run(f"{framework}-RLGoodputDrop")
+    _process_series(run, best.role, minutes, gp.starved(best, shares[best.role], induce))
+    broken("RLGoodputDrop", run)
+    hung = next((p for p in procs if p.role != "trainer"), procs[0])
+    run = Run(f"{framework}-RLProcessNoProgress")
+    _process_series(run, hung.role, minutes, progress_until=induce)
+    broken("RLProcessNoProgress", run)
+    if framework in PHASED:
+        run = Run(f"{framework}-RLRankSkew")
+        _compute_series(run, PHASED[framework], minutes, SLOW_RANK, induce)
+        broken("RLRankSkew", run, (str(SLOW_RANK),))
+    return runs, checks
 
 
 def framework_group(framework: str, t: Thresholds, demo0: dict[str, list[float]], slow: bool = False) -> Group:
@@ -344,6 +435,10 @@ def framework_group(framework: str, t: Thresholds, demo0: dict[str, list[float]]
 
     healthy = f"{framework}-healthy"
     runs.append(run_of(healthy, None))
+    if not slow:
+        more, found = issue33_runs(framework, t, runs[0], minutes, induce)
+        runs += more
+        checks += found
     for alert in rules.alerts(t):
         if (alert.name in SLOW) != slow:
             continue
@@ -415,6 +510,9 @@ def demo_live_group(data: dict[str, dict[str, list[float]]]) -> Group:
         run.series[_sel("rl_step", name, {})] = place([None if k < 0 else float(k) for k in seen])
         run.series[_sel("rl_last_step_timestamp_seconds", name, {})] = place(
             [None if k < 0 else round((start * SCRAPE_S) + ended[k], 2) for k in seen])
+        # the demo's process progresses at each step (and each phase it ends, within the step)
+        run.series[_sel("rl_last_progress_timestamp_seconds", name, {"role": "trainer"})] = \
+            run.series[_sel("rl_last_step_timestamp_seconds", name, {})]
         run.series[_up(name)[0]] = place([1.0] * scrapes)
         runs.append(run)
     checks = [Check("*", r.name, "demo", "healthy") for r in runs]
@@ -465,12 +563,28 @@ def phases_group(t: Thresholds) -> Group:
 
     runs = [phase_run("phases-healthy", False, False), phase_run("phases-RLPhaseStuck", True, False),
             phase_run("phases-RLRankSkew", False, True)]
+    # the healthy ranks' goodput: a generate phase of ~100 s every ~3 minutes is generation, the rest waiting (time
+    # in no phase); their progress: a phase ends every ~3 minutes; their compute seconds
+    for rank in range(4):
+        shares = gp.Shares([{"startup": 1.0} if m < gp.STARTUP else {"generation": 100 / 180, "waiting": 80 / 180}
+                            for m in range(minutes)])
+        _process_series(runs[0], "rollout", minutes, shares, rank=rank)
+        runs[0].series[_psel("rl_last_progress_timestamp_seconds", runs[0].name, "rollout", rank)] = \
+            [float(m // 3 * 180) for m in range(minutes)]
+    _compute_series(runs[0], "trainer", minutes)
+    # the trap of TraceML#252: rank 1 slowed, the all-reduce inside the phase evens out the phase times (the waiting
+    # ranks' are longer); named by its compute, never a waiting rank
+    straggler = Run("phases-RLRankSkew-compute")
+    _compute_series(straggler, "trainer", minutes, 1, induce)
+    runs.append(straggler)
     stuck_delay = int(max(t.phase_stuck_min_seconds, 300 * t.phase_stuck_ratio) // 60) + _minutes(t.phase_stuck_for) \
         + SLACK
     checks = [Check("*", "phases-healthy", "rl_otel phase()", "healthy"),
               Check("RLPhaseStuck", "phases-RLPhaseStuck", "rl_otel phase()", "broken", induce + stuck_delay, induce),
               Check("RLRankSkew", "phases-RLRankSkew", "rl_otel phase()", "broken",
-                    induce + _minutes(t.rank_skew_window) + _minutes(t.rank_skew_for) + SLACK, induce)]
+                    induce + _minutes(t.rank_skew_window) + _minutes(t.rank_skew_for) + SLACK, induce),
+              Check("RLRankSkew", "phases-RLRankSkew-compute", "rl_otel phase()", "broken",
+                    induce + DELAYS["RLRankSkew"](t), induce, ("1",))]
     return Group("phases", runs, checks, minutes)
 
 
@@ -511,6 +625,11 @@ def test_document(gs: list[Group], rule_files: list[str]) -> dict[str, object]:
             exprs.append({"expr": f"group by (alertname) ({first} >= {c.induce * 60} <= {c.deadline * 60})",
                           "eval_time": f"{g.minutes - 1}m",
                           "exp_samples": [{"labels": f'{{alertname="{c.alert}"}}', "value": 1}]})
+            if c.ranks:  # the alert named these ranks, and no other, at any time of the run
+                exprs.append({"expr": f'group by (rank) (max_over_time(ALERTS{{alertname="{c.alert}", '
+                                      f'run="{c.run}", alertstate="firing"}}[{g.minutes}m]))',
+                              "eval_time": f"{g.minutes - 1}m",
+                              "exp_samples": [{"labels": f'{{rank="{r}"}}', "value": 1} for r in c.ranks]})
         tests.append({"name": f"alert corpus: {g.name}", "interval": g.interval,
                       "input_series": [{"series": s, "values": _fmt(v)} for r in g.runs for s, v in r.series.items()],
                       "promql_expr_test": exprs})

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rl_otel.ops import rules
+from rl_otel.ops import contract, rules
 from tests import alert_corpus
+from tests.frameworks import ALL_FRAMEWORKS
 from tests.promtools import require_binary
 
 RULES = Path(__file__).resolve().parent.parent / "prometheus" / "rules"
@@ -80,11 +81,29 @@ def test_the_corpus_is_what_the_brief_asks(corpus):
         assert v[present[-1]] == v[present[-1] - alert_corpus.LINGER_S // 15 + 1]  # held while it lingers
         if i:
             assert present[0] > max(j for j, x in enumerate(ratio[i - 1]) if x is not None)
-    # every alert on a concept (or rl_otel's phases) has a broken run on at least one framework ...
+    # every alert on a concept (or rl_otel's phases, goodput and progress) has a broken run on at least one
+    # framework ...
     covered = {c.alert for c in broken}
-    expected = {a.name for a in rules.alerts() if a.concept is not None} | {"RLPhaseStuck", "RLRankSkew",
-                                                                             "RLMetricImpossible"}
+    expected = {a.name for a in rules.alerts() if a.concept is not None} | {
+        "RLPhaseStuck", "RLRankSkew", "RLMetricImpossible", "RLGoodputDrop", "RLProcessNoProgress"}
     assert expected <= covered, expected - covered
+    # ... goodput and progress on each of the ten frameworks (buckets from their timing keys), the named straggler
+    # where ranks run phases (ROLL's workers, rl_otel's tel.phase())
+    frameworks_of = {a: {c.framework for c in broken if c.alert == a} for a in covered}
+    assert frameworks_of["RLGoodputDrop"] == frameworks_of["RLProcessNoProgress"] == set(ALL_FRAMEWORKS)
+    named = {(c.framework, c.ranks) for c in broken if c.alert == "RLRankSkew" and c.ranks}
+    assert named == {("roll", (str(alert_corpus.SLOW_RANK),)), ("rl_otel phase()", ("1",))}
+    for g in groups:  # every healthy framework run serves each of its processes' buckets, summing to its wall
+        if g.name in ALL_FRAMEWORKS:
+            run = next(r for r in g.runs if r.name == f"{g.name}-healthy")
+            walls = {k: v for k, v in run.series.items() if k.startswith("rl_goodput_wall_seconds_total{")}
+            assert walls, g.name
+            for wall, values in walls.items():
+                role = re.search(r'role="(\w+)"', wall).group(1)
+                buckets = [v for k, v in run.series.items() if k.startswith("rl_goodput_bucket_seconds_total{")
+                           and f'role="{role}"' in k]
+                assert len(buckets) == len(contract.BUCKETS)
+                assert [round(sum(b[m] for b in buckets), 1) for m in range(len(values))] == values
     # ... on every framework that logs a concept it reads, TRL's KL to the reference among them
     frameworks = {(c.alert, c.framework) for c in broken}
     assert {("RLRefKLRunaway", "trl"), ("RLEntropyCollapse", "roll"), ("RLTrainInferenceMismatch", "verl"),
@@ -153,3 +172,53 @@ def test_a_broken_alert_is_caught(tmp_path):
             assert ("RLKLRunaway", "verl-RLKLRunaway") in failed, failed
         else:
             assert any(run.startswith("demo-") for _, run in failed), failed
+
+
+def _judge(tmp_path: Path, rule_docs: dict[str, dict], groups: list[alert_corpus.Group]) -> set[tuple[str, str]]:
+    """promtool's failing checks of ``groups`` under the rule files ``rule_docs``."""
+    for fname, doc in rule_docs.items():
+        (tmp_path / fname).write_text(yaml.safe_dump(doc, sort_keys=False, width=10_000))
+    docs = alert_corpus.test_document(groups, [str(tmp_path / f) for f in rule_docs])
+    (tmp_path / "t.yml").write_text(yaml.safe_dump(docs, sort_keys=False, width=10_000))
+    proc = subprocess.run([require_binary("promtool"), "test", "rules", str(tmp_path / "t.yml")],
+                          capture_output=True, text=True, timeout=300)
+    assert (proc.returncode == 0) == (not _failed(proc.stdout + proc.stderr)), proc.stdout + proc.stderr
+    return _failed(proc.stdout + proc.stderr)
+
+
+def _only(gs: list[alert_corpus.Group], names: set[str], alerts: set[str]) -> list[alert_corpus.Group]:
+    """The groups holding runs ``names``, cut down to those runs and to the checks of ``alerts`` (and "*")."""
+    out = []
+    for g in gs:
+        g.runs = [r for r in g.runs if r.name in names]
+        g.checks = [c for c in g.checks if c.run in names and c.alert in alerts | {"*"}]
+        if g.runs:
+            out.append(g)
+    return out
+
+
+def test_the_phase_rule_alone_would_miss_the_straggler_or_name_no_rank(tmp_path):
+    """The straggler runs are not vacuous: with RLRankSkew as it was (the slowest rank's phase time against the
+    median rank's, no rank label), the slowed rank of ROLL's workers and of rl_otel's phases is never named: the
+    all-reduce in the phase evens out the phase times, and the waiting ranks' are the longer ones."""
+    docs = rules.rule_files()
+    rank_skew = next(r for g in docs["rl_otel_alerts.yml"]["groups"] for r in g["rules"]
+                     if r.get("alert") == "RLRankSkew")
+    t = rules.DEFAULT
+    rank_skew["expr"] = (f"{rules.RANK_SKEW} > {t.rank_skew_max:g} and {rules.RANK_SPREAD} > "
+                         f"{t.rank_skew_min_seconds:g}")
+    gs = [g for g in alert_corpus.groups() if g.name in ("roll", "phases")]
+    failed = _judge(tmp_path, docs, _only(gs, {"roll-RLRankSkew", "phases-RLRankSkew-compute"}, {"RLRankSkew"}))
+    assert {("RLRankSkew", "roll-RLRankSkew"), ("RLRankSkew", "phases-RLRankSkew-compute")} <= failed, failed
+
+
+def test_the_goodput_alert_would_page_on_checkpoints_without_its_smoothing(tmp_path):
+    """The healthy runs' checkpoint dips are not vacuous: judged on the 5-minute goodput itself for 5 minutes, a
+    10-minute checkpoint pages on every framework's healthy run; the shipped smoothing and `for` keep it quiet."""
+    import dataclasses
+
+    jumpy = dataclasses.replace(rules.DEFAULT, goodput_smooth="5m", goodput_for="5m")
+    gs = [g for g in alert_corpus.groups(jumpy) if g.name in ("verl", "nemo_rl")]
+    failed = _judge(tmp_path, rules.rule_files(jumpy),
+                    _only(gs, {"verl-healthy", "nemo_rl-healthy"}, {"RLGoodputDrop"}))
+    assert {("*", "verl-healthy"), ("*", "nemo_rl-healthy")} <= failed, failed

@@ -17,7 +17,8 @@ import torch
 import rl_otel
 from rl_otel.cli import main as cli_main
 from rl_otel.ops import budget as b
-from rl_otel.ops.rules import PHASE_P90, rule_files
+from rl_otel.ops import contract
+from rl_otel.ops.rules import PHASE_P90, RANK_COMPUTE_RATIO, recording_rules, rule_files
 from rl_otel.ops.thresholds import DEFAULT
 from rl_otel.stats import ppo_stats
 from tests.promtools import PrometheusServer, scrape
@@ -115,7 +116,10 @@ def test_per_target_and_recorded_series_equal_what_prometheus_holds(tmp_path):
             rec = b.recorded(b.step_endpoint(SHAPE).series())
             # a baseline is a median of the run's own past (an hour, 15 minutes ago), a phase's p90 needs phases
             # that took time over its window: none in a fresh run
-            want = {name: n for name, n in rec.items() if n and not name.endswith("_baseline") and name != PHASE_P90}
+            # and a rank's compute ratio needs compute within the rate window (the shape's phases end before the
+            # first scrape)
+            want = {name: n for name, n in rec.items() if n and not name.endswith("_baseline")
+                    and name not in (PHASE_P90, RANK_COMPUTE_RATIO)}
             deadline = time.monotonic() + 60
             got: dict[str, int] = {}
             while time.monotonic() < deadline and got != want:
@@ -133,7 +137,10 @@ def test_job_figures_scale_with_the_shape():
     assert large.job_scraped - small.job_scraped == (1024 - 64) * per_worker
     assert (small.shape.nodes, large.shape.nodes) == (8, 128)
     assert large.node_series == small.node_series  # a node is a node
-    assert large.job_recorded == small.job_recorded  # recording rules keep no rank: one run, one set
+    # recording rules keep no rank (one run, one set) but the straggler rules', one series per rank
+    per_rank = sum(r.record.startswith("run_role_rank:") for r in recording_rules()) \
+        if contract.served(contract.RANK_COMPUTE) else 0
+    assert large.job_recorded - small.job_recorded == (1024 - 64) * per_rank
     every = b.budget(b.Shape(gpus=64, step_ranks=64))
     assert every.job_scraped - small.job_scraped == 63 * (every.step_series - every.worker_series)
     assert large.samples_per_second == pytest.approx(large.job_scraped / 15 + large.job_recorded / 15)
@@ -185,3 +192,25 @@ def test_dropping_the_phase_buckets_as_agent_yml_suggests_leaves_what_the_budget
                 "rl_phase_duration_seconds_bucket")
         finally:
             server.close()
+
+
+def test_the_issue_33_series_are_counted_once_the_catalog_defines_them(monkeypatch):
+    """A process with phases serves every goodput bucket, its wall clock, its last progress and its compute seconds
+    (and a wait counter per tel.collective() point); the recording rules add a series per bucket, per role and, for
+    the two straggler rules, per rank. Counted only where the catalog defines the families (an rl_otel that serves
+    them): forced here, as the merged catalog will have them."""
+    counted = [f for f in (contract.GOODPUT_BUCKET, contract.GOODPUT_WALL, contract.LAST_PROGRESS,
+                           contract.RANK_COMPUTE) if not contract.served(f)]  # not yet in this catalog
+    before = b.budget(b.Shape(gpus=64))
+    monkeypatch.setattr(contract, "served", lambda family: True)
+    after = b.budget(b.Shape(gpus=64))
+    points = b.budget(b.Shape(gpus=64, collective_points=2))
+    extra = sum(len(contract.BUCKETS) if f is contract.GOODPUT_BUCKET else 1 for f in counted)
+    assert after.worker_series - before.worker_series == extra
+    assert after.step_series - before.step_series == extra
+    assert points.worker_series - after.worker_series == 2
+    rec = b.recorded(b.worker_endpoint(b.Shape(gpus=64)).series(), ranks=64)
+    assert rec["run_role_bucket:rl_goodput_bucket_seconds:rate5m"] == len(contract.BUCKETS)
+    assert rec["run_role_bucket:rl_goodput_bucket_seconds:share_rate5m"] == len(contract.BUCKETS)
+    assert rec["run_role:rl_goodput:ratio_rate5m"] == rec["run_role:rl_goodput_wall_seconds:rate5m"] == 1
+    assert rec["run_role_rank:rl_rank_compute:rate5m"] == rec["run_role_rank:rl_rank_compute_ratio:rate5m"] == 64

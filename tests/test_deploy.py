@@ -472,8 +472,14 @@ INHIBIT_CASE = [  # one job, several runs: only run-a stalled, and one file_sd r
     {"alertname": "RLClipFractionHigh", "severity": "warning", "job": "rl_otel_file_sd", "run": "run-e"},
     {"alertname": "RLScrapeTargetDown", "severity": "critical", "job": "rl_otel", "instance": "trainer:9464"},
     {"alertname": "RLRewardCollapse", "severity": "warning", "job": "rl_otel", "run": "compose-demo-1"},
+    # run-f's rollout engine is alive but hung: the trainer's goodput drop is its consequence
+    {"alertname": "RLProcessNoProgress", "severity": "critical", "job": "rl_otel_pods", "run": "run-f",
+     "role": "rollout", "rank": "0", "instance": "n2:9464"},
+    {"alertname": "RLGoodputDrop", "severity": "warning", "job": "rl_otel_pods", "run": "run-f", "role": "trainer"},
+    {"alertname": "RLGoodputDrop", "severity": "warning", "job": "rl_otel_pods", "run": "run-g", "role": "trainer"},
 ]
-MUTED = [("RLKLRunaway", "run-a"), ("RLTelemetryErrors", "run-a"), ("RLClipFractionHigh", "run-b")]
+MUTED = [("RLKLRunaway", "run-a"), ("RLTelemetryErrors", "run-a"), ("RLClipFractionHigh", "run-b"),
+         ("RLGoodputDrop", "run-f")]
 
 
 def test_an_alert_mutes_only_its_own_run():

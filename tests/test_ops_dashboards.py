@@ -3,7 +3,6 @@ reading only catalog metrics or recorded series; provisioning files load them.""
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import subprocess
@@ -11,14 +10,16 @@ from pathlib import Path
 
 import yaml
 
-from rl_otel.ops.dashboards import VARIABLES, dashboards, render, spec_for
+from rl_otel.ops import contract
+from rl_otel.ops.dashboards import ON_DEMAND, PARENTS, VARIABLES, chain, dashboards, render, spec_for
 from rl_otel.ops.promql import check_expressions, metric_names, substitute
 from rl_otel.ops.rules import recording_rules
 from tests.promtools import require_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 BOARDS = ROOT / "grafana/dashboards"
-SAMPLE = {"job": "rl_otel", "run": "r1|r2", "cluster": "actor_train", "phase": "train_step", "device_id": "0"}
+SAMPLE = {"job": "rl_otel", "run": "r1|r2", "cluster": "actor_train", "phase": "train_step", "device_id": "0",
+          "role": "trainer", "rank": "0|3"}
 
 
 def _files() -> dict[str, dict]:
@@ -43,7 +44,7 @@ def test_regenerating_gives_identical_bytes():
 def test_dashboards_are_well_formed():
     files = _files()
     assert set(files) == {"rl-otel-training.json", "rl-otel-phases.json", "rl-otel-memory.json",
-                          "rl-otel-rollout-eval.json", "rl-otel-fleet.json"}
+                          "rl-otel-rollout-eval.json", "rl-otel-fleet.json", "rl-otel-goodput.json"}
     for name, board in files.items():
         assert name == f"{board['uid']}.json" and board["title"] and board["schemaVersion"] >= 36
         ids = [p["id"] for p in board["panels"]]
@@ -57,39 +58,75 @@ def test_dashboards_are_well_formed():
 
 
 ORDER = ["datasource", "job", "run", "cluster", "phase", "device_id"]
+ROLES = ["datasource", "job", "run", "role", "rank"]
 
 
 def test_variables_are_chained():
+    """Each variable narrows on its parent (job -> run, then cluster -> phase -> device_id, or role -> rank), which
+    the dashboard shows before it."""
+    assert [n for n, _ in VARIABLES] == ORDER[1:] + ROLES[3:]
+    assert chain("device_id") == tuple(ORDER[1:]) and chain("rank") == tuple(ROLES[1:])
     for board in _files().values():
         variables = board["templating"]["list"]
         order = [v["name"] for v in variables]
-        assert order == ORDER[:len(order)] and len(order) >= 3
+        assert order in (ORDER[:len(order)], ROLES[:len(order)]) and len(order) >= 3, order
         assert variables[0]["type"] == "datasource" and variables[0]["query"] == "prometheus"
         for i, var in enumerate(variables[1:], start=1):
             used = set(re.findall(r"\$(\w+)", var["query"]))
             assert used <= set(order[:i]), f"{var['name']} uses a later variable: {used}"
             assert var["datasource"]["uid"] == "${datasource}" and var["refresh"] == 2
-        # each variable narrows on the one before it
-        for prev, var in itertools.pairwise(order[1:]):
-            q = next(v for v in variables if v["name"] == var)["query"]
-            assert f"${prev}" in q, (var, q)
+            # each variable narrows on its parent
+            if var["name"] in PARENTS:
+                assert f"${PARENTS[var['name']]}" in var["query"], (var["name"], var["query"])
         # panels only use defined variables (and Grafana's own)
         for panel in board["panels"]:
             for target in panel["targets"]:
                 # ($1 in a label_replace is a regex group, not a variable)
                 assert set(re.findall(r"\$([A-Za-z_]\w*)", target["expr"])) <= set(order) | {"__rate_interval",
                                                                                              "__range"}
+            assert panel.get("repeat", "datasource") in order
 
 
 def test_a_dashboard_shows_only_the_dropdowns_its_panels_use():
-    """cluster / phase / device_id change nothing on the training, rollout and fleet dashboards: not shown there."""
+    """cluster / phase / device_id change nothing on the training, rollout and fleet dashboards: not shown there;
+    role and rank only where the goodput panels use them."""
     shown = {uid[:-5]: [v["name"] for v in b["templating"]["list"]] for uid, b in _files().items()}
     assert shown == {"rl-otel-training": ORDER[:3], "rl-otel-rollout-eval": ORDER[:3], "rl-otel-fleet": ORDER[:3],
-                     "rl-otel-phases": ORDER[:5], "rl-otel-memory": ORDER}
+                     "rl-otel-phases": ORDER[:5], "rl-otel-memory": ORDER, "rl-otel-goodput": ROLES}
     for board in _files().values():
         exprs = " ".join(t["expr"] for p in board["panels"] for t in p["targets"])
         last = board["templating"]["list"][-1]["name"]
         assert f"${last}" in exprs, (board["uid"], last)
+
+
+def test_ranks_are_shown_on_demand():
+    """A role may have a thousand ranks: the rank dropdown starts at one (no "All"), the per-rank panels follow it;
+    the role-level panels repeat per selected role."""
+    goodput = _files()["rl-otel-goodput.json"]
+    variables = {v["name"]: v for v in goodput["templating"]["list"]}
+    assert {"rank"} == ON_DEMAND and variables["rank"]["includeAll"] is False and "allValue" not in variables["rank"]
+    assert variables["role"]["includeAll"] is True
+    per_rank = [p for p in goodput["panels"] if any('rank=~"$rank"' in t["expr"] for t in p["targets"])]
+    assert len(per_rank) >= 3 and all("chosen ranks" in p["title"] for p in per_rank)
+    repeated = [p for p in goodput["panels"] if p.get("repeat")]
+    assert repeated and all(p["repeat"] == "role" and "$role" in p["title"] for p in repeated)
+
+
+def test_the_goodput_stack_is_every_bucket_in_the_catalogs_order():
+    goodput = _files()["rl-otel-goodput.json"]
+    for title in ("Where the time goes: $role (share of wall time per bucket)", "Where the time goes: chosen ranks"):
+        panel = next(p for p in goodput["panels"] if p["title"] == title)
+        buckets = [re.search(r'bucket="(\w+)"', t["expr"]).group(1) for t in panel["targets"]]
+        assert buckets == list(contract.BUCKETS), title
+        assert panel["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+        assert panel["fieldConfig"]["defaults"]["unit"] == "percentunit"
+    processes = next(p for p in goodput["panels"] if p["title"].startswith("Processes per bucket"))
+    assert processes["targets"][-1]["legendFormat"] == "wall (processes)"  # a line over the stack, not on it
+    assert processes["fieldConfig"]["overrides"][0]["matcher"] == {"id": "byName", "options": "wall (processes)"}
+    heat = next(p for p in goodput["panels"] if p["type"] == "heatmap")
+    (target,) = heat["targets"]
+    assert target["expr"].startswith("run_role_rank:rl_rank_compute_ratio:rate5m{") and "format" not in target
+    assert target["legendFormat"] == "{{role}} {{rank}}" and heat["options"]["calculate"] is False
 
 
 def test_all_jobs_means_the_jobs_serving_rl_step():
@@ -170,7 +207,8 @@ def _promql_unit_test(tmp_path: Path, series: list[dict], cases: list[dict]) -> 
     return "" if proc.returncode == 0 else proc.stdout + proc.stderr
 
 
-ALL = {"job": "rl_otel", "run": ".*", "cluster": ".*", "phase": ".*", "device_id": ".*"}
+ALL = {"job": "rl_otel", "run": ".*", "cluster": ".*", "phase": ".*", "device_id": ".*", "role": ".*",
+       "rank": ".*"}
 
 
 def _panel_expr(uid: str, title: str, i: int = 0) -> str:
@@ -194,6 +232,34 @@ def test_phase_durations_show_no_nan_once_training_ends(tmp_path):
              {"expr": f"count({p95})", "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 1}]},
              {"expr": mean, "eval_time": "15m", "exp_samples": []},
              {"expr": p95, "eval_time": "15m", "exp_samples": []}]
+    assert _promql_unit_test(tmp_path, series, cases) == ""
+
+
+def test_the_chosen_ranks_shares_add_up_and_goodput_is_per_rank(tmp_path):
+    """Two trainer ranks scraped every 15 s: rank 0 generates 75% of its wall time and waits 25%, rank 1 25% and
+    75%. The chosen ranks' stack reads 50% generation and 50% waiting (their seconds added), the per-rank goodput 75%
+    and 25%; a rollout engine of the same run is another role."""
+    sel = 'job="rl_otel", run="r1", role="{role}", rank="{rank}"'
+    series = []
+    for role, rank, shares in (("trainer", 0, {"generation": 0.75, "waiting": 0.25}),
+                               ("trainer", 1, {"generation": 0.25, "waiting": 0.75}),
+                               ("rollout", 0, {"generation": 1.0})):
+        labels = sel.format(role=role, rank=rank)
+        for bucket in contract.BUCKETS:
+            step = 15 * shares.get(bucket, 0.0)
+            series.append({"series": f'rl_goodput_bucket_seconds_total{{{labels}, bucket="{bucket}"}}',
+                           "values": f"0+{step:g}x40"})
+        series.append({"series": f"rl_goodput_wall_seconds_total{{{labels}}}", "values": "0+15x40"})
+    values = {**ALL, "role": "trainer", "rank": "0|1"}
+    board = next(b for b in dashboards() if b.uid == "rl-otel-goodput")
+    chosen = next(p for p in board.panels if p.title == "Where the time goes: chosen ranks")
+    per_rank = next(p for p in board.panels if p.title == "Goodput per rank (chosen ranks)")
+    cases = [{"expr": f"sum({substitute(q.expr, values)})", "eval_time": "5m",
+              "exp_samples": [{"labels": "{}", "value": {"generation": 0.5, "waiting": 0.5}.get(b, 0)}]}
+             for q, b in zip(chosen.queries, contract.BUCKETS, strict=True)]
+    cases.append({"expr": substitute(per_rank.queries[0].expr, values), "eval_time": "5m", "exp_samples": [
+        {"labels": '{run="r1", role="trainer", rank="0"}', "value": 0.75},
+        {"labels": '{run="r1", role="trainer", rank="1"}', "value": 0.25}]})
     assert _promql_unit_test(tmp_path, series, cases) == ""
 
 
@@ -224,7 +290,8 @@ def test_every_metric_is_in_the_catalog_or_recorded():
         names = metric_names(expr)
         assert names, (uid, title, expr)
         for name in names:
-            assert name == "up" or name in recorded or spec_for(name) is not None, (uid, title, name)
+            assert name == "up" or name in recorded or spec_for(name) is not None or contract.find(name), \
+                (uid, title, name)
         seen |= names
     # the dashboards use most of the recorded series
     assert len(recorded & seen) >= len(recorded) - 1

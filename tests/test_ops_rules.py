@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from rl_otel.catalog.concepts import CONCEPTS
-from rl_otel.ops import generate, promtests, rules
+from rl_otel.ops import contract, generate, promtests, rules
 from rl_otel.ops.dashboards import spec_for
 from rl_otel.ops.promql import metric_names
 from rl_otel.ops.rules import RunbookLinks
@@ -269,35 +269,61 @@ def test_the_required_alerts_exist():
             "RLEvalRegression"} <= names
 
 
-def test_recording_rules_are_named_level_metric_operations_and_drop_rank():
+# derived names: the count of non-finite loss series across the frameworks' loss metrics, a role's goodput (its
+# productive share of the wall time), a rank's compute rate and its ratio to the median rank
+DERIVED = {"run:rl_loss_non_finite:count", rules.OUT_OF_RANGE, rules.GOODPUT_RATIO, rules.GOODPUT_BASELINE,
+           rules.RANK_COMPUTE, rules.RANK_COMPUTE_RATIO}
+
+
+def _known(metric: str) -> bool:
+    """A catalog family, or one of the issue-33 series the runtime writes (rl_otel/ops/contract.py)."""
+    return spec_for(metric) is not None or contract.find(metric) is not None \
+        or any(metric == f.name for f in contract.CONTRACT)
+
+
+def test_recording_rules_are_named_level_metric_operations_and_keep_only_their_level():
+    """``level:metric:operations``; the level names the labels a rule keeps besides job (run, role, phase, bucket,
+    rank): only the per-rank straggler rules keep rank, and no rule keeps instance."""
     recorded = {r.record for r in rules.recording_rules()}
+    levels = {"run": [], "run_phase": ["cluster", "phase"], "run_taskset": ["taskset", "metric", "k"],
+              "run_role": ["role"], "run_role_bucket": ["role", "bucket"], "run_role_rank": ["role", "rank"]}
     for rule in rules.recording_rules():
         level, metric, operations = rule.record.split(":")
-        assert level in ("run", "run_phase", "run_taskset") and re.fullmatch(r"[a-z0-9_]+", operations)
-        # a catalog family, a concept every framework's keys feed (rl_otel.catalog.concepts), or the one derived
-        # name: the count of non-finite loss series across the frameworks' loss metrics
-        assert (spec_for(metric) is not None or metric in CONCEPT_METRICS
-                or rule.record in ("run:rl_loss_non_finite:count", rules.OUT_OF_RANGE)), rule.record
-        # every aggregation keeps job and run and never rank or instance
+        assert level in levels and re.fullmatch(r"[a-z0-9_]+", operations), rule.record
+        # a catalog family, a concept every framework's keys feed (rl_otel.catalog.concepts), or a derived name
+        assert _known(metric) or metric in CONCEPT_METRICS or rule.record in DERIVED, rule.record
         by_lists = re.findall(r"\bby \(([^)]*)\)", rule.expr)
-        assert by_lists or "_over_time(" in rule.expr, rule
+        assert by_lists or "_over_time(" in rule.expr or "group_left" in rule.expr, rule
         for labels in by_lists:
             names = [x.strip() for x in labels.split(",")]
-            assert names[:2] == ["job", "run"] and "rank" not in names and "instance" not in names, rule
+            assert names[:2] == ["job", "run"] and "instance" not in names, rule
+            # le: a histogram quantile's buckets; metric: which metric's values are impossible
+            extra = {"le"} | ({"metric"} if rule.record == rules.OUT_OF_RANGE else set())
+            assert set(names[2:]) <= set(levels[level]) | extra, rule
+            assert "rank" not in names or level == "run_role_rank", rule
         for name in metric_names(rule.expr):
-            assert name in recorded or spec_for(name) is not None, (rule.record, name)
+            assert name in recorded or _known(name), (rule.record, name)
+    assert {r.record for r in rules.recording_rules() if r.record.startswith("run_role_rank:")} == {
+        rules.RANK_COMPUTE, rules.RANK_COMPUTE_RATIO}
 
 
 def test_alert_expressions_read_catalog_metrics_or_recorded_series():
     recorded = {r.record for r in rules.recording_rules()}
     for alert in ALERTS:
         for name in metric_names(alert.expr):
-            assert name == "up" or name in recorded or spec_for(name) is not None, (alert.name, name)
+            assert name == "up" or name in recorded or _known(name), (alert.name, name)
 
 
 def test_annotation_renderer_matches_prometheus_templates():
     assert promtests.render('{{ $value | printf "%.3g" }} in {{ $labels.run }}', {"run": "r"}, 0.123456) \
         == "0.123 in r"
+    # a label's presence picks a branch; each query block (else included) renders as the next hand-written text
+    template = ("{{ if $labels.rank }}rank {{ $labels.rank }}{{ with x | query }}{{ . | first | value }}{{ else }}"
+                "-{{ end }}{{ else }}no rank{{ end }}: {{ range y | query }}{{ .Labels.path }}{{ end }} "
+                "{{ $value | humanizePercentage }}")
+    assert promtests.render(template, {"rank": "2"}, 0.175, ("A", "B")) == "rank 2A: B 17.5%"
+    assert promtests.render(template, {}, 0.5, ("B",)) == "no rank: B 50%"
+    assert promtests.humanize_percentage(0.5249999999999999) == "52.5%"
 
 
 def test_prometheus_rule_for_kubernetes_holds_the_same_groups(tmp_path):

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 
 from rl_otel.catalog import Catalog, Kind, default_catalog, live, meta
+from rl_otel.catalog.goodput import bucket_of, is_step_duration
+from rl_otel.ops import contract
 from rl_otel.ops.promql import metric_names
 from rl_otel.ops.rules import OUT_OF_RANGE, recording_rules
 
@@ -84,6 +86,7 @@ class Shape:
     eval_ks: int = 1
     live_gpu: bool = True          # live GPU gauges (torch: 2, NVML: 3 per device)
     user_keys: int = 0             # the user's own keys (fallback gauges)
+    collective_points: int = 0     # tel.collective() points a rank waits at (allreduce, barrier, ...)
     drop_phase_buckets: bool = False  # the agents drop each rank's rl_phase_duration_seconds_bucket (agent.yml)
     max_series_per_metric: int = 10_000
     max_unknown_keys: int = 1_000
@@ -220,7 +223,36 @@ def endpoint(keys: Iterable[str], shape: Shape, *, pairs: Iterable[tuple[str, st
             out.add(spec.name, (("device_id", str(d)), ("gpu_uuid", uuid)), 1, cap)
     for name in OWN:
         out.add(name, (), 1, cap)
+    _issue33(out, shape, phases=bool(pairs), timed=any(_timed(catalog, k) for k in keys))
     return out
+
+
+def _timed(catalog: Catalog, key: str) -> bool:
+    """Whether ``key`` is a timing key the goodput accounting counts (a bucket's leaf or a step's wall time)."""
+    res = catalog.resolve(key)
+    return res.known and (bucket_of(res.spec, res.labels) is not None or is_step_duration(res.spec, res.labels))
+
+
+def _issue33(out: Endpoint, shape: Shape, phases: bool, timed: bool) -> None:
+    """The goodput, straggler and progress series a process serves (those its rl_otel's catalog defines): every
+    goodput bucket and the wall clock for a process with phases or timing keys, its last progress, and for a
+    process with phases its compute seconds and a wait counter per collective point. Stack dumps: none in a
+    healthy run."""
+    cap = shape.max_series_per_metric
+
+    def add(family: contract.Family, labels: Iterable[tuple[str, str]] = ()) -> None:
+        if contract.served(family):
+            out.add(family.name, labels, 1, cap)
+
+    if phases or timed:
+        for bucket in contract.BUCKETS:
+            add(contract.GOODPUT_BUCKET, (("bucket", bucket),))
+        add(contract.GOODPUT_WALL)
+        add(contract.LAST_PROGRESS)
+    if phases:
+        add(contract.RANK_COMPUTE)
+        for i in range(shape.collective_points):
+            add(contract.COLLECTIVE_WAIT, (("point", _name(("allreduce", "barrier"), i, "point")),))
 
 
 def worker_endpoint(shape: Shape, worker: int = 0, catalog: Catalog | None = None) -> Endpoint:
@@ -248,17 +280,19 @@ def _matches(labels: dict[str, str], matchers: str) -> bool:
     return True
 
 
-def recorded(series: set[Series]) -> dict[str, int]:
-    """``{recording rule: series it records}`` for one healthy run, long enough for its baselines, whose endpoints
-    serve ``series``: the distinct values of each rule's ``by (...)`` labels (besides job and run) over the series
-    its selectors match (a histogram's ``_sum``/``_count`` read from its family); a rule over recorded series
-    (``avg_over_time``) records as many as it reads; the count of impossible values records none."""
+def recorded(series: set[Series], ranks: int = 1) -> dict[str, int]:
+    """``{recording rule: series it records}`` for one healthy run of ``ranks`` ranks, long enough for its
+    baselines, whose endpoints serve ``series`` (one role): the distinct values of each rule's ``by (...)`` labels
+    (besides job and run; ``rank`` counts ``ranks``) over the series its selectors match (a histogram's
+    ``_sum``/``_count`` read from its family, a counter's ``_total``); a rule over recorded series
+    (``avg_over_time``) records as many as it reads, one dividing a recorded series (``group_left``) as many as
+    that series; the count of impossible values records none."""
     out: dict[str, int] = {}
     by_name: dict[str, list[dict[str, str]]] = {}
     for name, labels in series:
         by_name.setdefault(name, []).append(dict(labels))
     for name in list(by_name):
-        for suffix in ("_sum", "_count", "_bucket"):
+        for suffix in ("_sum", "_count", "_bucket", "_total"):
             by_name.setdefault(name + suffix, by_name[name])
     for rule in recording_rules():
         if rule.record == OUT_OF_RANGE:
@@ -266,17 +300,25 @@ def recorded(series: set[Series]) -> dict[str, int]:
             continue
         names = metric_names(rule.expr)
         groups = re.findall(r"\bby \(([^)]*)\)", rule.expr)
+        left = re.match(r"[\w:]+", rule.expr)
+        if "group_left" in rule.expr and left is not None and left.group() in out:
+            out[rule.record] = out[left.group()]
+            continue
         if not groups:
             out[rule.record] = sum(out.get(n, 0) for n in names)
             continue
-        keep = [x.strip() for x in groups[0].split(",") if x.strip() not in ("job", "run")]
+        keep = [x.strip() for x in groups[0].split(",") if x.strip() not in ("job", "run", "role", "rank")]
+        if names <= set(out) and not keep:  # recorded series aggregated to the run (and role): one, or none
+            out[rule.record] = int(any(out[n] for n in names))
+            continue
+        per_rank = "rank" in groups[0].split(", ")
         seen = set()
         for name in names:
             for m in re.finditer(_SELECTOR.format(name=re.escape(name)), rule.expr):
                 for found in by_name.get(name, []):
                     if _matches(found, m.group("matchers")):
                         seen.add(tuple(found.get(x, "") for x in keep))
-        out[rule.record] = len(seen)
+        out[rule.record] = len(seen) * (ranks if per_rank else 1)
     return out
 
 
@@ -326,7 +368,7 @@ def budget(shape: Shape, *, scrape_interval_s: float = 15.0, evaluation_interval
     job_scraped = shape.workers * (worker_lines + per_target) + steps * step_extra
     node = shape.workers_per_node * (worker_lines + per_target) + min(steps, shape.workers_per_node) * step_extra
     union = set().union(*(w.series() for w in workers), step.series() if steps else set())
-    rec = recorded(union)
+    rec = recorded(union, ranks=shape.workers)
     return Budget(shape, worker_lines, step.lines, per_target, node, job_scraped, sum(rec.values()),
                   scrape_interval_s, evaluation_interval_s)
 

@@ -1,9 +1,10 @@
 """Grafana dashboards as plain data, generated from the catalog (units, descriptions) and the thresholds.
 
-Five dashboards: training overview, phases, memory, rollout/eval (Trinity-RFT), fleet. The template variables form
-one chain, datasource -> job -> run -> cluster -> phase -> device_id; a dashboard shows the chain up to the last
-variable its panels use (no dropdown that changes nothing), and every query filters on the variables it depends on.
-``python3 -m rl_otel.ops`` writes them to ``grafana/dashboards/*.json``.
+Six dashboards: training overview, phases, memory, rollout/eval (Trinity-RFT), fleet, and where the time goes
+(goodput, stragglers, hangs). The template variables form a tree: datasource -> job -> run, then cluster -> phase ->
+device_id, or role -> rank; a dashboard shows the branch up to the last variable its panels use (no dropdown that
+changes nothing), and every query filters on the variables it depends on. ``python3 -m rl_otel.ops`` writes them
+to ``grafana/dashboards/*.json``.
 
 No data: every panel says why it may be empty, in Grafana's "no data" text and at the end of its description
 (:func:`no_data`), derived from what it reads: the frameworks whose keys feed its series (the catalog entries'
@@ -25,7 +26,8 @@ from dataclasses import dataclass, field
 
 from rl_otel.catalog.concepts import concept
 from rl_otel.catalog.spec import MetricSpec
-from rl_otel.ops import nodata
+from rl_otel.ops import contract, nodata
+from rl_otel.ops import rules as r
 from rl_otel.ops.nodata import spec_for
 from rl_otel.ops.promql import metric_names
 from rl_otel.ops.rules import OUT_OF_RANGE
@@ -37,14 +39,24 @@ PHASE = RUN + ', cluster=~"$cluster", phase=~"$phase"'
 DEVICE = PHASE + ', device_id=~"$device_id"'
 RATE = "$__rate_interval"
 
-# (name, label_values query): each query filters on the variables before it, so choosing a run narrows clusters.
+ROLE = RUN + ', role=~"$role"'
+RANK = ROLE + ', rank=~"$rank"'
+_WALL = contract.GOODPUT_WALL.exposed
+# (name, label_values query): each query filters on the variables before it (its parent, PARENTS), so choosing a
+# run narrows clusters and roles. A process's role and rank are listed from its goodput wall clock: every process
+# with goodput accounting serves one, rollout engines that log no step included.
 VARIABLES = (
     ("job", "label_values(rl_step, job)"),
     ("run", 'label_values(rl_step{job=~"$job"}, run)'),
     ("cluster", f"label_values(rl_phase_duration_seconds_count{{{RUN}}}, cluster)"),
     ("phase", f'label_values(rl_phase_duration_seconds_count{{{RUN}, cluster=~"$cluster"}}, phase)'),
     ("device_id", f"label_values(rl_gpu_memory_bytes{{{PHASE}}}, device_id)"),
+    ("role", f"label_values({_WALL}{{{RUN}}}, role)"),
+    ("rank", f"label_values({_WALL}{{{ROLE}}}, rank)"),
 )
+PARENTS = {"run": "job", "cluster": "run", "phase": "cluster", "device_id": "phase", "role": "run", "rank": "role"}
+# Variables whose "All" is not the default: one rank at first (a role may have a thousand), more on demand.
+ON_DEMAND = frozenset({"rank"})
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,9 @@ class Panel:
     when_empty: str = ""  # why the panel may be empty besides what no_data() derives (a window nothing ran in)
     width: int = 12
     concept: str | None = None  # the concept of rl_otel.catalog.concepts the panel shows (any framework's keys)
+    repeat: str = ""  # a variable: one panel per selected value of it (Grafana's panel repeat)
+    rows: bool = False  # a heatmap whose rows are its series (one per rank), not histogram buckets
+    unstacked: tuple[str, ...] = ()  # legends of a stacked panel's series drawn as a line over the stack
 
 
 @dataclass(frozen=True)
@@ -316,6 +331,16 @@ def fleet(t: Thresholds) -> Dashboard:
             _q(f"run_phase:rl_phase_duration_seconds:p90{{{sel}}}", "{{run}} {{cluster}}/{{phase}} p90")), unit="s",
               description="How long each running phase has run, beside its p90 over phase_history_window "
                           "(RLPhaseStuck)."),
+        Panel("Goodput per run and role (vs its baseline)", (
+            _q(f"{r.GOODPUT_RATIO}{{{sel}}}", "{{run}} {{role}}"),
+            _q(f"{r.GOODPUT_BASELINE}{{{sel}}}", "{{run}} {{role}} baseline")), unit="percentunit",
+              description="The productive share (generation, training, inference) of each role's wall time; the "
+                          "RL: where the time goes dashboard shows where the rest goes."),
+        Panel("Seconds since each role's last progress", (
+            _q(f"time() - {r.LAST_PROGRESS}{{{sel}}}", "{{run}} {{role}}"),), unit="s",
+              threshold=t.progress_stall_min_seconds,
+              description="The newest progress (a logged step, a finished phase) of any process of the role; RL: "
+                          "where the time goes shows the oldest, RLProcessNoProgress fires per process."),
         Panel("Rank spread per phase (slowest minus median rank)", (
             _q(f"run_phase:rl_phase_duration_seconds:rank_spread_seconds{{{sel}}}",
                "{{run}} {{cluster}}/{{phase}}"),), unit="s", threshold=t.rank_skew_min_seconds),
@@ -369,7 +394,94 @@ def fleet(t: Thresholds) -> Dashboard:
     ))
 
 
-BUILDERS = (training, phases, memory, rollout_eval, fleet)
+_BUCKET = "<bucket>"
+
+
+def _bucket_share(expr_of: str) -> tuple[Query, ...]:
+    """One query per goodput bucket, in the order the catalog stacks them (rl_otel.catalog.goodput.BUCKETS):
+    ``expr_of`` with each bucket in place of ``<bucket>``."""
+    return tuple(_q(expr_of.replace(_BUCKET, b), "{{bucket}}") for b in contract.BUCKETS)
+
+
+def goodput(t: Thresholds) -> Dashboard:
+    share, ratio, base = r.GOODPUT_SHARE, r.GOODPUT_RATIO, r.GOODPUT_BASELINE
+    bucket, wall = contract.GOODPUT_BUCKET.exposed, contract.GOODPUT_WALL.exposed
+    productive = f'bucket=~"{r.PRODUCTIVE}"'
+    per_rank = (f'sum by (bucket) (rate({bucket}{{{RANK}, bucket="{_BUCKET}"}}[{RATE}])) / ignoring (bucket) '
+                f"group_left () sum (rate({wall}{{{RANK}}}[{RATE}]))")
+    wait = contract.COLLECTIVE_WAIT.exposed
+    progress, dumps = contract.LAST_PROGRESS.exposed, contract.STACK_DUMPS.exposed
+    return Dashboard("rl-otel-goodput", "RL: where the time goes",
+                     "Goodput and badput per run and role (the share of wall time in each bucket: generation, "
+                     "training, inference are productive; startup, weight sync, offload, validation, "
+                     "checkpointing, other and waiting are not), per rank on demand; stragglers (each rank's compute "
+                     "against the median rank); progress and stack dumps of hung processes.", (
+        Panel("Where the time goes: $role (share of wall time per bucket)",
+              _bucket_share(f'avg by (bucket) ({share}{{{ROLE}, bucket="{_BUCKET}"}})'),
+              unit="percentunit", stack=True, repeat="role", width=24,
+              description="Seconds per second of wall time in each bucket, summed over the role's ranks and "
+                          "divided by their wall time (recording rule run_role_bucket:rl_goodput_bucket_seconds:"
+                          "share_rate5m; averaged over the selected runs): the shares stack to 1. Productive: "
+                          f"{', '.join(contract.PRODUCTIVE)}."),
+        Panel("Goodput per run and role (vs its baseline)", (
+            _q(f"{ratio}{{{ROLE}}}", "{{run}} {{role}}"),
+            _q(f"{base}{{{ROLE}}}", "{{run}} {{role}} baseline")), unit="percentunit",
+              description="The productive share of each role's wall time over 5 minutes, beside the run's own "
+                          f"baseline (its median over {t.goodput_baseline_window} ending "
+                          f"{t.goodput_baseline_offset} ago); RLGoodputDrop fires when its mean over "
+                          f"{t.goodput_smooth} falls below {t.goodput_drop_ratio:g} times the baseline for "
+                          f"{t.goodput_for}."),
+        Panel("Processes per bucket: $role (seconds per second, summed over the ranks)", (
+            *_bucket_share(f'sum by (bucket) ({r.GOODPUT_BUCKET}{{{ROLE}, bucket="{_BUCKET}"}})'),
+            _q(f"sum ({r.GOODPUT_WALL}{{{ROLE}}})", "wall (processes)")), unit="short", stack=True, repeat="role",
+              width=24, unstacked=("wall (processes)",),
+              description="How many of the role's processes are in each bucket on average (each process's wall "
+                          "time advances a second per second): the buckets stack to the wall line; a bucket's "
+                          "height is GPUs or workers spent on it."),
+        Panel("Top badput buckets over the time range", (
+            _q(f'topk(5, avg by (role, bucket) (avg_over_time({share}{{{ROLE}, bucket!~"{r.PRODUCTIVE}"}}'
+               "[$__range])))", "{{role}} {{bucket}}"),), kind="bargauge", unit="percentunit",
+              description="The five largest non-productive shares of a role's wall time, averaged over the "
+                          "dashboard's time range and the selected runs."),
+        Panel("Where the time goes: chosen ranks", _bucket_share(per_rank), unit="percentunit",
+              stack=True,
+              description="The same shares for the ranks chosen in the rank dropdown (one at first: choose more "
+                          "to compare; their seconds are added)."),
+        Panel("Goodput per rank (chosen ranks)", (
+            _q(f"sum by (run, role, rank) (rate({bucket}{{{RANK}, {productive}}}[{RATE}])) / sum by (run, role, "
+               f"rank) (rate({wall}{{{RANK}}}[{RATE}]))", "{{run}} {{role}} rank {{rank}}"),), unit="percentunit"),
+        Panel("Compute ratio per rank (rank x time)", (
+            _q(f"{r.RANK_COMPUTE_RATIO}{{{ROLE}}}", "{{role}} {{rank}}"),), kind="heatmap", rows=True,
+              unit="short", width=24,
+              description="Each rank's compute rate (busy in phases, less its waits in tel.collective() blocks) "
+                          "over the median rank of its run and role: about 1 for every rank of a balanced role; a "
+                          "straggler's row runs hot (RLRankSkew fires above "
+                          f"{t.rank_skew_max:g} for {t.rank_skew_for}), the ranks waiting for it run below 1."),
+        Panel("Compute and collective waits per rank (chosen ranks)", (
+            _q(f"{r.RANK_COMPUTE}{{{RANK}}}", "{{role}} rank {{rank}} compute"),
+            _q(f"sum by (role, rank, point) (rate({wait}{{{RANK}}}[{RATE}]))",
+               "{{role}} rank {{rank}} waits at {{point}}")), unit="percentunit",
+              description="Seconds per second of wall time a rank computes, and waits at each point where ranks "
+                          "meet: the straggler computes more and waits less than the others."),
+        Panel("Seconds since the last progress (oldest process of each role)", (
+            _q(f"time() - min by (run, role) ({progress}{{{ROLE}}})", "{{run}} {{role}}"),), unit="s",
+              threshold=t.progress_stall_min_seconds,
+              description="How long ago the least recent process of each role logged a step or finished a phase "
+                          "(RLProcessNoProgress fires for a process far beyond its own usual interval while its "
+                          "endpoint answers)."),
+        Panel("Stack dumps written", (
+            _q(f"sum by (run, role, rank, reason) (increase({dumps}{{{ROLE}}}[$__range]))",
+               "{{run}} {{role}} rank {{rank}} {{reason}}"),), kind="bargauge", unit="short",
+              description="Stack dumps each process wrote over the dashboard's time range, by reason (stuck: a "
+                          "phase far beyond its usual duration; signal; http)."),
+        Panel("Last stack dumps (where)", (
+            _q(f"{contract.STACK_DUMP_INFO.exposed}{{{ROLE}}}", ""),), kind="table", width=24,
+              description="Where each process's last stack dump is (path, on the machine of its instance), for "
+                          "which phase and why: open it to see the frame each thread is in."),
+    ))
+
+
+BUILDERS = (training, phases, memory, rollout_eval, fleet, goodput)
 
 
 def dashboards(t: Thresholds = DEFAULT) -> tuple[Dashboard, ...]:
@@ -403,13 +515,23 @@ def _first_spec(panel: Panel) -> MetricSpec | None:
 
 # -- JSON --------------------------------------------------------------------------------------------------------
 
+def chain(name: str) -> tuple[str, ...]:
+    """``name`` and the variables it narrows on, from the root: ``rank`` -> job, run, role, rank."""
+    out = [name]
+    while out[-1] in PARENTS:
+        out.append(PARENTS[out[-1]])
+    return tuple(reversed(out))
+
+
 def used_variables(dashboard: Dashboard) -> tuple[str, ...]:
-    """The chain of :data:`VARIABLES` up to the last one a panel of ``dashboard`` uses."""
+    """The variables a panel of ``dashboard`` uses (in a query or a title, or repeats over) and those they narrow
+    on, in :data:`VARIABLES` order; at least job and run."""
     names = [name for name, _ in VARIABLES]
-    used = {name for panel in dashboard.panels for q in panel.queries for name in names
-            if re.search(r"\$" + name + r"\b", q.expr)}
-    last = max((names.index(n) for n in used), default=0)
-    return tuple(names[: last + 1])
+    text = [q.expr for p in dashboard.panels for q in p.queries] + [p.title for p in dashboard.panels]
+    used = {name for name in names if any(re.search(r"\$" + name + r"\b", x) for x in text)}
+    used |= {p.repeat for p in dashboard.panels if p.repeat} | {"run"}
+    shown = {v for name in used for v in chain(name)}
+    return tuple(name for name in names if name in shown)
 
 
 def _variables(dashboard: Dashboard) -> list[dict[str, object]]:
@@ -428,6 +550,9 @@ def _variables(dashboard: Dashboard) -> list[dict[str, object]]:
         # target of a shared Prometheus. The others match anything (short queries however many runs there are).
         if name != "job":
             var["allValue"] = ".*"
+        if name in ON_DEMAND:  # no "All": Grafana selects the first value, the user adds more
+            var.update(includeAll=False, current={})
+            del var["allValue"]
         out.append(var)
     return out
 
@@ -462,25 +587,45 @@ def _panel_json(panel: Panel, panel_id: int, x: int, y: int, t: Thresholds) -> d
     for i, query in enumerate(panel.queries):
         target: dict[str, object] = {"refId": chr(ord("A") + i), "datasource": DS, "expr": query.expr,
                                      "legendFormat": query.legend or "__auto", "range": True}
-        if panel.kind == "heatmap":
+        if panel.kind == "heatmap" and not panel.rows:
             target["format"] = "heatmap"
         elif panel.kind in ("stat", "bargauge", "piechart"):
             target.update(range=False, instant=True)
+        elif panel.kind == "table":
+            target.update(range=False, instant=True, format="table")
         targets.append(target)
     options: dict[str, object] = {"tooltip": {"mode": "multi", "sort": "desc"},
                                   "legend": {"showLegend": True, "displayMode": "list", "placement": "bottom"}}
-    if panel.kind == "heatmap":
+    if panel.kind == "heatmap" and panel.rows:  # a row per series (rank), coloured by value
+        options = {"calculate": False, "rowsFrame": {"layout": "auto"}, "yAxis": {"unit": "short"},
+                   "cellGap": 1, "color": {"mode": "scheme", "scheme": "RdYlBu", "reverse": True},
+                   "cellValues": {"unit": unit}}
+    elif panel.kind == "heatmap":
         options = {"calculate": False, "yAxis": {"unit": unit}, "cellGap": 1,
                    "color": {"mode": "scheme", "scheme": "Spectral"}}
+    elif panel.kind == "table":
+        options = {"showHeader": True, "cellHeight": "sm"}
     elif panel.kind in ("stat", "bargauge"):
         options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                    "orientation": "horizontal"}
     elif panel.kind == "piechart":
         options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                    "legend": {"showLegend": True, "displayMode": "table", "placement": "right"}}
-    return {"id": panel_id, "type": panel.kind, "title": panel.title, "description": description,
-            "datasource": DS, "gridPos": {"h": 8, "w": panel.width, "x": x, "y": y},
-            "fieldConfig": {"defaults": defaults, "overrides": []}, "options": options, "targets": targets}
+    overrides = [{"matcher": {"id": "byName", "options": name},
+                  "properties": [{"id": "custom.stacking", "value": {"mode": "none", "group": "A"}},
+                                 {"id": "custom.fillOpacity", "value": 0}]} for name in panel.unstacked]
+    out: dict[str, object] = {"id": panel_id, "type": panel.kind, "title": panel.title, "description": description,
+                              "datasource": DS, "gridPos": {"h": 8, "w": panel.width, "x": x, "y": y},
+                              "fieldConfig": {"defaults": defaults, "overrides": overrides}, "options": options,
+                              "targets": targets}
+    if panel.repeat:  # side by side, two a row (the panel's full width shared among them)
+        out.update(repeat=panel.repeat, repeatDirection="h", maxPerRow=2)
+    if panel.kind == "table":  # the dump's labels as columns, its constant value and timestamp hidden
+        out["transformations"] = [{"id": "organize", "options": {
+            "excludeByName": {"Time": True, "Value": True, "__name__": True, "job": True},
+            "indexByName": {name: i for i, name in enumerate(("run", "role", "rank", "instance", "path", "cluster",
+                                                              "phase", "reason"))}}}]
+    return out
 
 
 def to_json(dashboard: Dashboard) -> dict[str, object]:

@@ -9,7 +9,9 @@ its description. The reasons come from the catalog and the rules, never from a l
 - rl_otel's own ``tel.phase()`` blocks: the phase families (and ROLL's ``time/``, ``memory/`` keys it writes too);
 - a baseline: the run's own median over ``baseline_window`` ending ``baseline_offset`` ago, which exists only that
   long into a run;
-- a series that exists only when something is wrong (impossible values), or only after a run's first evaluation.
+- a series that exists only when something is wrong (impossible values), or only after a run's first evaluation;
+- the series of issue 33 (goodput, rank compute, collective waits, progress, stack dumps): what must run for a
+  process to write them, as :mod:`rl_otel.ops.contract` says (a stack dump exists only once one was written).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from rl_otel.catalog import FRAMEWORKS, Catalog, every_entry
 from rl_otel.catalog.concepts import CONCEPTS, Concept
 from rl_otel.catalog.spec import MetricSpec
+from rl_otel.ops import contract, rules
 from rl_otel.ops.promql import metric_names
 from rl_otel.ops.rules import OUT_OF_RANGE, PHASE_P90, PHASE_STARTED, RANK_SKEW, RANK_SPREAD, duration_minutes
 from rl_otel.ops.thresholds import Thresholds
@@ -40,6 +43,12 @@ _EVAL = re.compile(r"^rl_(eval|val|bench)_")
 _PHASE_OWN = frozenset({"rl_phase_duration_seconds", "rl_phase_started_timestamp_seconds"})
 _RECORDED_PHASE = {PHASE_STARTED: "rl_phase_started_timestamp_seconds", PHASE_P90: "rl_phase_duration_seconds",
                    RANK_SKEW: "rl_phase_duration_seconds", RANK_SPREAD: "rl_phase_duration_seconds"}
+# the recorded series of the issue-33 families, and the families each reads
+_GOODPUT = (contract.GOODPUT_BUCKET, contract.GOODPUT_WALL)
+_RECORDED_CONTRACT: dict[str, tuple[contract.Family, ...]] = {
+    rules.GOODPUT_BUCKET: _GOODPUT, rules.GOODPUT_SHARE: _GOODPUT, rules.GOODPUT_WALL: _GOODPUT,
+    rules.GOODPUT_RATIO: _GOODPUT, rules.GOODPUT_BASELINE: _GOODPUT, rules.LAST_PROGRESS: (contract.LAST_PROGRESS,),
+    rules.RANK_COMPUTE: (contract.RANK_COMPUTE,), rules.RANK_COMPUTE_RATIO: (contract.RANK_COMPUTE,)}
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,8 @@ class Reads:
     specs: tuple[MetricSpec, ...]
     baseline: bool
     only_when_wrong: bool
+    contracted: tuple[contract.Family, ...] = ()  # issue-33 families (whatever the catalog holds of them)
+    goodput_baseline: bool = False  # the run's own goodput baseline (its own windows)
 
 
 def spec_for(metric: str, catalog: Catalog | None = None) -> MetricSpec | None:
@@ -87,11 +98,16 @@ def _concept_of(record: str) -> Concept | None:
 def reads(exprs: Iterable[str]) -> Reads:
     """The catalog entries a panel's expressions read, directly or through the recording rules."""
     specs: dict[str, MetricSpec] = {}
-    baseline = only_when_wrong = False
+    contracted: dict[str, contract.Family] = {}
+    baseline = only_when_wrong = goodput_baseline = False
     for expr in exprs:
         for name in sorted(metric_names(expr)):
             found: list[MetricSpec | None] = []
-            if name == OUT_OF_RANGE:
+            families = _RECORDED_CONTRACT.get(name) or ((f,) if (f := contract.find(name)) else ())
+            if families:
+                contracted.update((f.name, f) for f in families)
+                goodput_baseline = goodput_baseline or name == rules.GOODPUT_BASELINE
+            elif name == OUT_OF_RANGE:
                 only_when_wrong = True
             elif name in _RECORDED_PHASE:
                 found.append(spec_for(_RECORDED_PHASE[name]))
@@ -105,7 +121,7 @@ def reads(exprs: Iterable[str]) -> Reads:
             for spec in found:
                 if spec is not None:
                     specs.setdefault(spec.name, spec)
-    return Reads(tuple(specs.values()), baseline, only_when_wrong)
+    return Reads(tuple(specs.values()), baseline, only_when_wrong, tuple(contracted.values()), goodput_baseline)
 
 
 def gpu_only(spec: MetricSpec) -> bool:
@@ -153,9 +169,19 @@ def explain(exprs: Iterable[str], t: Thresholds, needs_gpu: bool = False, when_e
     if specs and all(_EVAL.search(s.name) for s in specs):
         short.append("until the run's first evaluation")
         long.append("Written at evaluation steps only: empty until the run's first evaluation.")
+    for family in got.contracted:
+        if family.empty not in short:
+            short.append(family.empty)
+            long.append(family.why)
     if when_empty:
         short.append(when_empty)
         long.append(when_empty[0].upper() + when_empty[1:] + ".")
+    if got.goodput_baseline:
+        age = duration_minutes(t.goodput_baseline_offset) + duration_minutes(t.goodput_baseline_min_history)
+        short.append(f"the goodput baseline appears {duration_minutes(t.goodput_baseline_offset)} min into a run")
+        long.append(f"The goodput baseline is the run's own median over {t.goodput_baseline_window} ending "
+                    f"{t.goodput_baseline_offset} ago: it appears {duration_minutes(t.goodput_baseline_offset)} "
+                    f"minutes into a run (the alert waits {age}).")
     if got.baseline:
         age = duration_minutes(t.baseline_window) + duration_minutes(t.baseline_offset)
         short.append(f"the baseline appears {age} min into a run")

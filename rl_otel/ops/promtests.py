@@ -23,7 +23,8 @@ JOB = "rl_otel"
 class Firing:
     labels: dict[str, str]
     value: float
-    queried: str = ""  # what a ``{{ with ... | query }}...{{ end }}`` block of the annotations renders to
+    # what the ``{{ with ... | query }}`` / ``{{ range ... | query }}`` blocks of the annotations render to, in order
+    queried: str | tuple[str, ...] = ""
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,116 @@ def _const_fire(metric: str, healthy: float, bad: float, minutes: int, extra: di
         _s(metric, "good", 0, **extra): f"{healthy:g}x{minutes + 5}",
         _s(metric, "good", 1, **extra): f"{healthy:g}x{minutes + 5}",
     }
+
+
+STUCK_DUMP = "/logs/stuck/stack-rollout-0.txt"
+NO_PHASE_DUMP = "none written for this phase yet"
+
+
+def _no_progress_cases(t: Thresholds) -> list[Case]:
+    """hung: a rollout engine progressing every minute stops at minute 20 while its endpoint answers; fresh: one
+    progress at minute 0, none since (no interval known: stall_seconds); slow: progress every 10 minutes, none
+    since minute 20 (25 minutes is 2.5 of its intervals); down: stops and its scrapes fail (RLScrapeTargetDown's);
+    finished: its series go at minute 20 (a closed Telemetry) while the endpoint (rl-otel watch) answers."""
+    p = "rl_last_progress_timestamp_seconds"
+    end = 45
+    runs = {"hung": ("rollout", "0+60x20 1200x25", "1x45"), "fresh": ("trainer", "0x45", "1x45"),
+            "slow": ("trainer", "0x9 600x9 1200x25", "1x45"), "down": ("trainer", "0+60x20 1200x25", "1x20 0x25"),
+            "finished": ("trainer", "0+60x20", "1x45")}
+    series = {}
+    for run, (role, progress, up) in runs.items():
+        series[_s(p, run, 0, role=role)] = progress
+        series[f'up{{job="{JOB}", instance="{run}-0:9464"}}'] = up
+    dump = "/logs/hung/stack-rollout-0.txt"
+    series[_s("rl_stack_dump_info", "hung", 0, role="rollout", path=dump, cluster="", phase="",
+              reason="signal")] = "_x30 1x15"
+    hung_at, quiet = 20, int(max(t.progress_stall_min_seconds, 60 * t.progress_stall_ratio) // 60)
+    assert hung_at + quiet + _minutes(t.progress_stall_for) + 2 < end  # the hung engine fires by the end
+    assert 10 * 60 * t.progress_stall_ratio > (end - 20) * 60 > t.progress_stall_min_seconds  # slow: its own pace
+    before = int(t.stall_seconds // 60) - 1  # fresh: not pending yet
+    assert before < hung_at + quiet and t.stall_seconds + 60 * _minutes(t.progress_stall_for) < end * 60
+    labels = {"job": JOB, "rank": "0"}
+    return [Case(series, {before: [], end: [
+        Firing({**labels, "instance": "hung-0:9464", "run": "hung", "role": "rollout"}, (end - hung_at) * 60,
+               (humanize_duration(60), f"{dump} (rank 0 on hung-0:9464, signal); ")),
+        Firing({**labels, "instance": "fresh-0:9464", "run": "fresh", "role": "trainer"}, end * 60,
+               ("unknown (fewer than two progress events)", "none written by this process yet"))]})]
+
+
+def _compute_skew_case(t: Thresholds, fire: int) -> Case:
+    """Ranks that serve their compute time. straggler: rank 2 of the trainers computes 2.5x the others from minute
+    10 on, and the others wait for it at the all-reduce; rank 0 also waits inside its weight_sync phase, which
+    makes that phase 3x the median rank's (the phase rule would point at a waiting rank: a run with compute
+    series is judged on those). balanced: four trainers alike, and rollout engines computing 3x as much (another
+    role, their own median). idle: a rank 4x the others but 1.5% of the wall time more."""
+    slow = 2.5
+    assert slow > t.rank_skew_max and 0.3 * (slow - 1) > t.rank_skew_min_share > 0.015
+    series: dict[str, str] = {}
+
+    def compute(run: str, rank: int, per_s: float, role: str = "trainer", then: float | None = None) -> None:
+        values = f"0+{per_s * 60:g}x100" if then is None else \
+            f"0+{per_s * 60:g}x10 {per_s * 600 + then * 60:g}+{then * 60:g}x89"
+        series[_s("rl_rank_compute_seconds_total", run, rank, role=role)] = values
+
+    for r in range(4):
+        compute("straggler", r, 0.3, then=0.3 * slow if r == 2 else None)
+        series[_s("rl_collective_wait_seconds_total", "straggler", r, role="trainer", point="allreduce")] = \
+            "0+6x100" if r == 2 else "0+6x10 66+33x89"
+        series[_s("rl_collective_wait_seconds_total", "straggler", r, role="trainer", point="barrier")] = "0+1x100"
+        for part, per_run in (("count", "0+1x100"), ("sum", f"0+{30 if r == 0 else 10}x100")):
+            series[_s(f"rl_phase_duration_seconds_{part}", "straggler", r, cluster="actor_train",
+                      phase="weight_sync", part="total")] = per_run
+        compute("balanced", r, 0.3 + 0.01 * r)
+        compute("idle", r, 0.02 if r == 2 else 0.005)
+    for r in range(2):
+        compute("balanced", 4 + r, 0.9, role="rollout")
+    return Case(series, {40: [], fire: [
+        Firing({"job": JOB, "run": "straggler", "role": "trainer", "rank": "2"}, slow,
+               "; the other ranks wait for it at allreduce")]})
+
+
+def _goodput_series(run: str, segments: list[tuple[int, dict[str, float]]], progress_until: int | None = None,
+                    role: str = "trainer") -> dict[str, str]:
+    """One process's goodput counters (every bucket, as the runtime serves them) and its last progress, a sample a
+    minute: ``segments`` are (minutes, {bucket: share of the wall time}) one after another."""
+    from rl_otel.ops.contract import BUCKETS
+
+    totals = dict.fromkeys(BUCKETS, 0.0)
+    values: dict[str, list[float]] = {b: [0.0] for b in BUCKETS}
+    for minutes, shares in segments:
+        assert abs(sum(shares.values()) - 1) < 1e-9, shares
+        for _ in range(minutes):
+            for b in BUCKETS:
+                totals[b] += 60 * shares.get(b, 0.0)
+                values[b].append(totals[b])
+    n = len(values[BUCKETS[0]])
+    out = {_s("rl_goodput_bucket_seconds_total", run, 0, role=role, bucket=b): " ".join(f"{v:g}" for v in vals)
+           for b, vals in values.items()}
+    out[_s("rl_goodput_wall_seconds_total", run, 0, role=role)] = f"0+60x{n - 1}"
+    until = n - 1 if progress_until is None else progress_until
+    out[_s("rl_last_progress_timestamp_seconds", run, 0, role=role)] = f"0+60x{until} {until * 60}x{n - 1 - until}"
+    return out
+
+
+def _goodput_cases(t: Thresholds) -> list[Case]:
+    """starved: the trainer's goodput (0.7) falls to a quarter at minute 120, the time going to waiting; finished: a
+    run ends at minute 120 and lingers, its time all waiting and no progress (quiet: RLTrainerStalled's); dips: a
+    10-minute eval and an 18-minute checkpoint (all badput) that page nothing."""
+    healthy = {"training": 0.4, "generation": 0.3, "waiting": 0.2, "other": 0.1}
+    starved = {"training": 0.1, "generation": 0.075, "waiting": 0.725, "other": 0.1}
+    drop = 120
+    base_age = _minutes(t.goodput_baseline_offset) + _minutes(t.goodput_baseline_min_history)
+    assert base_age < drop and t.goodput_drop_ratio * 0.7 > 0.175 and t.goodput_drop_min < 0.7 - 0.175
+    fire = drop + 5 + _minutes(t.goodput_smooth) + _minutes(t.goodput_for) + 5
+    series = {**_goodput_series("starved", [(drop, healthy), (fire - drop, starved)]),
+              **_goodput_series("finished", [(drop, healthy), (fire - drop, {"waiting": 1.0})], progress_until=drop)}
+    checkpoint = 18
+    assert checkpoint < _minutes(t.goodput_for)
+    dips = _goodput_series("dips", [(100, healthy), (10, {"validation": 1.0}), (20, healthy),
+                                    (checkpoint, {"checkpointing": 1.0}), (60, healthy)])
+    labels = {"job": JOB, "run": "starved", "role": "trainer"}
+    return [Case(series, {drop + 25: [], fire: [Firing(labels, 0.175, ("70%", "waiting (+52.5% of the wall time)"))]}),
+            Case(dips, {m: [] for m in range(120, 200, 5)})]
 
 
 def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
@@ -230,14 +341,21 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
              _s("rl_phase_started_timestamp_seconds", "good", 0, cluster="actor_infer", phase="generate"):
                 "0+60x60",
              _s("rl_phase_started_timestamp_seconds", "fresh", 0, cluster="actor_train", phase="train_step"):
-                "0x60"},
+                "0x60",
+             # the stuck rank's stack dump, written at minute 25; an older dump of another phase is not shown
+             _s("rl_stack_dump_info", "stuck", 0, role="rollout", path=STUCK_DUMP, cluster="actor_infer",
+                phase="generate", reason="stuck"): "_x24 1x35",
+             _s("rl_stack_dump_info", "stuck", 1, role="trainer", path="/logs/stuck/stack-trainer-1.txt",
+                cluster="actor_train", phase="train_step", reason="signal"): "1x60"},
             {int(t.stall_seconds // 60) - 2: [],
              stuck_fire - 3: [Firing(_run(run="fresh", cluster="actor_train", phase="train_step"),
-                                     (stuck_fire - 3) * 60, "unknown (its first run)")],
+                                     (stuck_fire - 3) * 60, ("unknown (its first run)", NO_PHASE_DUMP))],
              stuck_fire: [Firing(_run(run="stuck", cluster="actor_infer", phase="generate"),
-                                 stuck_fire * 60 - stuck_at, humanize_duration(120)),
+                                 stuck_fire * 60 - stuck_at,
+                                 (humanize_duration(120), f"{STUCK_DUMP} (rank 0 on stuck-0:9464, stuck); ")),
                           Firing(_run(run="fresh", cluster="actor_train", phase="train_step"), stuck_fire * 60,
-                                 "unknown (its first run)")]})],
+                                 ("unknown (its first run)", NO_PHASE_DUMP))]})],
+        "RLProcessNoProgress": _no_progress_cases(t),
         "RLRankSkew": [Case(
             # rank 2 of the bad run turns 3x slower at minute 10; good: within 20%; tiny: 5x but 0.4s
             {**{_s(f"rl_phase_duration_seconds_{part}", run, r, cluster="actor_train", phase="train_step",
@@ -248,7 +366,9 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
              _s("rl_phase_duration_seconds_sum", "bad", 2, cluster="actor_train", phase="train_step",
                 part="total"): f"0+10x10 100+{10 * skew:g}x90"},
             {10 + _minutes(t.rank_skew_for): [],
-             skew_fire: [Firing(_run(run="bad", cluster="actor_train", phase="train_step"), skew)]})],
+             skew_fire: [Firing(_run(run="bad", cluster="actor_train", phase="train_step"), skew)]}),
+            _compute_skew_case(t, skew_fire)],
+        "RLGoodputDrop": _goodput_cases(t),
         "RLMetricImpossible": [Case(
             {_s("rl_perf_mfu_ratio", "bad", 0, cluster="actor"): "0.4x5 1.7x20",
              _s("rl_response_length", "bad", 0, stat="mean"): "200x5 -3x20",
@@ -279,9 +399,8 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
     }
 
 
-_TEMPLATE = re.compile(r"\{\{\s*(\$labels\.(\w+)|\$value \| printf \"(%[^\"]+)\"|\$value \| (humanizeDuration))"
-                       r"\s*\}\}")
-_QUERY = re.compile(r"\{\{ with .*? \| query \}\}.*?\{\{ end \}\}")
+_ACTION = re.compile(r"\{\{\s*(.*?)\s*\}\}")
+_VALUE = re.compile(r'\$value \| (?:printf "(%[^"]+)"|(humanizeDuration)|(humanizePercentage))')
 
 
 def humanize_duration(seconds: float) -> str:
@@ -295,14 +414,56 @@ def humanize_duration(seconds: float) -> str:
     return f"{m}m {sec}s" if m else f"{sec}s"
 
 
-def render(template: str, labels: dict[str, str], value: float, queried: str = "") -> str:
+def humanize_percentage(fraction: float) -> str:
+    """Prometheus' ``humanizePercentage``: ``fmt.Sprintf("%.4g%%", v*100)``."""
+    return f"{fraction * 100:.4g}%"
+
+
+def _value(action: str, value: float) -> str:
+    m = _VALUE.fullmatch(action)
+    if m is None:
+        raise ValueError(f"the annotation renderer does not know {{{{ {action} }}}}")
+    if m.group(1):
+        return m.group(1) % value
+    return humanize_duration(value) if m.group(2) else humanize_percentage(value)
+
+
+def render(template: str, labels: dict[str, str], value: float, queried: str | tuple[str, ...] = "") -> str:
     """The template forms the rules use: ``{{ $labels.x }}``, ``{{ $value | printf "%.3g" }}``, ``{{ $value |
-    humanizeDuration }}``, and a ``{{ with ... | query }}...{{ end }}`` block, replaced by ``queried``."""
-    def sub(m: re.Match[str]) -> str:
-        if m.group(2):
-            return labels.get(m.group(2), "")
-        return humanize_duration(value) if m.group(4) else m.group(3) % value
-    return _TEMPLATE.sub(sub, _QUERY.sub(lambda _m: queried, template))
+    humanizeDuration }}`` and ``humanizePercentage``, ``{{ if $labels.x }}...{{ else }}...{{ end }}``, and
+    ``{{ with ... | query }}`` / ``{{ range ... | query }}`` blocks (their ``{{ else }}`` included), each replaced
+    by the next of ``queried`` (what the block renders to: written by hand in the cases, so a wrong query fails)."""
+    answers = iter((queried,) if isinstance(queried, str) else queried)
+    out: list[str] = []
+    # a stack of (emitting, kind): an if's branch emits when its condition held; a query block emits nothing itself
+    stack: list[tuple[bool, str]] = []
+    last = 0
+    for m in _ACTION.finditer(template):
+        emitting = all(e for e, _ in stack)
+        if emitting:
+            out.append(template[last:m.start()])
+        last = m.end()
+        action = m.group(1)
+        if action.startswith("if $labels."):
+            stack.append((bool(labels.get(action.removeprefix("if $labels."), "")), "if"))
+        elif action.startswith(("with ", "range ")) and action.endswith("| query"):
+            if emitting:
+                out.append(next(answers, ""))
+            stack.append((False, "query"))
+        elif action == "else":
+            held, kind = stack.pop()
+            stack.append((not held and kind == "if", kind))
+        elif action == "end":
+            stack.pop()
+        elif not emitting:
+            continue
+        elif action.startswith("$labels."):
+            out.append(labels.get(action.removeprefix("$labels."), ""))
+        else:
+            out.append(_value(action, value))
+    if all(e for e, _ in stack):
+        out.append(template[last:])
+    return "".join(out)
 
 
 def _expected(alert: Alert, firing: Firing, links: RunbookLinks | None) -> dict[str, object]:

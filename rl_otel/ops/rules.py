@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 
 from rl_otel.catalog.concepts import NON_FINITE_WATCHED, SANE_RANGES, concept
-from rl_otel.ops import runbook
+from rl_otel.ops import contract, runbook
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
 
 RUN = "job, run"
@@ -128,6 +128,17 @@ PHASE_P90 = "run_phase:rl_phase_duration_seconds:p90"
 RANK_SKEW = "run_phase:rl_phase_duration_seconds:rank_skew"
 RANK_SPREAD = "run_phase:rl_phase_duration_seconds:rank_spread_seconds"
 OUT_OF_RANGE = "run:rl_metric_out_of_range:count"
+# Goodput per run and role (the process's role: trainer, explorer, rollout, ...), stragglers per rank, progress
+ROLE = "job, run, role"
+GOODPUT_BUCKET = "run_role_bucket:rl_goodput_bucket_seconds:rate5m"
+GOODPUT_SHARE = "run_role_bucket:rl_goodput_bucket_seconds:share_rate5m"
+GOODPUT_WALL = "run_role:rl_goodput_wall_seconds:rate5m"
+GOODPUT_RATIO = "run_role:rl_goodput:ratio_rate5m"
+GOODPUT_BASELINE = GOODPUT_RATIO + "_baseline"
+LAST_PROGRESS = "run_role:rl_last_progress_timestamp_seconds:max"
+RANK_COMPUTE = "run_role_rank:rl_rank_compute:rate5m"
+RANK_COMPUTE_RATIO = "run_role_rank:rl_rank_compute_ratio:rate5m"
+PRODUCTIVE = "|".join(contract.PRODUCTIVE)  # a label regex: bucket=~"generation|training|inference"
 
 
 def baseline(name: str) -> str:
@@ -182,6 +193,31 @@ def _phase_mean_per_rank(t: Thresholds) -> str:
     return f"(rate({sel.format('sum')}[{t.rank_skew_window}]) / rate({sel.format('count')}[{t.rank_skew_window}]))"
 
 
+def _goodput_rules(t: Thresholds) -> tuple[Recording, ...]:
+    """Where a role's wall time goes (seconds per second of wall, summed over its ranks), its productive share and
+    the run's own baseline of it; the last progress of a role; each rank's compute rate and its ratio to the median
+    rank of its run and role (the straggler computes more, the ranks waiting on it less: a rank's wait at a
+    collective is no compute)."""
+    bucket, wall = contract.GOODPUT_BUCKET.exposed, contract.GOODPUT_WALL.exposed
+    return (
+        Recording(GOODPUT_BUCKET, f"sum by ({ROLE}, bucket) (rate({bucket}[5m]))"),
+        # a finished process that lingers advances nothing a timing key counts: no 0/0 from it
+        Recording(GOODPUT_WALL, f"sum by ({ROLE}) (rate({wall}[5m])) > 0"),
+        Recording(GOODPUT_SHARE, f"{GOODPUT_BUCKET} / on ({ROLE}) group_left () {GOODPUT_WALL}"),
+        # a role with no productive bucket served at all has a goodput of 0, not none
+        Recording(GOODPUT_RATIO, f'(sum by ({ROLE}) ({GOODPUT_BUCKET}{{bucket=~"{PRODUCTIVE}"}}) or 0 * '
+                                 f"{GOODPUT_WALL}) / {GOODPUT_WALL}"),
+        Recording(GOODPUT_BASELINE, f"quantile_over_time(0.5, {GOODPUT_RATIO}[{t.goodput_baseline_window}] offset "
+                                    f"{t.goodput_baseline_offset})"),
+        # a process of an rl_otel without the progress gauge: its last step
+        Recording(LAST_PROGRESS, f"max by ({ROLE}) ({contract.LAST_PROGRESS.exposed} or "
+                                 "rl_last_step_timestamp_seconds)"),
+        Recording(RANK_COMPUTE, f"sum by ({ROLE}, rank) (rate({contract.RANK_COMPUTE.exposed}[5m]))"),
+        Recording(RANK_COMPUTE_RATIO, f"{RANK_COMPUTE} / on ({ROLE}) group_left () "
+                                      f"(quantile by ({ROLE}) (0.5, {RANK_COMPUTE}) > 0)"),
+    )
+
+
 def recording_rules(t: Thresholds = DEFAULT) -> tuple[Recording, ...]:
     """The recorded series dashboards and alerts share."""
     throughput = concept("throughput").record
@@ -210,7 +246,117 @@ def recording_rules(t: Thresholds = DEFAULT) -> tuple[Recording, ...]:
         Recording(RANK_SKEW, f"max by ({PHASE}) ({mean}) / quantile by ({PHASE}) (0.5, {mean})"),
         Recording(RANK_SPREAD, f"max by ({PHASE}) ({mean}) - quantile by ({PHASE}) (0.5, {mean})"),
         Recording(OUT_OF_RANGE, _out_of_range()),
+        *_goodput_rules(t),
     )
+
+
+def _query(promql: str, args: str) -> str:
+    """The pipeline of a Go template action running ``promql`` (a printf format, written as a raw string) with
+    ``args``: ``printf `x{job=%q}` $labels.job | query``."""
+    return f"printf `{promql}` {args} | query"
+
+
+def _dumps(matchers: str, args: str, none: str) -> str:
+    """Where the alerted processes' last stack dumps are (rl_stack_dump_info's ``path``, on the machine of its
+    ``instance``), matched on the alert's job and run and ``matchers`` (the remaining printf format and its
+    ``args``); ``none`` when no dump matches. At most three are listed."""
+    dump = contract.STACK_DUMP_INFO.exposed
+    return ("{{ range " + _query(f"topk(3, {dump}{{job=%q, run=%q, {matchers}}})", f"$labels.job $labels.run {args}")
+            + " }}{{ .Labels.path }} (rank {{ .Labels.rank }} on {{ .Labels.instance }}, {{ .Labels.reason }}); "
+            "{{ else }}" + none + "{{ end }}")
+
+
+def _no_progress(t: Thresholds) -> Alert:
+    """A process whose endpoint answers (up) but whose last progress (a logged step, a finished phase) is far older
+    than its own mean interval between progress over the history window: alive but hung (a rollout engine whose
+    requests never end, a trainer deadlocked in a collective). Without two progress events in the window, older
+    than ``stall_seconds``. A finished run's processes close their endpoints: their series go, and so does the
+    alert; ``up`` keeps a process whose scrapes fail out (RLScrapeTargetDown speaks for it)."""
+    p, w = contract.LAST_PROGRESS.exposed, t.progress_history_window
+    age = f"time() - {p}"
+    interval = f"(({p} - min_over_time({p}[{w}])) / changes({p}[{w}]))"
+    expr = (f"(({age} > {t.progress_stall_ratio:g} * {interval} and {age} > {t.progress_stall_min_seconds:g}) or "
+            f"({age} > {t.stall_seconds:g} unless changes({p}[{w}]) > 0)) and on (job, instance) "
+            f'up{{job=~"{JOB_REGEX}"}} == 1')
+    who = "{{ $labels.role }} rank {{ $labels.rank }} of run {{ $labels.run }} ({{ $labels.instance }})"
+    sel = "job=%[1]q, run=%[2]q, role=%[3]q, rank=%[4]q, instance=%[5]q"
+    args = "$labels.job $labels.run $labels.role $labels.rank $labels.instance"
+    usual = ("{{ with " + _query(f"(({p}{{{sel}}} - min_over_time({p}{{{sel}}}[{w}])) / changes({p}{{{sel}}}[{w}])) "
+                                 "> 0", args)
+             + " }}{{ . | first | value | humanizeDuration }}{{ else }}unknown (fewer than two progress events)"
+             "{{ end }}")
+    return Alert(
+        "RLProcessNoProgress", expr, t.progress_stall_for, "critical",
+        f"Process {who} is up but made no progress for {{{{ $value | humanizeDuration }}}}",
+        f"The endpoint of {who} answers, but the process logged no step and finished no phase for "
+        f"{{{{ $value | humanizeDuration }}}}; its mean interval between progress over the last {w} is {usual} "
+        f"(fires above {t.progress_stall_ratio:g} times it and {t.progress_stall_min_seconds:g}s, or "
+        f"{t.stall_seconds:g}s without one): alive but hung (an engine whose requests never end, a collective "
+        "waiting for a dead peer, a lock). Stack dumps: "
+        + _dumps("role=%q, rank=%q", "$labels.role $labels.rank", "none written by this process yet") + ".")
+
+
+def _rank_skew(t: Thresholds) -> Alert:
+    """The slow rank, named. Where ranks serve ``rl_rank_compute_seconds_total`` (busy time in phases less the
+    waits at ``tel.collective()`` points), a rank computing ``rank_skew_max`` times the median rank of its run and
+    role: the straggler computes more per second of wall time, the ranks waiting on it less (their wait is no
+    compute), so a waiting rank is never named, however long its phases look. A run without those series keeps the
+    phase rule (the slowest rank's mean phase duration against the median rank's): it names no rank, since a rank
+    waiting for a straggler inside the phase looks slower there than the straggler does."""
+    compute = (f"({RANK_COMPUTE_RATIO} > {t.rank_skew_max:g} and on ({ROLE}, rank) ({RANK_COMPUTE} - on ({ROLE}) "
+               f"group_left () quantile by ({ROLE}) (0.5, {RANK_COMPUTE}) > {t.rank_skew_min_share:g}))")
+    phases = (f"(({RANK_SKEW} > {t.rank_skew_max:g} and {RANK_SPREAD} > {t.rank_skew_min_seconds:g}) unless on "
+              f"(job, run) {RANK_COMPUTE})")
+    value = '{{ $value | printf "%.3g" }}'
+    wait = contract.COLLECTIVE_WAIT.exposed
+    waits = ("{{ with " + _query(f"topk(1, sum by (point) (rate({wait}{{job=%q, run=%q, role=%q, rank!=%q}}[5m])))",
+                                 "$labels.job $labels.run $labels.role $labels.rank")
+             + " }}; the other ranks wait for it at {{ . | first | label \"point\" }}{{ end }}")
+    return Alert(
+        "RLRankSkew", f"{compute} or {phases}", t.rank_skew_for, "warning",
+        "Run {{ $labels.run }}: {{ if $labels.rank }}rank {{ $labels.rank }} ({{ $labels.role }}) computes "
+        f"{value}x the median rank{{{{ else }}}}a rank of {{{{ $labels.cluster }}}}/{{{{ $labels.phase }}}} is "
+        f"{value}x slower than the median rank{{{{ end }}}}",
+        "{{ if $labels.rank }}Over 5m, rank {{ $labels.rank }} of role {{ $labels.role }} in run {{ $labels.run }} "
+        f"spent {value} times the median rank's time computing (busy in phases, less its waits at "
+        f"tel.collective() points; threshold {t.rank_skew_max:g}, and {t.rank_skew_min_share:g} of the wall time "
+        f"more), for {t.rank_skew_for}: it is the straggler" + waits + ". "
+        f"{{{{ else }}}}Over {t.rank_skew_window}, the slowest rank's mean duration of phase "
+        f"{{{{ $labels.cluster }}}}/{{{{ $labels.phase }}}} is {value} times the median rank's (threshold "
+        f"{t.rank_skew_max:g}, and {t.rank_skew_min_seconds:g}s slower), for {t.rank_skew_for}; which rank is not "
+        "named: this run serves no rl_rank_compute_seconds_total, and phase times alone cannot tell the slow rank "
+        "from the ranks waiting on it. {{ end }}A slow GPU or node, thermal throttling, an unbalanced data shard.")
+
+
+def _goodput_drop(t: Thresholds) -> Alert:
+    """A role's goodput (productive share of its wall time) well below the run's own baseline: its mean over
+    ``goodput_smooth`` below ``goodput_drop_ratio`` times the baseline and ``goodput_drop_min`` under it, for
+    ``goodput_for`` (a checkpoint or an eval shorter than that never pages), once the baseline holds
+    ``goodput_baseline_min_history`` of the run, while the role still makes progress (a finished run that lingers,
+    or a hung one, is another alert's: RLTrainerStalled, RLProcessNoProgress)."""
+    x = f"avg_over_time({GOODPUT_RATIO}[{t.goodput_smooth}])"
+    age = (f"{duration_minutes(t.goodput_baseline_offset) + duration_minutes(t.goodput_baseline_min_history)}m")
+    expr = (f"({x} < {t.goodput_drop_ratio:g} * {GOODPUT_BASELINE} and {GOODPUT_BASELINE} - {x} > "
+            f"{t.goodput_drop_min:g} and {GOODPUT_RATIO} offset {age}) and on ({ROLE}) {LAST_PROGRESS} > time() - "
+            f"{duration_minutes(t.goodput_smooth) * 60}")
+    sel = "job=%[1]q, run=%[2]q, role=%[3]q"
+    args = "$labels.job $labels.run $labels.role"
+    baseline = ("{{ with " + _query(f"{GOODPUT_BASELINE}{{{sel}}}", args)
+                + " }}{{ . | first | value | humanizePercentage }}{{ end }}")
+    grew = ("{{ with " + _query(
+        f'topk(1, {GOODPUT_SHARE}{{{sel}, bucket!~"{PRODUCTIVE}"}} - (avg_over_time({GOODPUT_SHARE}{{{sel}}}'
+        f"[{t.goodput_baseline_window}] offset {t.goodput_baseline_offset}) or 0 * {GOODPUT_SHARE}{{{sel}}}))",
+        args) + ' }}{{ . | first | label "bucket" }} (+{{ . | first | value | humanizePercentage }} of the wall '
+        "time){{ else }}unknown{{ end }}")
+    who = "role {{ $labels.role }} of run {{ $labels.run }}"
+    return Alert(
+        "RLGoodputDrop", expr, t.goodput_for, "warning",
+        "Run {{ $labels.run }}: goodput of {{ $labels.role }} fell to {{ $value | humanizePercentage }}",
+        f"The productive share ({', '.join(contract.PRODUCTIVE)}) of the wall time of {who}, its mean over "
+        f"{t.goodput_smooth}, is {{{{ $value | humanizePercentage }}}}: below {t.goodput_drop_ratio:g} times the "
+        f"run's own baseline of {baseline} (its median over {t.goodput_baseline_window} ending "
+        f"{t.goodput_baseline_offset} ago) and {t.goodput_drop_min:g} under it, for {t.goodput_for}. The badput "
+        f"bucket that grew most against the baseline: {grew}.")
 
 
 def alerts(t: Thresholds = DEFAULT) -> tuple[Alert, ...]:
@@ -361,15 +507,12 @@ def alerts(t: Thresholds = DEFAULT) -> tuple[Alert, ...]:
               "$labels.cluster $labels.phase | query }}{{ . | first | value | humanizeDuration }}{{ else }}"
               "unknown (its first run){{ end }}"
               f" (fires above {t.phase_stuck_ratio:g} times the p90 and {t.phase_stuck_min_seconds:g}s, or "
-              f"{t.stall_seconds:g}s without a p90)."),
-        Alert("RLRankSkew", f"{RANK_SKEW} > {t.rank_skew_max:g} and {RANK_SPREAD} > {t.rank_skew_min_seconds:g}",
-              t.rank_skew_for, "warning",
-              f"Run {run}: a rank of {{{{ $labels.cluster }}}}/{{{{ $labels.phase }}}} is {value}x slower than the "
-              "median rank",
-              f"Over {t.rank_skew_window}, the slowest rank's mean duration of phase {{{{ $labels.cluster }}}}/"
-              f"{{{{ $labels.phase }}}} is {value} times the median rank's (threshold {t.rank_skew_max:g}, and "
-              f"{t.rank_skew_min_seconds:g}s slower), for {t.rank_skew_for}: a straggler (a slow GPU or node, "
-              "thermal throttling, an unbalanced data shard)."),
+              f"{t.stall_seconds:g}s without a p90). Stack dumps: "
+              + _dumps("cluster=%q, phase=%q", "$labels.cluster $labels.phase", "none written for this phase yet")
+              + "."),
+        _no_progress(t),
+        _rank_skew(t),
+        _goodput_drop(t),
         Alert("RLMetricImpossible", f"{OUT_OF_RANGE} > 0", t.sanity_for, "warning",
               f"Run {run}: {{{{ $labels.metric }}}} reports values that cannot be true",
               f"{value} series of {{{{ $labels.metric }}}} in run {run} are out of their possible range (a fraction "

@@ -88,6 +88,26 @@ class Thresholds:
     rank_skew_min_seconds: float = 10     # ... and slower by at least this many seconds
     rank_skew_window: str = "15m"
     rank_skew_for: str = "30m"            # persistent, not one slow step
+    # ... and, where ranks serve rl_rank_compute_seconds_total, a rank computing rank_skew_max times the median
+    # rank of its run and role, and this much more of its wall time (a rank that computes 2% of the time is no
+    # straggler at 4%)
+    rank_skew_min_share: float = 0.05
+    # Goodput: the productive share (generation, training, inference) of a role's wall time against the run's own
+    # baseline, the median of its 5-minute goodput over goodput_baseline_window ending goodput_baseline_offset ago
+    # (longer than the smoothing plus `for`, so the drop being judged is not yet in it)
+    goodput_smooth: str = "30m"           # the alert reads the mean goodput over this window ...
+    goodput_drop_ratio: float = 0.5       # ... below half the baseline ...
+    goodput_drop_min: float = 0.1         # ... and at least 10 points of wall time below it ...
+    goodput_for: str = "20m"              # ... for this long: a checkpoint or an eval shorter than this never pages
+    goodput_baseline_window: str = "6h"
+    goodput_baseline_offset: str = "1h"
+    goodput_baseline_min_history: str = "30m"  # the baseline needs this much of the run's goodput before it counts
+    # Alive but no progress: a process whose last progress (a logged step, a finished phase) is far older than its
+    # own usual interval between progress, while its endpoint answers
+    progress_stall_ratio: float = 10.0    # older than 10x its mean interval over progress_history_window ...
+    progress_stall_min_seconds: float = 900  # ... and than 15 min (no interval known yet: stall_seconds)
+    progress_history_window: str = "6h"
+    progress_stall_for: str = "5m"
     # Metrics that cannot be true (fractions outside [0, 1], MFU above 1, negative lengths or durations)
     sanity_for: str = "5m"
     # Resources and speed
