@@ -27,6 +27,7 @@ from rl_otel.catalog import Catalog
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
 
+    from rl_otel._internal.pipeline.goodput import Collective
     from rl_otel._internal.tracing.phase import Phase
 
 __all__ = ["HistogramValue", "Telemetry"]
@@ -160,7 +161,7 @@ class Telemetry:
 
     def phase(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None = None,
               offload: Callable[[], Any] | None = None, step: int | None = None,
-              parent: Mapping[str, str] | None = None) -> Phase:
+              parent: Mapping[str, str] | None = None, bucket: str | None = None) -> Phase:
         """Time and trace one phase of a cluster, as ROLL's ``state_offload_manager`` does, always on::
 
             with tel.phase("actor_train", "train_step", onload=strategy.load_states,
@@ -169,10 +170,24 @@ class Telemetry:
 
         The span ``{cluster}/{phase}`` with children ``onload``, ``execute``, ``offload``; ROLL's ``time/...`` and
         ``memory/...`` keys (to the trackers with the next ``log()``), ``rl_phase_duration_seconds`` and, on a GPU,
-        the phase's GPU time. ``parent``: a carrier from ``Phase.carrier()`` in another process. The callables'
-        and the body's exceptions propagate; telemetry never raises. Details: ``docs/logging.md``."""
-        return self._components.phase_runtime().open(_one_segment(cluster, self._recorder), _one_segment(
-            phase, self._recorder), onload=onload, offload=offload, step=step, parent=parent)
+        the phase's GPU time. ``parent``: a carrier from ``Phase.carrier()`` in another process. ``bucket``: the
+        goodput bucket of its ``execute`` part (``"training"``, ...; default: its name's, ``docs/goodput.md``). The
+        callables' and the body's exceptions propagate; telemetry never raises. Details: ``docs/logging.md``."""
+        return self._components.phase_runtime().open(
+            _one_segment(cluster, self._recorder), _one_segment(phase, self._recorder), onload=onload,
+            offload=offload, step=step, parent=parent,
+            bucket=None if bucket is None else self._recorder.goodput.known_bucket(bucket))
+
+    def collective(self, point: str) -> Collective:
+        """Time a blocking wait where ranks meet, around a collective or a barrier::
+
+            with tel.collective("allreduce"):
+                dist.all_reduce(grads)
+
+        Counted in ``rl_collective_wait_seconds_total{point}`` and the ``waiting`` goodput bucket, never in
+        ``rl_rank_compute_seconds_total``, even inside a phase: the rank the others wait for is the one that
+        computes longest. Never raises; the body's exceptions propagate. Details: ``docs/goodput.md``."""
+        return self._recorder.goodput.collective(str(point))
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every submitted job has run, the phases' GPU times are known and the trackers have written
