@@ -137,10 +137,15 @@ class Goodput:
             frame = Frame(bucket, point)
             with self._lock:
                 t = perf_counter()
+                last = self._t
                 if not self.phased:
                     self._start_timeline(t)
-                else:
-                    self._commit(t)
+                elif t > last:  # _commit(t), written out: this runs at every phase
+                    self._t = t
+                    if self._stacks:
+                        self._compute += self._spread(t - last, self._buckets, self._waits)
+                    else:
+                        self._buckets[WAITING] += t - last
                 if point is not None and point not in self._waits:
                     if len(self._waits) >= MAX_POINTS:
                         frame.point = point = OTHER_POINT
@@ -169,7 +174,11 @@ class Goodput:
         """Close the frame (wherever it is on its thread's stack: blocks may end out of order)."""
         try:
             with self._lock:
-                self._commit(perf_counter())
+                t = perf_counter()
+                last = self._t
+                if last is not None and t > last:  # _commit(t), written out: this runs at every phase
+                    self._t = t
+                    self._compute += self._spread(t - last, self._buckets, self._waits)
                 stack = self._stacks.get(frame.ident)
                 if stack is not None:
                     if stack and stack[-1] is frame:
@@ -224,6 +233,14 @@ class Goodput:
         if not stacks:
             buckets[WAITING] += seconds
             return 0.0
+        if len(stacks) == 1:  # one thread in phases: the common case
+            for stack in stacks.values():
+                frame = stack[-1]
+                buckets[frame.bucket] += seconds
+                if frame.point is not None:
+                    waits[frame.point] += seconds
+                    return 0.0
+                return seconds if frame.busy else 0.0
         share = seconds / len(stacks)
         busy = 0.0
         for stack in stacks.values():
