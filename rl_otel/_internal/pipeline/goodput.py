@@ -140,7 +140,7 @@ class Goodput:
                 last = self._t
                 if not self.phased:
                     self._start_timeline(t)
-                elif t > last:  # _commit(t), written out: this runs at every phase
+                elif last is not None and t > last:  # _commit(t), written out: this runs at every phase
                     self._t = t
                     if self._stacks:
                         self._compute += self._spread(t - last, self._buckets, self._waits)
