@@ -26,18 +26,15 @@ from rl_otel.catalog import Catalog
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
 
+    from rl_otel._internal.pipeline.goodput import Collective
     from rl_otel._internal.tracing.phase import Phase
 
 __all__ = ["HistogramValue", "Telemetry"]
 
 
 class Telemetry:
-    """The handle a training loop logs through; create it with :func:`rl_otel.init`.
-
-    Thread-safe: ``log()`` may be called from several threads. ``close()`` runs once; the object is also a
-    context manager. Nothing on the per-step path raises: bad values are skipped with one warning per key and
-    counted in ``rl_telemetry_errors_total{sink="input"}``.
-    """
+    """The handle a training loop logs through; create it with :func:`rl_otel.init`. Thread-safe; a context
+    manager; nothing on the per-step path raises (a bad value is skipped, said once and counted)."""
 
     def __init__(self, config: TelemetryConfig, catalog: Catalog) -> None:
         self.config = config
@@ -86,14 +83,9 @@ class Telemetry:
         return None if self._closed else self._components.user_meter_provider()
 
     def value(self, key: str, /, **labels: str) -> float | HistogramValue | None:
-        """What the scrape endpoint serves now for one series, in base units (bytes, seconds); ``None`` when it
-        serves none::
-
-            tel.value("critic/score/mean")                  # a key as logged: 0.41
-            tel.value("rl_telemetry_errors_total", sink="input", reason="bad_value")   # a family and its labels
-
-        Waits (bounded) for the :meth:`submit` jobs submitted before it, as a scrape does. A histogram gives a
-        :class:`~rl_otel.HistogramValue`. For tests, checks and tools, not the per-step path."""
+        """What the scrape endpoint serves now for one series (base units; ``None``: none), for a key as logged
+        (``tel.value("critic/score/mean")``) or a family and its labels (``tel.value("rl_telemetry_errors_total",
+        sink="input", reason="bad_value")``). Waits (bounded) for earlier :meth:`submit` jobs, as a scrape does."""
         return self._recorder.value(key, labels)
 
     def log(self, metrics: Mapping[str, object], step: int | None = None, *, wait_for_trackers: bool = False) -> None:
@@ -139,19 +131,30 @@ class Telemetry:
 
     def phase(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None = None,
               offload: Callable[[], Any] | None = None, step: int | None = None,
-              parent: Mapping[str, str] | None = None) -> Phase:
+              parent: Mapping[str, str] | None = None, bucket: str | None = None) -> Phase:
         """Time and trace one phase of a cluster, as ROLL's ``state_offload_manager`` does, always on::
 
             with tel.phase("actor_train", "train_step", onload=strategy.load_states,
                            offload=strategy.offload_states):
                 train()
 
-        The span ``{cluster}/{phase}`` with children ``onload``, ``execute``, ``offload``; ROLL's ``time/...`` and
-        ``memory/...`` keys (to the trackers with the next ``log()``), ``rl_phase_duration_seconds`` and, on a GPU,
-        the phase's GPU time. ``parent``: a carrier from ``Phase.carrier()`` in another process. The callables'
-        and the body's exceptions propagate; telemetry never raises. Details: ``docs/logging.md``."""
-        return self._components.phase_runtime().open(self._recorder.segment(cluster), self._recorder.segment(phase),
-                                                     onload=onload, offload=offload, step=step, parent=parent)
+        Spans, ROLL's ``time/`` and ``memory/`` keys, ``rl_phase_duration_seconds`` (and the GPU time on a GPU).
+        ``parent``: a carrier from ``Phase.carrier()`` in another process; ``bucket``: the goodput bucket of its
+        ``execute`` part (default: its name's). Your code's exceptions propagate. Details: ``docs/logging.md``."""
+        recorder = self._recorder
+        return self._components.phase_runtime().open(
+            recorder.segment(cluster), recorder.segment(phase), onload=onload, offload=offload, step=step,
+            parent=parent, bucket=None if bucket is None else recorder.goodput.known_bucket(bucket))
+
+    def collective(self, point: str) -> Collective:
+        """Time a blocking wait where ranks meet, around a collective or a barrier::
+
+            with tel.collective("allreduce"):
+                dist.all_reduce(grads)
+
+        Counted in ``rl_collective_wait_seconds_total{point}`` and the ``waiting`` bucket, never as the rank's
+        compute time (the rank the others wait for computes longest). Details: ``docs/goodput.md``."""
+        return self._recorder.goodput.collective(str(point))
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every submitted job has run, the phases' GPU times are known and the trackers have written
@@ -159,16 +162,12 @@ class Telemetry:
         return self._components.flush(timeout_s)
 
     def close(self) -> None:
-        """Flush and close the trackers (bounded by ``close_timeout_s``), stop serving. Idempotent; never raises.
-        A SIGTERM or SIGINT arriving meanwhile is delivered once the close is over, to the handler it would have
-        met without rl_otel. A failing step is counted in ``rl_telemetry_errors_total{sink="close"}`` and the
-        later steps still run."""
+        """Flush and close the trackers (bounded by ``close_timeout_s``), stop serving. Idempotent; never raises;
+        a SIGTERM or SIGINT arriving meanwhile is delivered once the close is over (``docs/failure-behaviour.md``)."""
         with self._close_lock:
             if self._closed:
                 return
-            signals = self._components.signals
-            if signals is not None:  # from now on a SIGTERM/SIGINT waits for the end of this close
-                signals.begin_close()
+            self._components.begin_close()  # from now on a SIGTERM/SIGINT waits for the end of this close
             self._closed = True
         atexit.unregister(self._close_at_exit)
         self._components.close()

@@ -7,12 +7,14 @@ were read off the frameworks' code (versions in each file's header); the tests c
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from rl_otel.catalog import Resolution, default_catalog
 from rl_otel.catalog.concepts import CONCEPTS, Concept, Source
+from rl_otel.catalog.goodput_nesting import Loop
 
 DATA = Path(__file__).resolve().parent / "data" / "frameworks"
 FRAMEWORKS = ("trl", "verl", "roll", "trinity")  # the shared catalog's (tests/test_catalog_frameworks.py)
@@ -154,3 +156,34 @@ def concept_sources(keys: list[FixtureKey], c: Concept) -> dict[str, Source]:
         if source is not None:
             out[k.key] = source
     return out
+
+
+def step_values(loop: Loop, rng: random.Random) -> dict[str, float]:
+    """One step's timing values (seconds) of a training loop, consistent with its containment facts
+    (``rl_otel.catalog.goodput_nesting``): a part a few seconds, a container its parts' sum plus up to 10% untimed,
+    an overlapping key (a statistic, a concurrent timer) a share of its container."""
+    nests = {n.key: n for n in loop.nests}
+    values: dict[str, float] = {}
+
+    def share(key: str, total: float) -> None:  # an overlapping key and what it contains, inside ``total``
+        values[key] = total
+        nest = nests.get(key)
+        for part in nest.parts if nest else ():
+            share(part, total / len(nest.parts) * rng.uniform(0.5, 1.0))
+        for other in nest.overlapping if nest else ():
+            share(other, total * rng.uniform(0.05, 1.0))
+
+    def value(key: str) -> float:
+        if key not in values:
+            nest = nests.get(key)
+            if nest and nest.parts:
+                values[key] = sum(value(p) for p in nest.parts) * rng.uniform(1.0, 1.1)
+            else:
+                values[key] = rng.uniform(1.0, 10.0)
+            for other in nest.overlapping if nest else ():
+                share(other, values[key] * rng.uniform(0.05, 1.0))
+        return values[key]
+
+    for key in (*([loop.step] if loop.step else []), *loop.top, *(n.key for n in loop.nests)):
+        value(key)
+    return values

@@ -29,7 +29,7 @@ from rl_otel.catalog.goodput import (
     step_key_of,
 )
 from rl_otel.catalog.goodput_nesting import LOOPS, Loop
-from tests.frameworks import ALL_FRAMEWORKS, load, watched_keys
+from tests.frameworks import ALL_FRAMEWORKS, load, step_values, watched_keys
 
 REPO = Path(__file__).resolve().parents[1]
 TIME_UNITS = ("s", "ms", "min")
@@ -172,36 +172,6 @@ def test_a_loop_s_step_key_is_its_process_step_and_nothing_else_is(loop: Loop):
             assert not is_step_duration(res.spec, res.labels), f"{key!r} is not {loop.name}'s step"
 
 
-def _values(loop: Loop, rng: random.Random) -> dict[str, float]:
-    """One step's values consistent with the loop's facts: a part a few seconds, a container its parts' sum plus
-    up to 10% untimed, an overlapping key (a statistic, a concurrent timer) a share of its container."""
-    nests = {n.key: n for n in loop.nests}
-    values: dict[str, float] = {}
-
-    def share(key: str, total: float) -> None:  # an overlapping key and what it contains, inside ``total``
-        values[key] = total
-        nest = nests.get(key)
-        for part in nest.parts if nest else ():
-            share(part, total / len(nest.parts) * rng.uniform(0.5, 1.0))
-        for other in nest.overlapping if nest else ():
-            share(other, total * rng.uniform(0.05, 1.0))
-
-    def value(key: str) -> float:
-        if key not in values:
-            nest = nests.get(key)
-            if nest and nest.parts:
-                values[key] = sum(value(p) for p in nest.parts) * rng.uniform(1.0, 1.1)
-            else:
-                values[key] = rng.uniform(1.0, 10.0)
-            for other in nest.overlapping if nest else ():
-                share(other, values[key] * rng.uniform(0.05, 1.0))
-        return values[key]
-
-    for key in (*([loop.step] if loop.step else []), *loop.top, *(n.key for n in loop.nests)):
-        value(key)
-    return values
-
-
 def _subtree(loop: Loop, root: str) -> set[str]:
     nests = {n.key: n for n in loop.nests}
     out, todo = set(), [root]
@@ -227,7 +197,7 @@ STEPPED = [loop for loop in LOOPS if loop.step]
 @pytest.mark.parametrize("seed", range(5))
 def test_the_counted_keys_of_a_step_add_up_to_at_most_its_wall_time(loop: Loop, seed: int):
     assert loop.step is not None
-    values = _values(loop, random.Random(seed))
+    values = step_values(loop, random.Random(seed))
     assert set(_subtree(loop, loop.step)) <= set(values)
     step = values[loop.step]
     counted = _counted(loop, values, lambda key: _decision(loop.framework, key).bucket is not None)
@@ -240,7 +210,7 @@ def test_the_sum_check_fails_on_a_table_counting_every_timer():
     timing_s/gen) exceeds the step: the check above can fail."""
     loop = next(loop for loop in LOOPS if loop.framework == "verl")
     assert loop.step is not None
-    values = _values(loop, random.Random(0))
+    values = step_values(loop, random.Random(0))
     assert _counted(loop, values, lambda key: key != loop.step) > values[loop.step] * 1.01
 
 

@@ -6,7 +6,8 @@ of ROLL, veRL, TRL and Trinity-RFT, and the six scoped ones), one real Telemetry
 entry a training loop can log (each alternative of an enumerated placeholder), so an entry whose key another
 entry's pattern catches first (shadowing: prime-rl's ``batch/{env}`` caught TRL's ``batch/row_tokens_mean``) is
 found. rl_otel's own entries (``rl_otel/...`` keys, written by rl_otel itself) are checked where this process makes
-them: liveness, build info, an error, a dropped series, a running and a finished phase, the process gauges.
+them: liveness, build info, an error, a dropped series, a running and a finished phase, a collective, the
+process gauges and the goodput counters.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def test_every_catalog_entry_is_served_under_its_documented_name(framework):
         tel.log({"actor/pg_loss": "not a number", "rl_step": 1.0}, step=2)  # an error, a name collision (dropped)
         with pytest.MonkeyPatch.context() as mp:  # a (fake) CUDA device: the phase's GPU times are served too
             mp.setitem(sys.modules, "torch", fake_torch(FakeCuda()))
-            with tel.phase("actor_train", "train_step"):  # the families of a running phase, then of a finished one
+            # the families of a running phase (and a collective's wait in it), then of a finished one
+            with tel.phase("actor_train", "train_step"), tel.collective("allreduce"):
                 served = dict(_TYPE.findall(scrape(tel.metrics_url)))  # type: ignore[arg-type]
             assert settle(tel)
         text = scrape(tel.metrics_url)  # type: ignore[arg-type]

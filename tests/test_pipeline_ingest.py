@@ -18,6 +18,7 @@ KEYS = ["actor/pg_loss", "critic/score/mean", "time/actor_train/train_step/execu
 def _served(tel) -> list[str]:
     return sorted(line for line in scrape(tel.metrics_url).splitlines()
                   if line and not line.startswith("#") and not line.startswith(("rl_process_", "rl_gpu_", "target_info",
+                                                                                 "rl_goodput_",
                                                                                  "rl_otel_build_info",
                                                                                  "rl_last_step_timestamp")))
 

@@ -488,6 +488,10 @@ _RL_OTEL_FAMILIES = (
             _inner("GPU time inside a phase whose host time is counted already")),
     _family("rl_last_step_timestamp_seconds", "rl_otel/catalog/meta.py", _inner("a timestamp, no duration")),
     _family("rl_phase_started_timestamp_seconds", "rl_otel/catalog/meta.py", _inner("a timestamp, no duration")),
+    # the accounting's own output (rl_otel/_internal/pipeline/goodput.py): what the leaves add up to, never a leaf
+    *(_family(name, "rl_otel/_internal/pipeline/goodput.py", _inner("the goodput accounting's own output"))
+      for name in ("rl_goodput_bucket_seconds", "rl_goodput_wall_seconds", "rl_collective_wait_seconds",
+                   "rl_rank_compute_seconds")),
 )
 
 FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in (

@@ -6,7 +6,8 @@ place, documented by ``rl-otel catalog`` and checked like every other entry.
 
 from __future__ import annotations
 
-from rl_otel.catalog.define import DURATION_BUCKETS, gauge, histogram
+from rl_otel.catalog.define import DURATION_BUCKETS, counter, gauge, histogram
+from rl_otel.catalog.goodput import BUCKETS
 
 _S = "rl_otel"
 _PARTS = "{part:total|execute|onload|offload}"
@@ -48,5 +49,30 @@ PROCESS_RSS = gauge("rl_otel/live/process/rss", "rl_process_resident_memory_byte
 PROCESS_VMS = gauge("rl_otel/live/process/vms", "rl_process_virtual_memory_bytes",
                     "Virtual memory size of the training process (psutil), read at scrape time.", _S, unit="By")
 
+
+# Where the time goes (rl_otel/_internal/pipeline/goodput.py, docs/goodput.md): counters computed at scrape time
+# from the process's phases, tel.collective() blocks and logged timing keys, so the time that runs now (a phase
+# still running, the idle time since the last one) is in them at every scrape.
+GOODPUT_BUCKET = counter(
+    f"rl_otel/goodput/bucket/{{bucket:{'|'.join(BUCKETS)}}}", "rl_goodput_bucket_seconds",
+    "Seconds of this process's wall time in each goodput bucket (generation, training and inference are "
+    "productive; startup, weight_sync, offload, validation, checkpointing, other and waiting are not): from its "
+    "phases (exclusive time), tel.collective() blocks (waiting), the frameworks' timing keys and the time in no "
+    "phase. The buckets of a process add up to rl_goodput_wall_seconds_total.", _S, unit="s")
+GOODPUT_WALL = counter(
+    "rl_otel/goodput/wall", "rl_goodput_wall_seconds",
+    "The wall seconds the goodput buckets divide: process start to now for a process with phases, the sum of the "
+    "logged step durations (and start-up) for one known only by its timing keys.", _S, unit="s")
+COLLECTIVE_WAIT = counter(
+    "rl_otel/collective_wait/{point}", "rl_collective_wait_seconds",
+    "Seconds this rank spent blocked where ranks meet: inside tel.collective(point) blocks (an all-reduce, a "
+    "barrier); the rank the others wait for waits least.", _S, unit="s")
+RANK_COMPUTE = counter(
+    "rl_otel/rank_compute", "rl_rank_compute_seconds",
+    "Seconds this rank was busy in its phases, its tel.collective() waits (and phases of the waiting bucket) left "
+    "out: a slow rank computes longer for the same steps, while the phases' durations are equalised by the "
+    "collectives.", _S, unit="s")
+
 SPECS = (PHASE_DURATION, PHASE_GPU_DURATION, GPU_PROCESS_ALLOCATED, GPU_PROCESS_RESERVED, GPU_DEVICE_USED,
-         GPU_DEVICE_TOTAL, GPU_DEVICE_RESERVED, PROCESS_RSS, PROCESS_VMS)
+         GPU_DEVICE_TOTAL, GPU_DEVICE_RESERVED, PROCESS_RSS, PROCESS_VMS, GOODPUT_BUCKET, GOODPUT_WALL, COLLECTIVE_WAIT,
+         RANK_COMPUTE)

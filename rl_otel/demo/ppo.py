@@ -266,20 +266,25 @@ def _step(tr: _Trainer, tel: Telemetry | None, step: int, samples: int) -> StepR
         ref_lp, _ = tr.reference.log_probs(prompts, responses)
     with phase("critic", "compute_values"), torch.no_grad():
         values = tr.critic(prompts, responses) * mask
-    t_adv = time.perf_counter()
-    kl = (old_lp - ref_lp) * mask
-    rewards = -cfg.kl_coef * kl
-    last = (mask.sum(1) - 1).long()
-    rewards[torch.arange(len(last)), last] += scores
-    adv, returns = _gae(rewards, values, mask, cfg.gamma, cfg.lam)
-    batch = {"prompts": prompts, "responses": responses, "mask": mask, "old_lp": old_lp, "values": values,
-             "returns": returns, "adv": _whiten(adv, mask)}
-    t_adv = time.perf_counter() - t_adv
+    # every part of the step in a phase: the time between phases is what goodput accounts as waiting
+    with phase("actor_train", "compute_advantage"):
+        t_adv = time.perf_counter()
+        kl = (old_lp - ref_lp) * mask
+        rewards = -cfg.kl_coef * kl
+        last = (mask.sum(1) - 1).long()
+        rewards[torch.arange(len(last)), last] += scores
+        adv, returns = _gae(rewards, values, mask, cfg.gamma, cfg.lam)
+        batch = {"prompts": prompts, "responses": responses, "mask": mask, "old_lp": old_lp, "values": values,
+                 "returns": returns, "adv": _whiten(adv, mask)}
+        t_adv = time.perf_counter() - t_adv
     with phase("actor_train", "train_step", tr.actor_opt_store.onload, tr.actor_opt_store.offload):
         actor = tr.train_actor(batch)
     with phase("critic", "train_step", tr.critic_opt_store.onload, tr.critic_opt_store.offload):
         critic = tr.train_critic(batch)
-    eval_tasks = tr.evaluate() if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps else None
+    eval_tasks = None
+    if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+        with phase("actor_infer", "evaluate"):
+            eval_tasks = tr.evaluate()
     seconds = time.perf_counter() - t0
     eval_score = (sum(r["accuracy"] for runs in eval_tasks for r in runs) / sum(len(r) for r in eval_tasks)
                   if eval_tasks else None)

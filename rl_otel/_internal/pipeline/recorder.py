@@ -14,6 +14,11 @@ endpoint, the OTLP push, ``tel.value()`` and backfill's file read it and never w
 counted in :class:`~rl_otel._internal.pipeline.diagnostics.Diagnostics`, outside the store, and read by the next
 ``collect()``. The one place a read waits for writes is ``collect(settle=True)`` (a scrape, ``tel.value()``): it
 waits, bounded, for the jobs submitted before it, so no step is served half-computed.
+
+Goodput. The recorder holds the process's :class:`~rl_otel._internal.pipeline.goodput.Goodput`: a recorded step
+hands it its measurements (the timing keys of a process without phases), the phases and ``tel.collective()``
+blocks open and close frames in it, and it is the recorder's first live collector (``rl_goodput_*``,
+``rl_collective_wait_seconds_total``, ``rl_rank_compute_seconds_total``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from functools import partial
 from typing import Any
 
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
+from rl_otel._internal.pipeline.goodput import Goodput
 from rl_otel._internal.pipeline.ingest import Ingest, KeyValues
 from rl_otel._internal.pipeline.records import Family, HistogramValue, Labels, Mark, Measurement, Point
 from rl_otel._internal.pipeline.router import Router
@@ -69,7 +75,10 @@ class Recorder:
                                      when_full="wait", on_error=lambda reason: diag.count("submit", reason))
         self.mirror: Mirror | None = None  # set when this process mirrors to trackers
         self.origin = next(_ORIGINS)
-        self._collectors: tuple[Collector, ...] = ()  # copy-on-write: collect() iterates without a lock
+        # where the time goes: fed by the steps recorded here and by the phases (their runtime holds it), served
+        # live (the time running now is in it at every collection)
+        self.goodput = Goodput(diag)
+        self._collectors: tuple[Collector, ...] = (self.goodput.collect,)  # copy-on-write: iterated unlocked
         self._last: StoreSnapshot | None = None  # the readers' memo: the store's last snapshot
         self._duration_labels: dict[tuple[str, ...], list[Labels]] = {}  # (cluster, phase, parts...) -> labels
 
@@ -228,6 +237,9 @@ class Recorder:
         current = self.steps.store(step)
         # the store keeps, per series, the newest step's value: whatever order concurrent writes land in
         self.record(routed.measurements, step=step, timestamp=timestamp, gone=routed.gone if current else ())
+        goodput = self.goodput
+        if not goodput.phased:  # a process with phases is accounted by them: its steps cost nothing more here
+            goodput.step(routed.measurements, step, timestamp)
         mirrored = routed.mirrored
         if mirror is not None and mirrored is not None:
             # the phases finished since the last step reach the trackers at this step, as in ROLL (a history

@@ -33,6 +33,25 @@ _log = logging.getLogger("rl_otel")
 Item = tuple[MetricSpec, tuple[tuple[str, str], ...], float]
 
 
+def process_start_time() -> float | None:
+    """This process's start, Unix time (psutil's ``create_time``; else ``/proc/self/stat`` and the boot time),
+    ``None`` if neither can tell: where its goodput start-up begins."""
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:
+        pass
+    try:  # field 22 of /proc/self/stat: start time in clock ticks after boot (proc(5)); the name may hold spaces
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat", encoding="ascii") as boot:
+            btime = next(int(line.split()[1]) for line in boot if line.startswith("btime "))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except Exception:
+        return None
+
+
 def process_memory(probe: CpuProbe) -> Callable[[], list[Item]]:
     """A collector of ``rl_process_resident_memory_bytes`` and ``rl_process_virtual_memory_bytes``."""
 

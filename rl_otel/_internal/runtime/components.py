@@ -27,7 +27,7 @@ from rl_otel._internal.exporters.textformat import target_info_labels
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
 from rl_otel._internal.pipeline.recorder import Recorder
 from rl_otel._internal.pipeline.worker import reset_in_forked_child
-from rl_otel._internal.probes.live import LiveGauges
+from rl_otel._internal.probes.live import LiveGauges, process_start_time
 from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
 from rl_otel._internal.runtime.config import PrometheusConfig, TelemetryConfig
 from rl_otel._internal.runtime.serving import publish, scrape_registry
@@ -108,6 +108,7 @@ class Components:
             self.tracer_provider  # noqa: B018 (builds it)
         self.cpu = cpu = CpuProbe()
         self._closing(stack, "cpu_probe", cpu)
+        recorder.goodput.begin(process_start_time())  # start-up: from the process's start to its first phase/step
         # build_info and target_info (the OTel resource, Prometheus' convention) are ordinary store families
         recorder.store.write_info(meta.BUILD_INFO, (("version", __version__),))
         recorder.store.write_info(meta.TARGET_INFO, target_info_labels(self._resource.attributes), base_labels=False)
@@ -177,7 +178,8 @@ class Components:
                         tracer=tracer, rank=self.config.rank, gpu=GpuProbe(), cpu=self.cpu,
                         next_step=self.recorder.steps.next, record=self.recorder.record_phase,
                         fail=self._phase_failed, record_gpu=self.recorder.record_phase_gpu,
-                        count=lambda reason: self.diagnostics.count("phase", reason))
+                        count=lambda reason: self.diagnostics.count("phase", reason),
+                        goodput=self.recorder.goodput)
                     # closed first (built after the others): the GPU times still pending are resolved (bounded)
                     # while the store and the tracer provider are open
                     self._closing(self._stack, "phases", self._phases)
@@ -314,6 +316,11 @@ class Components:
         self.diagnostics.count("close", step)
         self.diagnostics.warn_once("close", step, f"rl_otel: closing {step} failed ({type(exc).__name__}: {exc}); "
                                                   "the other parts are closed")
+
+    def begin_close(self) -> None:
+        """A SIGTERM/SIGINT arriving from now on waits for the end of the close."""
+        if self.signals is not None:
+            self.signals.begin_close()
 
     def close(self) -> None:
         """Close every part in the reverse of their creation; never raises, except to deliver a SIGINT that

@@ -19,6 +19,12 @@ until then, gets ``rl.gpu_time.{part}_s`` attributes and ends at the host end ti
 per snapshot, and one read serves two stages with no user code between them (no ``onload``: ``start/onload`` is
 ``start/offload``'s read; no ``offload``: ``end/offload`` is ``end/onload``'s), ``probes/memory.py``.
 
+Goodput: a phase is a frame of the process's goodput timeline (``pipeline/goodput.py``) while it runs: its
+``onload`` and ``offload`` parts count as ``offload``, its ``execute`` part in the bucket ``bucket=`` names or its
+name's (``rl_otel.catalog.goodput.phase_bucket``); a phase without an ``onload`` (``offload``) callable has only
+rl_otel's own snapshots in that part, microseconds, counted with ``execute``. A phase nested in it, or a
+``tel.collective()`` block inside it, owns its own time (exclusive time).
+
 Errors: the user's ``onload``/``offload`` and the body are the user's code - their exceptions propagate, the
 spans end with an error status. If the body raises, ``offload`` is not called and no metrics are recorded (as in
 ROLL, whose context manager stops at the ``yield``). Telemetry's own failures never raise: they are counted in
@@ -41,13 +47,16 @@ from rl_otel._internal.probes.gpu_time import END, EXECUTED, ONLOADED, GpuPhase,
 from rl_otel._internal.probes.live import RunningPhases, running_phases
 from rl_otel._internal.probes.memory import CpuProbe, GpuProbe, GpuReading
 from rl_otel._internal.tracing.carriers import extract, inject
+from rl_otel.catalog.goodput import phase_bucket
 
 if TYPE_CHECKING:
+    from rl_otel._internal.pipeline.goodput import Frame, Goodput
     from rl_otel._internal.tracing.contexts import PhaseTracer
 
 PARTS = ("total", "execute", "onload", "offload")
 GPU_ATTRIBUTES = {part: f"rl.gpu_time.{part}_s" for part in PARTS}  # the root span's GPU seconds per part
 CLOSE_WAIT_S = 1.0  # how long close() gives the GPU times still pending to resolve
+OFFLOAD = "offload"  # the goodput bucket of the onload and offload parts
 
 
 class GpuPending(NamedTuple):
@@ -75,6 +84,7 @@ class PhaseRuntime:
     record_gpu: Callable[[str, str, dict[str, float]], None] | None = None  # GPU seconds per part of a finished
     # phase, called on the GPU timer's thread once its CUDA events resolve; None: phases are not GPU-timed
     count: Callable[[str], None] | None = None  # count a drop under its reason (sink="phase"); default: fail
+    goodput: Goodput | None = None  # where the time goes: each phase's parts are frames of its timeline
     gpu_timer: GpuTimer | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -113,10 +123,11 @@ class PhaseRuntime:
                 root.end(end_time=pending.end_ns)
 
     def open(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
-             offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None) -> Phase:
+             offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None,
+             bucket: str | None = None) -> Phase:
         """A :class:`Phase` of this runtime (the facade reaches the class through here: importing it, and the
         OTel API with it, waits for the first phase)."""
-        return Phase(self, cluster, phase, onload=onload, offload=offload, step=step, parent=parent)
+        return Phase(self, cluster, phase, onload=onload, offload=offload, step=step, parent=parent, bucket=bucket)
 
 
 class Phase:
@@ -124,6 +135,8 @@ class Phase:
 
     __slots__ = (
         "_attrs",
+        "_bucket",
+        "_frame",
         "_gpu",
         "_offload",
         "_onload",
@@ -145,7 +158,8 @@ class Phase:
     )
 
     def __init__(self, runtime: PhaseRuntime, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
-                 offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None) -> None:
+                 offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None,
+                 bucket: str | None = None) -> None:
         self._rt = runtime
         self.cluster, self.phase = cluster, phase
         self._onload, self._offload = onload, offload
@@ -158,6 +172,9 @@ class Phase:
         self._token: object = None
         self._started: float | None = None  # in the runtime's running phases, from __enter__ to the end of __exit__
         self._gpu: GpuPhase | None = None  # this phase's CUDA events (None: not GPU-timed)
+        # the goodput bucket of the execute part: the user's, else the name's (rl_otel.catalog.goodput.PHASES)
+        self._bucket: str = bucket or phase_bucket(phase) or "other"
+        self._frame: Frame | None = None  # this phase's frame in the goodput timeline, while it runs
 
     @property
     def infix(self) -> str:
@@ -185,6 +202,9 @@ class Phase:
             self._started = rt.running.enter(self.cluster, self.phase)  # type: ignore[union-attr]  # __post_init__
         except Exception:
             self._fail("running")
+        goodput = rt.goodput
+        if goodput is not None:  # the onload part is offload time; without an onload, execute from the start
+            self._frame = goodput.enter(OFFLOAD if self._onload is not None else self._bucket)
         # the telemetry side in a few try blocks, not a guarded call each: this runs at every phase
         try:
             self._start_root()
@@ -207,6 +227,8 @@ class Phase:
                 self._gpu.mark(ONLOADED)
         self._snapshots("start/onload", "start", reading)
         self._t_onloaded = perf_counter()
+        if self._onload is not None and self._frame is not None:
+            rt.goodput.switch(self._frame, self._bucket)  # type: ignore[union-attr]  # a frame: a goodput
         if span is not None:
             self._end(span)
         try:
@@ -226,6 +248,8 @@ class Phase:
                  tb: TracebackType | None) -> None:
         t_executed = perf_counter()
         rt, timed = self._rt, self._gpu
+        if self._offload is not None and self._frame is not None and exc is None:
+            rt.goodput.switch(self._frame, OFFLOAD)  # type: ignore[union-attr]  # a frame: a goodput
         if timed is not None:
             timed.mark(EXECUTED)
         if self._token is not None:
@@ -281,7 +305,11 @@ class Phase:
             timed.release()
 
     def _leave(self) -> None:
-        """Out of the running phases (once: the block ended, or the user's onload/offload raised)."""
+        """Out of the running phases and the goodput timeline (once: the block ended, or the user's
+        onload/offload raised)."""
+        frame, self._frame = self._frame, None
+        if frame is not None:
+            self._rt.goodput.leave(frame)  # type: ignore[union-attr]  # a frame: a goodput
         started, self._started = self._started, None
         if started is not None:
             try:
