@@ -1,4 +1,4 @@
-"""The straggler named end to end: four real gloo ranks (one slowed, tests/rank_straggler_support.py) serve their
+"""The straggler named end to end: four real gloo ranks (one slowed, tests/straggler_ranks.py) serve their
 compute seconds; the recording rules single out the slowed rank, and RLRankSkew names it and no other - under a real
 Prometheus scraping the ranks, and under promtool replaying the rates they served for as long as the shipped
 `for` needs."""
@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from rl_otel.ops import contract, rules
-from tests import rank_straggler_support
 from tests.promtools import PrometheusServer, require_binary, samples, scrape
+from tests.straggler_ranks import start_ranks
 
 pytestmark = pytest.mark.prometheus
 
@@ -27,19 +27,16 @@ COMPUTE = contract.RANK_COMPUTE.exposed
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    try:
-        urls, stop = rank_straggler_support.start_ranks(tmp_path_factory.mktemp("ranks"), slow_rank=SLOW)
-    except NotImplementedError as exc:  # the runtime's helper is not merged into this branch yet
-        pytest.skip(f"the 4-rank helper is not wired: {exc}")
-    try:
-        yield urls
-    finally:
-        stop()
+    with start_ranks(RANKS, slow_rank=SLOW) as running:
+        yield running.urls
 
 
 def _compute(url: str) -> tuple[dict[str, str], float]:
-    """The rank's labels (run, role, rank) and its compute seconds now."""
-    (labels, value), = samples(scrape(url), COMPUTE).items()
+    """The rank's labels (run, role, rank) and its compute seconds now (none before its first phase)."""
+    served = samples(scrape(url), COMPUTE)
+    if not served:
+        return {}, 0.0
+    (labels, value), = served.items()
     return dict(labels), value
 
 
