@@ -113,14 +113,8 @@ def gil_pauses_ms(url: str, scrapes: int, before_each=None) -> tuple[float, floa
 
 
 def _registry(tel):
-    """The Telemetry's scrape registry (private; the facade's layout has moved before, so both are tried)."""
-    components = getattr(tel, "_components", None) or getattr(tel, "_parts", None)
-    return components.registry if components is not None else tel._scrape_registry
-
-
-def _store(tel):
-    pipeline = getattr(tel, "_pipeline", None)
-    return pipeline.store if pipeline is not None else tel._store
+    """The Telemetry's scrape registry (private)."""
+    return tel._components.registry
 
 
 UNKNOWN = 900  # keys without a catalog entry (the default cap is 1,000)
@@ -155,8 +149,7 @@ def measure(repeat: int) -> dict[str, float]:
     try:
         node.feed(tel, steps=2)
         registry = _registry(tel)
-        store = _store(tel)
-        views = [*store.live(), *store.snapshot().families]
+        views = list(tel._recorder.collect().families)  # what one scrape reads
         provider, stock = stock_reader(views)
         keys, rng, ppo = node.node_keys(), np.random.default_rng(1), node.ppo_batch(1)
 
