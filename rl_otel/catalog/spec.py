@@ -27,6 +27,8 @@ ALLOWED_LABELS = frozenset({
     # which model or engine of a framework a value is about (veRL's actor/critic workers, AReaL's engines, veRL's
     # training/rollout engine), and an environment's agent (NeMo-RL, prime-rl): never "role", the process's own
     "worker", "engine", "agent",
+    # rl_stack_dump_info's file: one series per process (the last dump), replaced at each dump
+    "path",
 })
 
 # Values used to write a concrete example of a templated key (docs, tests, `rl-otel catalog`).
@@ -36,7 +38,7 @@ EXAMPLE_VALUES = {
     "reason": "bad_value", "version": "0.1.0", "data_source": "openai/gsm8k", "var": "reward", "domain": "math",
     "tag": "SimpleSokoban", "env": "sokoban", "reward_func": "accuracy_reward", "tool": "search", "region": "low",
     "model": "0", "worker": "actor", "engine": "rollout", "agent": "agent", "component": "actor", "split": "train",
-    "bound": "high",
+    "bound": "high", "path": "rl_otel_dumps/stacks-run-trainer-rank0-actor_infer.generate-stuck.txt",
     "gpu_uuid": "GPU-8f1e2d3c-0000-0000-0000-000000000000",
 }
 

@@ -5,6 +5,7 @@ docs) are defined in :mod:`rl_otel._internal.runtime.options`."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 from collections.abc import Mapping
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rl_otel._internal.checks import boolean, check_known, positive_seconds
 from rl_otel._internal.exporters.otel_env import resource_attributes, selected
+from rl_otel._internal.probes.hangs import dump_dir
 from rl_otel._internal.runtime.options import merge
 from rl_otel._internal.runtime.ranks import serving_port
 from rl_otel.errors import ConfigurationError
@@ -71,6 +73,12 @@ class TelemetryConfig:
     world_size: int = 1
     resource: tuple[tuple[str, object], ...] = ()  # init(resource=...): OTel resource attributes, over OTEL_*
     tracer_provider: Any = None  # init(tracer_provider=...): the user's, used instead of rl_otel's own
+    hang_factor: float = 5.0  # a phase is stuck past max(hang_factor x its hang_quantile, hang_min_s)
+    hang_quantile: float = 0.9
+    hang_min_s: float | None = 600.0  # None: no dumps for stuck phases
+    stack_dump_signal: int | None = None  # the signal number of on-demand dumps (None: none)
+    stack_dump_dir: str = "rl_otel_dumps"  # absolute once resolved by build_config
+    stack_dump_http: bool = True  # GET /debug/stacks on the scrape endpoint
 
     @property
     def base_labels(self) -> dict[str, str]:
@@ -125,6 +133,55 @@ def _prometheus(value: object, local_rank: int) -> PrometheusConfig | None:
                             web=loaded)
 
 
+# signals a stack dump may not take: the process's lifecycle (SignalFlush's, the user's) and faulthandler's fatal ones
+_RESERVED_SIGNALS = frozenset({"SIGINT", "SIGTERM", "SIGKILL", "SIGSTOP", "SIGSEGV", "SIGFPE", "SIGABRT", "SIGBUS",
+                               "SIGILL"})
+
+
+def _dump_signal(value: object) -> int | None:
+    """``stack_dump_signal``: a name (``'SIGUSR1'``, ``'USR2'``) or a number, checked; ``None``/``False``: none.
+    The default on a platform without SIGUSR1 (Windows) is none."""
+    if value is None or value is False:
+        return None
+    if value == "SIGUSR1" and not hasattr(signal, "SIGUSR1"):
+        return None
+    try:
+        if isinstance(value, str):
+            name = value.strip().upper()
+            found = signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
+        elif isinstance(value, int) and not isinstance(value, bool):
+            found = signal.Signals(value)
+        else:
+            raise KeyError(value)
+    except (KeyError, ValueError):
+        raise ConfigurationError(f"stack_dump_signal must be a signal name or number of this platform (e.g. "
+                                 f"'SIGUSR1') or None, got {value!r}") from None
+    if found.name in _RESERVED_SIGNALS:
+        raise ConfigurationError(f"stack_dump_signal cannot be {found.name} (the process's own lifecycle or a fatal "
+                                 f"signal); use e.g. 'SIGUSR1' or 'SIGUSR2', got {value!r}")
+    return int(found)
+
+
+def _number(name: str, value: object, low: float, high: float = float("inf")) -> float:
+    """A number in ``(low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+        bounds = f"> {low:g}" if high == float("inf") else f"in ({low:g}, {high:g}]"
+        raise ConfigurationError(f"{name} must be a number {bounds}, got {value!r}")
+    return float(value)
+
+
+def _tracker_dirs(trackers: tuple[TrackerSpec, ...], run: str) -> list[str]:
+    """The trackers' log directories, in order (a TensorBoard tracker's default: ``runs/<run>``)."""
+    dirs = []
+    for spec in trackers:
+        given = next((spec.kwargs[k] for k in ("log_dir", "logdir", "dir") if spec.kwargs.get(k)), None)
+        if given is None and spec.name == "tensorboard":
+            given = os.path.join("runs", run)
+        if isinstance(given, (str, os.PathLike)):
+            dirs.append(os.fspath(given))
+    return dirs
+
+
 def _rank(value: object, env_rank: int) -> int:
     if value is None:
         value = env_rank
@@ -174,6 +231,10 @@ def build_config(**given: Any) -> TelemetryConfig:
         raise ConfigurationError(f"series_ttl_s must be a positive number of seconds or None, got {ttl!r}")
     env = env_ranks()
     tracing, tracer_provider = _tracing(o["tracing"], o["tracer_provider"])
+    trackers = normalize_trackers(o["track_with"], o["tracker_kwargs"], o["trackers"])
+    hang_min_s, directory = o["hang_min_s"], o["stack_dump_dir"]
+    if directory is not None and (not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory)):
+        raise ConfigurationError(f"stack_dump_dir must be a directory name or None, got {directory!r}")
     return TelemetryConfig(
         run=run,
         rank=_rank(o["rank"], env.rank),
@@ -184,7 +245,7 @@ def build_config(**given: Any) -> TelemetryConfig:
         max_unknown_keys=_positive_int("max_unknown_keys", o["max_unknown_keys"]),
         series_ttl_s=None if ttl is None else float(ttl),
         tracing=tracing,
-        trackers=normalize_trackers(o["track_with"], o["tracker_kwargs"], o["trackers"]),
+        trackers=trackers,
         tracker_ranks=check_tracker_ranks(o["tracker_ranks"]),
         handle_sigterm=boolean("handle_sigterm", o["handle_sigterm"]),
         sink_queue_size=_positive_int("sink_queue_size", o["sink_queue_size"]),
@@ -195,4 +256,10 @@ def build_config(**given: Any) -> TelemetryConfig:
         world_size=env.world_size,
         resource=resource_attributes("resource", o["resource"]),
         tracer_provider=tracer_provider,
+        hang_factor=_number("hang_factor", o["hang_factor"], 0.0),
+        hang_quantile=_number("hang_quantile", o["hang_quantile"], 0.0, 1.0),
+        hang_min_s=None if hang_min_s is None else positive_seconds("hang_min_s", hang_min_s),
+        stack_dump_signal=_dump_signal(o["stack_dump_signal"]),
+        stack_dump_dir=dump_dir(directory, _tracker_dirs(trackers, run), os.environ),
+        stack_dump_http=boolean("stack_dump_http", o["stack_dump_http"]),
     )

@@ -100,6 +100,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("tracer_provider", None, "your own OTel ``TracerProvider``: phases become spans of your traces (a phase "
                                     "opened inside your span is its child), exported by your provider's "
                                     "processors (not with ``tracing=``).", in_file=False),
+    Option("hang_factor", 5.0, "a phase run longer than ``max(hang_factor x the hang_quantile of that phase's past "
+                               "durations in this run, hang_min_s)`` is stuck: the process writes the stacks of all "
+                               "its threads to a file, once per stuck run (``docs/hangs.md``)."),
+    Option("hang_quantile", 0.9, "the quantile of a phase's past durations ``hang_factor`` multiplies (0 < q <= 1)."),
+    Option("hang_min_s", 600.0, "a phase is never stuck before this many seconds (the whole threshold until a run of "
+                                "it has finished); ``None``: no stack dumps for stuck phases."),
+    Option("stack_dump_signal", "SIGUSR1", "a signal that makes the process write its stacks on demand (a name or "
+                                           "number; ``None``: none). Taken only if nothing in the process handles "
+                                           "it already."),
+    Option("stack_dump_dir", None, "where stack dumps are written (default: ``$RL_OTEL_DUMP_DIR``, else the first "
+                                   "tracker's log directory, else ``./rl_otel_dumps``)."),
+    Option("stack_dump_http", True, "serve ``GET /debug/stacks`` on the scrape endpoint (behind its basic auth and "
+                                    "TLS): writes a dump and answers with it."),
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
