@@ -54,6 +54,12 @@ def init(
     otlp: str | dict[str, Any] | bool | None = UNSET,
     resource: dict[str, Any] | None = UNSET,
     tracer_provider: Any = UNSET,
+    hang_factor: float = UNSET,
+    hang_quantile: float = UNSET,
+    hang_min_s: float | None = UNSET,
+    stack_dump_signal: str | int | None = UNSET,
+    stack_dump_dir: str | os.PathLike | None = UNSET,
+    stack_dump_http: bool = UNSET,
 ) -> Telemetry:
     """Create the process's :class:`Telemetry`, start its scrape endpoint and its tracker sinks.
 

@@ -78,14 +78,14 @@ def test_every_example_key_of_every_entry_resolves_to_its_entry(framework):
 
 
 @pytest.mark.parametrize("framework", sorted(CATALOGS))
-def test_every_catalog_entry_is_served_under_its_documented_name(framework):
+def test_every_catalog_entry_is_served_under_its_documented_name(framework, tmp_path):
     import rl_otel
 
     catalog = CATALOGS[framework]
     loggable = _loggable(catalog)
     keys = {key: spec for spec in loggable for key in spec.examples}
     tel = rl_otel.init(run="names", prometheus={"host": "127.0.0.1", "port": 0}, catalog=catalog,
-                       handle_sigterm=False)
+                       handle_sigterm=False, stack_dump_dir=tmp_path)
     try:
         tel.log({key: _value(spec) for key, spec in keys.items()}, step=1)
         tel.log({"actor/pg_loss": "not a number", "rl_step": 1.0}, step=2)  # an error, a name collision (dropped)
@@ -95,6 +95,7 @@ def test_every_catalog_entry_is_served_under_its_documented_name(framework):
             with tel.phase("actor_train", "train_step"), tel.collective("allreduce"):
                 served = dict(_TYPE.findall(scrape(tel.metrics_url)))  # type: ignore[arg-type]
             assert settle(tel)
+        scrape(tel.metrics_url.replace("/metrics", "/debug/stacks"))  # type: ignore[union-attr]  # a stack dump
         text = scrape(tel.metrics_url)  # type: ignore[arg-type]
         served.update(_TYPE.findall(text))
     finally:

@@ -22,10 +22,26 @@ PHASE_STARTED = gauge("rl_otel/phase_started/{cluster}/{phase}", "rl_phase_start
                       "Unix time a running phase of a cluster started (the earliest, if several of this process run "
                       "it); absent when no such phase runs.", _S, unit="s")
 
+# Hangs with evidence (rl_otel/_internal/probes/hangs.py): a stack dump written when a phase ran far past its usual
+# duration, or on demand (a signal, GET /debug/stacks), and the last time this process made progress. Served at
+# scrape time from the hang watch's own state.
+STACK_DUMP_REASONS = ("stuck", "signal", "http")  # every one served from the start (at 0): increase() sees the first
+STACK_DUMPS = counter("rl_otel/stack_dumps/{reason}", "rl_stack_dumps",
+                      "Stack dumps this process wrote, by reason: stuck (a phase ran far past its usual duration), "
+                      "signal (SIGUSR1 by default), http (GET /debug/stacks).", _S, unit="{dump}")
+STACK_DUMP_INFO = gauge("rl_otel/stack_dump_info/{reason}/{cluster}/{phase}/{path:.+}", "rl_stack_dump_info",
+                        "Always 1: the last stack dump this process wrote (one series, replaced at each dump): the "
+                        "file's path, the phase it was written for (empty on demand with no phase running) and why.",
+                        _S)
+LAST_PROGRESS = gauge("rl_otel/last_progress_timestamp", "rl_last_progress_timestamp_seconds",
+                      "Unix time of this process's last progress: a logged step or a finished phase (a rollout "
+                      "engine alive but making no progress shows as an old value).", _S, unit="s")
+
 BUILD_INFO = gauge("rl_otel/build_info/{version}", "rl_otel_build_info",
                    "Always 1; the version label says which rl_otel serves the endpoint.", _S)
 
-SPECS = (STEP, LAST_STEP_TIMESTAMP, ERRORS, DROPPED_SERIES, PHASE_STARTED, BUILD_INFO)
+SPECS = (STEP, LAST_STEP_TIMESTAMP, ERRORS, DROPPED_SERIES, PHASE_STARTED, STACK_DUMPS, STACK_DUMP_INFO, LAST_PROGRESS,
+         BUILD_INFO)
 
 # Prometheus' target_info: the OTel resource's attributes as labels (no run/rank: rl_run and rl_rank are among them).
 # Not a catalog entry: no key logs it; the Telemetry writes it into its store at init.

@@ -29,6 +29,8 @@ ALLOWED_LABELS = frozenset({
     "worker", "engine", "agent",
     # rl_otel's goodput bucket (catalog.goodput.BUCKETS) and a tel.collective() point (capped per process)
     "bucket", "point",
+    # rl_stack_dump_info's file: one series per process (the last dump), replaced at each dump
+    "path",
 })
 
 # Values used to write a concrete example of a templated key (docs, tests, `rl-otel catalog`).
@@ -39,6 +41,7 @@ EXAMPLE_VALUES = {
     "tag": "SimpleSokoban", "env": "sokoban", "reward_func": "accuracy_reward", "tool": "search", "region": "low",
     "model": "0", "worker": "actor", "engine": "rollout", "agent": "agent", "component": "actor", "split": "train",
     "bound": "high", "point": "allreduce",
+    "path": "rl_otel_dumps/stacks-run-trainer-rank0-actor_infer.generate-stuck.txt",
     "gpu_uuid": "GPU-8f1e2d3c-0000-0000-0000-000000000000",
 }
 

@@ -112,6 +112,9 @@ class ScrapeRegistry:
         self._renderer = Renderer()
         self._stored: dict[str, _Stored] = {}
         self._plans: dict[str, tuple[object, Plan]] = {}  # format -> (snapshot layout, the plan compiled for it)
+        # more GET paths, each answered with the text its function returns (which must never raise), behind the
+        # endpoint's TLS and basic auth as /metrics is: ``/debug/stacks`` (probes/hangs.py)
+        self.routes: dict[str, Callable[[], str]] = {}
 
     def _after_fork(self) -> None:
         self._scrape_lock = threading.Lock()  # the parent's may have been held by its scrape thread at the fork
@@ -354,7 +357,8 @@ def scrape_app(registry: ScrapeRegistry) -> Callable:
     """A WSGI app serving ``registry.render()`` to GET requests with prometheus_client's content negotiation
     (``Accept``: text 0.0.4 or OpenMetrics; ``Accept-Encoding: gzip``). ``?name[]=`` keeps the samples of those
     names (the stock app served nothing: our collector has no ``describe``); OPTIONS, other methods and
-    ``/favicon.ico`` are answered as prometheus_client's own app answers them."""
+    ``/favicon.ico`` are answered as prometheus_client's own app answers them; a path of ``registry.routes``
+    (``/debug/stacks``) with its text."""
 
     def app(environ, start_response):
         method = environ.get("REQUEST_METHOD")
@@ -367,6 +371,10 @@ def scrape_app(registry: ScrapeRegistry) -> Callable:
         if environ.get("PATH_INFO") == "/favicon.ico":
             start_response("200 OK", [])
             return [b""]
+        route = registry.routes.get(environ.get("PATH_INFO", ""))
+        if route is not None:
+            start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
+            return [route().encode("utf-8", "replace")]
         kind = content_type(environ.get("HTTP_ACCEPT"))
         gzipped = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING"))
         query = environ.get("QUERY_STRING", "")

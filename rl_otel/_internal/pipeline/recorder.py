@@ -74,6 +74,9 @@ class Recorder:
         self.worker: Worker = Worker(name="rl_otel-metrics", queue_size=submit_queue_size, timeout_s=close_timeout_s,
                                      when_full="wait", on_error=lambda reason: diag.count("submit", reason))
         self.mirror: Mirror | None = None  # set when this process mirrors to trackers
+        # told of every step recorded ("", "", 0.0) and finished phase (cluster, phase, total seconds): the hang
+        # watch's progress time and phase history (probes/hangs.py)
+        self.on_progress: Callable[[str, str, float], None] | None = None
         self.origin = next(_ORIGINS)
         # where the time goes: fed by the steps recorded here and by the phases (their runtime holds it), served
         # live (the time running now is in it at every collection)
@@ -93,6 +96,8 @@ class Recorder:
         if step is not None:
             marks = (Mark(meta.STEP, float(step), True),
                      Mark(meta.LAST_STEP_TIMESTAMP, time.time() if timestamp is None else timestamp, False))
+            if self.on_progress is not None:
+                self.on_progress("", "", 0.0)
         left_out = self.store.write(measurements, step=step, gone=gone, marks=marks)
         for spec, n in left_out:
             self.diagnostics.count("input", "non_finite_in_distribution", n)
@@ -135,6 +140,8 @@ class Recorder:
         try:
             if self.mirror is not None:
                 self.phases.add(metrics)
+            if self.on_progress is not None:
+                self.on_progress(cluster, phase, durations.get("total", 0.0))
             routed = self.ingest.route(metrics.items())
             routed.measurements += map(Measurement, itertools.repeat(live.PHASE_DURATION),
                                        self._phase_labels(cluster, phase, durations), durations.values())

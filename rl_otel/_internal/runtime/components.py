@@ -27,6 +27,7 @@ from rl_otel._internal.exporters.textformat import target_info_labels
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
 from rl_otel._internal.pipeline.recorder import Recorder
 from rl_otel._internal.pipeline.worker import reset_in_forked_child
+from rl_otel._internal.probes.hangs import HangWatch
 from rl_otel._internal.probes.live import LiveGauges, process_start_time
 from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
 from rl_otel._internal.runtime.config import PrometheusConfig, TelemetryConfig
@@ -72,6 +73,7 @@ class Components:
         self.bridge: Bridge | NullBridge = NullBridge()
         self.signals: SignalFlush | None = None
         self.live: LiveGauges | None = None
+        self.hangs: HangWatch | None = None
         self.cpu: CpuProbe | None = None
         self._phases: PhaseRuntime | None = None
         self._user_meter_provider: Any = None
@@ -127,11 +129,29 @@ class Components:
         if self.bridge.active:
             recorder.mirror = self.bridge.submit
         self._closing(stack, "metrics_worker", recorder.worker)  # drains before the trackers close
+        self._watch_hangs(stack)
         # a signal handler when a SIGTERM would leave something behind: steps buffered for the trackers, or a
         # file_sd target that would keep a "target down" alert firing after the rank is gone
         # (built last, so no failure follows it here; close() itself puts the previous handlers back, at its end)
         if config.handle_sigterm and (self.bridge.active or self.targets is not None):
             self.signals = SignalFlush(on_term=on_term, on_int=on_int, timeout_s=config.close_timeout_s)
+
+    def _watch_hangs(self, stack: contextlib.ExitStack) -> None:
+        """Stack dumps (``probes/hangs.py``): the progress hook, the series, ``/debug/stacks``, the signal; the
+        watchdog starts with the first phase (:meth:`phase_runtime`). Closed first: no dump starts while the rest
+        closes."""
+        config, recorder = self.config, self.recorder
+        self.hangs = hangs = HangWatch(base=config.base_labels, factor=config.hang_factor,
+                                       quantile=config.hang_quantile, min_s=config.hang_min_s,
+                                       directory=config.stack_dump_dir,
+                                       count=lambda reason: self.diagnostics.count("hangs", reason))
+        self._closing(stack, "hangs", hangs)
+        recorder.on_progress = hangs.progressed
+        recorder.add_collector(hangs.collect)
+        if self.registry is not None and config.stack_dump_http:
+            self.registry.routes["/debug/stacks"] = hangs.http_text
+        if config.stack_dump_signal is not None:
+            hangs.listen(config.stack_dump_signal)
 
     @property
     def resource(self) -> Resource:
@@ -183,6 +203,8 @@ class Components:
                     # closed first (built after the others): the GPU times still pending are resolved (bounded)
                     # while the store and the tracer provider are open
                     self._closing(self._stack, "phases", self._phases)
+                    if self.hangs is not None:  # the watchdog reads the running phases from now on
+                        self.hangs.watch(self._phases.running)  # type: ignore[arg-type]  # set by __post_init__
                 runtime = self._phases
         return runtime
 

@@ -58,6 +58,12 @@ class TelemetryConfig:
     world_size: int = 1
     resource: tuple[tuple[str, object], ...] = ()  # init(resource=...): OTel resource attributes, over OTEL_*
     tracer_provider: Any = None  # init(tracer_provider=...): the user's, used instead of rl_otel's own
+    hang_factor: float = 5.0  # a phase is stuck past max(hang_factor x its hang_quantile, hang_min_s)
+    hang_quantile: float = 0.9
+    hang_min_s: float | None = 600.0  # None: no dumps for stuck phases
+    stack_dump_signal: int | None = None  # the signal number of on-demand dumps (None: none)
+    stack_dump_dir: str = "rl_otel_dumps"  # absolute once resolved by build_config
+    stack_dump_http: bool = True  # GET /debug/stacks on the scrape endpoint
 
     @property
     def base_labels(self) -> dict[str, str]:

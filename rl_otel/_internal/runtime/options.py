@@ -14,6 +14,7 @@ option has a field of ``TelemetryConfig``. Adding an option: one :class:`Option`
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -209,6 +210,71 @@ def _otlp(value: object, given: Given) -> OtlpConfig | None:
 
 
 
+# signals a stack dump may not take: the process's lifecycle (SignalFlush's, the user's) and faulthandler's fatal ones
+_RESERVED_SIGNALS = frozenset({"SIGINT", "SIGTERM", "SIGKILL", "SIGSTOP", "SIGSEGV", "SIGFPE", "SIGABRT", "SIGBUS",
+                               "SIGILL"})
+
+
+def _dump_signal(value: object, given: Given) -> int | None:
+    """``stack_dump_signal``: a name (``'SIGUSR1'``, ``'USR2'``) or a number, checked; ``None``/``False``: none.
+    The default on a platform without SIGUSR1 (Windows) is none."""
+    if value is None or value is False:
+        return None
+    if value == "SIGUSR1" and not hasattr(signal, "SIGUSR1"):
+        return None
+    try:
+        if isinstance(value, str):
+            name = value.strip().upper()
+            found = signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
+        elif isinstance(value, int) and not isinstance(value, bool):
+            found = signal.Signals(value)
+        else:
+            raise KeyError(value)
+    except (KeyError, ValueError):
+        raise ConfigurationError(f"stack_dump_signal must be a signal name or number of this platform (e.g. "
+                                 f"'SIGUSR1') or None, got {value!r}") from None
+    if found.name in _RESERVED_SIGNALS:
+        raise ConfigurationError(f"stack_dump_signal cannot be {found.name} (the process's own lifecycle or a fatal "
+                                 f"signal); use e.g. 'SIGUSR1' or 'SIGUSR2', got {value!r}")
+    return int(found)
+
+
+def _number(name: str, value: object, low: float, high: float = float("inf")) -> float:
+    """A number in ``(low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+        bounds = f"> {low:g}" if high == float("inf") else f"in ({low:g}, {high:g}]"
+        raise ConfigurationError(f"{name} must be a number {bounds}, got {value!r}")
+    return float(value)
+
+
+def _tracker_dirs(trackers: tuple, run: str) -> list[str]:
+    """The trackers' log directories, in order (a TensorBoard tracker's default: ``runs/<run>``)."""
+    dirs = []
+    for spec in trackers:
+        given = next((spec.kwargs[k] for k in ("log_dir", "logdir", "dir") if spec.kwargs.get(k)), None)
+        if given is None and spec.name == "tensorboard":
+            given = os.path.join("runs", run)
+        if isinstance(given, (str, os.PathLike)):
+            dirs.append(os.fspath(given))
+    return dirs
+
+
+
+
+def _dump_dir(value: object, given: Given) -> str:
+    """``stack_dump_dir`` checked and resolved: the option, ``$RL_OTEL_DUMP_DIR``, the first tracker's log
+    directory, ``./rl_otel_dumps``."""
+    from rl_otel._internal.probes.hangs import dump_dir
+
+    if value is not None and (not isinstance(value, (str, os.PathLike)) or not os.fspath(value)):
+        raise ConfigurationError(f"stack_dump_dir must be a directory name or None, got {value!r}")
+    return dump_dir(value, _tracker_dirs(_trackers(None, given), _run(given.options["run"], given)), os.environ)
+
+
+def _hang_min_s(value: object, given: Given) -> float | None:
+    return None if value is None else positive_seconds("hang_min_s", value)
+
+
 TRACKER_OPTIONS = ("track_with", "tracker_kwargs", "trackers")
 
 OPTIONS: tuple[Option, ...] = (
@@ -269,6 +335,23 @@ OPTIONS: tuple[Option, ...] = (
     Option("tracer_provider", None, "your own OTel ``TracerProvider``: phases become spans of your traces (a phase "
                                     "opened inside your span is its child), exported by your provider's "
                                     "processors (not with ``tracing=``).", in_file=False, check=_tracer_provider),
+    Option("hang_factor", 5.0, "a phase run longer than ``max(hang_factor x the hang_quantile of that phase's past "
+                               "durations in this run, hang_min_s)`` is stuck: the process writes the stacks of all "
+                               "its threads to a file, once per stuck run (``docs/hangs.md``).",
+           check=lambda v, g: _number("hang_factor", v, 0.0)),
+    Option("hang_quantile", 0.9, "the quantile of a phase's past durations ``hang_factor`` multiplies (0 < q <= 1).",
+           check=lambda v, g: _number("hang_quantile", v, 0.0, 1.0)),
+    Option("hang_min_s", 600.0, "a phase is never stuck before this many seconds (the whole threshold until a run of "
+                                "it has finished); ``None``: no stack dumps for stuck phases.",
+           check=_hang_min_s),
+    Option("stack_dump_signal", "SIGUSR1", "a signal that makes the process write its stacks on demand (a name or "
+                                           "number; ``None``: none). Taken only if nothing in the process handles "
+                                           "it already.", check=_dump_signal),
+    Option("stack_dump_dir", None, "where stack dumps are written (default: ``$RL_OTEL_DUMP_DIR``, else the first "
+                                   "tracker's log directory, else ``./rl_otel_dumps``).", check=_dump_dir),
+    Option("stack_dump_http", True, "serve ``GET /debug/stacks`` on the scrape endpoint (behind its basic auth and "
+                                    "TLS): writes a dump and answers with it.",
+           check=_boolean("stack_dump_http")),
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
