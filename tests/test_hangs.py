@@ -29,7 +29,7 @@ from rl_otel._internal.probes.hangs import ON_DEMAND_SPACING_S, HangWatch, Phase
 from rl_otel._internal.probes.live import RunningPhases
 from rl_otel._internal.probes.posix import os_handler, signal_taken
 from rl_otel._internal.probes.stacks import pyspy_text, stacks_text
-from rl_otel._internal.runtime.config import build_config
+from rl_otel._internal.runtime.options import build_config
 from rl_otel.errors import ConfigurationError
 from tests.promtools import scrape
 from tests.test_endpoint_hardening import PASSWORD, auth, status_of

@@ -39,6 +39,7 @@ from rl_otel._internal.pipeline.router import Router
 from rl_otel._internal.pipeline.snapshot import Snapshot
 from rl_otel._internal.pipeline.steps import PhaseBuffer, Steps
 from rl_otel._internal.pipeline.store import SeriesStore, StoreSnapshot
+from rl_otel._internal.pipeline.timing_keys import DURATIONS
 from rl_otel._internal.pipeline.values import flatten, owned
 from rl_otel._internal.pipeline.worker import Worker, caller_streams, on_streams
 from rl_otel.catalog import Catalog, MetricSpec, live, meta
@@ -67,7 +68,7 @@ class Recorder:
         self.store = SeriesStore(base, max_series_per_metric=max_series_per_metric, ttl_s=series_ttl_s,
                                  dropped_spec=meta.DROPPED_SERIES, on_drop=self._warn_capped, clock=clock)
         self.router = Router(catalog, max_unknown_keys)
-        self.ingest = Ingest(self.router, diag, self.store.note_dropped)
+        self.ingest = Ingest(self.router, diag, self.store.note_dropped, watched=DURATIONS)
         self.steps = Steps(diag)
         self.phases = PhaseBuffer()
         # submit()'s jobs, and the log()s queued behind them (recorded on the worker's thread)
@@ -246,7 +247,7 @@ class Recorder:
         self.record(routed.measurements, step=step, timestamp=timestamp, gone=routed.gone if current else ())
         goodput = self.goodput
         if not goodput.phased:  # a process with phases is accounted by them: its steps cost nothing more here
-            goodput.step(routed.measurements, step, timestamp)
+            goodput.step(routed.watched, step, timestamp)
         mirrored = routed.mirrored
         if mirror is not None and mirrored is not None:
             # the phases finished since the last step reach the trackers at this step, as in ROLL (a history

@@ -37,7 +37,7 @@ from rl_otel.catalog import MetricSpec
 from rl_otel.catalog.goodput import FAMILIES, Decision, decision_of
 
 WAITING, STARTUP = "waiting", "startup"
-_NAMES = frozenset(FAMILIES)  # the duration entries: any other series is no timer
+DURATIONS = frozenset(FAMILIES)  # the duration entries: any other series is no timer
 _CACHE_LIMIT = 4_096  # series remembered (a job logs a few dozen timers; beyond, decided afresh each step)
 _UNSET = object()
 Series = tuple[str, Labels]
@@ -121,7 +121,7 @@ class TimingKeys:
         """The counted timers among a step's measurements, with their seconds (``None``: none). A NaN or negative
         duration is no time."""
         found: list[tuple[Timer, float]] | None = None
-        names, cache = _NAMES, self._cache
+        names, cache = DURATIONS, self._cache
         for spec, labels, value in measurements:
             if spec.name in names and value.__class__ is float:
                 timer = cache.get((spec.name, labels), _UNSET)
