@@ -106,6 +106,21 @@ def test_events_come_from_a_pool_and_are_reused(tel, cuda):
     assert tel.value(GPU, cluster="rollout", phase="generate", part="total").count == 50
 
 
+def test_the_pool_keeps_a_bounded_number_of_events_after_a_burst(tel, cuda):
+    """A burst of phases the GPU has not reached yet takes an event set each; once resolved, the pool keeps at most
+    POOL events for reuse and lets the rest go (it once kept every event of the largest burst, for good)."""
+    from rl_otel._internal.probes.gpu_time import POOL
+
+    cuda.hold()
+    for _ in range(200):
+        with tel.phase("rollout", "generate", onload=lambda: None, offload=lambda: None):
+            cuda.launch(1)
+    assert gpu_timer(tel).unresolved == 200 and cuda.events_created == 800
+    cuda.run_to()
+    assert settle(tel)
+    assert sum(len(free) for free in gpu_timer(tel)._free.values()) == POOL
+
+
 def test_served_beside_the_host_times(tel, cuda):
     with tel.phase("rollout", "generate"):
         cuda.launch(30)

@@ -15,12 +15,14 @@ KEYS = ["actor/pg_loss", "critic/score/mean", "time/actor_train/train_step/execu
         "memory/cpu/actor_train/train_step/start/rss", "custom/my_metric", "actor/approxkl"]
 
 
+# what differs between two endpoints fed the same steps: live values, clocks, the process's resource
+_TIME_DEPENDENT = ("rl_process_", "rl_gpu_", "target_info", "rl_goodput_", "rl_otel_build_info",
+                   "rl_last_step_timestamp", "rl_last_progress_timestamp")
+
+
 def _served(tel) -> list[str]:
     return sorted(line for line in scrape(tel.metrics_url).splitlines()
-                  if line and not line.startswith("#") and not line.startswith(("rl_process_", "rl_gpu_", "target_info",
-                                                                                 "rl_goodput_",
-                                                                                 "rl_otel_build_info",
-                                                                                 "rl_last_step_timestamp")))
+                  if line and not line.startswith("#") and not line.startswith(_TIME_DEPENDENT))
 
 
 def _steps(rng):

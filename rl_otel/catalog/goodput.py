@@ -487,6 +487,7 @@ _RL_OTEL_FAMILIES = (
     _family("rl_phase_gpu_duration_seconds", "rl_otel/_internal/probes/gpu_time.py (CUDA events of tel.phase)",
             _inner("GPU time inside a phase whose host time is counted already")),
     _family("rl_last_step_timestamp_seconds", "rl_otel/catalog/meta.py", _inner("a timestamp, no duration")),
+    _family("rl_last_progress_timestamp_seconds", "rl_otel/catalog/meta.py", _inner("a timestamp, no duration")),
     _family("rl_phase_started_timestamp_seconds", "rl_otel/catalog/meta.py", _inner("a timestamp, no duration")),
     # the accounting's own output (rl_otel/_internal/pipeline/goodput.py): what the leaves add up to, never a leaf
     *(_family(name, "rl_otel/_internal/pipeline/goodput.py", _inner("the goodput accounting's own output"))

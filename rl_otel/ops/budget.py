@@ -242,11 +242,9 @@ def _issue33(out: Endpoint, shape: Shape, phases: bool, timed: bool) -> None:
     goodput bucket and the wall clock for a process with phases or timing keys, its last progress, and for a
     process with phases its compute seconds and a wait counter per collective point. Stack dumps: none in a
     healthy run."""
-    cap = shape.max_series_per_metric
-
     def add(family: contract.Family, labels: Iterable[tuple[str, str]] = ()) -> None:
-        if contract.served(family):
-            out.add(family.name, labels, 1, cap)
+        if contract.served(family):  # live families, outside the store's per-metric cap (bounded by design)
+            out.add(family.name, labels, 1, 10**9)
 
     if phases or timed:
         for bucket in contract.BUCKETS:

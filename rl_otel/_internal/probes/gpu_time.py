@@ -42,6 +42,7 @@ from rl_otel._internal.pipeline.worker import reset_in_forked_child
 
 START, ONLOADED, EXECUTED, END = 0, 1, 2, 3
 MAX_UNRESOLVED = 1024  # phases holding events at once (4 events each at most)
+POOL = 64  # events kept for reuse per device: a burst of fast phases' events beyond it are let go
 POLL_S = (0.001, 0.05)  # the resolver's first and longest wait between polls while phases are pending
 
 
@@ -198,7 +199,8 @@ class GpuTimer:
             events, phase.events = phase.events, []
             if events:  # once per phase
                 self._open = max(0, self._open - 1)  # a phase begun before a fork ends in the child
-                self._free.setdefault((phase.cuda, phase.device), []).extend(events)
+                free = self._free.setdefault((phase.cuda, phase.device), [])
+                free.extend(events[:max(0, POOL - len(free))])
 
     # -- the resolver thread --------------------------------------------------------------------------
 
