@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's test command; .ci/run calls it. About 17 minutes on 2 cores from nothing (13 of them pytest).
+# The README's test command; .ci/run calls it. About 13 minutes on 2 cores from nothing (8.5 of them pytest).
 #
 #   1. Debian packages the tests run for real: prometheus (prometheus, promtool), victoria-metrics (vmalert),
 #      prometheus-alertmanager (amtool), installed with apt-get when missing.
@@ -12,7 +12,9 @@
 #      torch==2.13.0 is the CPU build on a machine without an NVIDIA GPU (scripts/torch_index.py adds PyTorch's CPU
 #      index: about 200 MB instead of the CUDA build's several GB), PyPI's CUDA build on one with a GPU
 #      (RL_OTEL_TORCH=cpu or =pypi chooses).
-#   4. ruff, mypy, then pytest (extra arguments go to pytest). Every step prints its elapsed time.
+#   4. ruff, mypy, then pytest on RL_OTEL_TEST_WORKERS processes (default 2, a test module per process: tests that
+#      share a fixture's server stay together; 0 runs in this process). Extra arguments go to pytest. Every step
+#      prints its elapsed time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -65,5 +67,8 @@ step "static checks: ruff, mypy"
 
 step "pytest"
 # RL_OTEL_TEST_ALL: an optional package the suite imports must be importable (a skip for "not installed" fails)
-RL_OTEL_TEST_ALL=1 PATH="$venv/bin:$PATH" "$py" -m pytest -q -p no:cacheprovider "$@"
+workers="${RL_OTEL_TEST_WORKERS:-2}"
+parallel=()
+[ "$workers" = 0 ] || parallel=(-n "$workers" --dist loadfile)
+RL_OTEL_TEST_ALL=1 PATH="$venv/bin:$PATH" "$py" -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@"
 step "done"
