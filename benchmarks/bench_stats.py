@@ -9,7 +9,9 @@ policy-loss metrics, ROLL's actor/critic ``loss_func`` and data metrics, TRL's l
 fed the same batch prepared the way that framework prepares it; ``tests/test_stats_baselines.py`` checks the two
 give the same numbers. Time: interleaved A/B rounds, the median of the per-round ratios (``common.ab_rounds``).
 Memory: the peak of the bytes held by tensors each allocates (``common.peak_tensor_bytes``; the inputs, allocated
-before, are not counted). Also printed: the host syncs each makes (``.item()``/``.tolist()``/``.cpu()`` calls).
+before, are not counted), on a CPU also of the accelerator layout (``_compact=False``: the tensors a GPU would
+allocate, its rounds' ``[slots, B, T]`` buffer and masks; ``tests/test_stats_memory.py`` bounds it). Also printed:
+the host syncs each makes (``.item()``/``.tolist()``/``.cpu()`` calls).
 
 On a GPU (``--device cuda``, or :func:`gpu_comparison`, which ``benchmarks/bench_gpu.py`` prints) both sides are
 launch-bound, so the rows are the wall time of a call (interleaved rounds; each call ends reading its results on
@@ -181,12 +183,14 @@ def peak_cuda_bytes(fn: Callable[[], object]) -> int:
 def measure(case: Case, rounds: int) -> dict[str, float]:
     """Both sides end reading their results on the host (``.item()`` / ``.tolist()``), so on a GPU the wall time
     of a call includes the kernels it waited for."""
-    peak = peak_cuda_bytes if case.kwargs["log_probs"].is_cuda else peak_tensor_bytes
+    cuda = case.kwargs["log_probs"].is_cuda
+    peak = peak_cuda_bytes if cuda else peak_tensor_bytes
     with torch_threads(1):
         timing = ab_rounds([case.ours, case.theirs], rounds, budget_s=2.0)
         ours_bytes, theirs_bytes = peak(case.ours), peak(case.theirs)
+        accelerator_bytes = None if cuda else peak(lambda: ppo_stats(**case.kwargs, _compact=False))
     return {"ours": timing.median(0), "theirs": timing.median(1), "ratio": timing.ratio(0, 1),
-            "ours_bytes": ours_bytes, "theirs_bytes": theirs_bytes}
+            "ours_bytes": ours_bytes, "theirs_bytes": theirs_bytes, "accelerator_bytes": accelerator_bytes}
 
 
 def rows(quick: bool = False, sizes=None, rounds: int | None = None, device: str = "cpu") -> list[Row]:
@@ -206,6 +210,10 @@ def rows(quick: bool = False, sizes=None, rounds: int | None = None, device: str
                        "ratio <= 1", m["ratio"] <= 1.0, base, paired_ratio=m["ratio"]))
         out.append(Row(f"ppo_stats {case.label}: peak tensor memory", m["ours_bytes"] / 2**20,
                        m["theirs_bytes"] / 2**20, "MiB", "ratio <= 1", m["ours_bytes"] <= m["theirs_bytes"], base))
+        if m["accelerator_bytes"] is not None:
+            out.append(Row(f"ppo_stats {case.label}: peak tensor memory, accelerator layout",
+                           m["accelerator_bytes"] / 2**20, m["theirs_bytes"] / 2**20, "MiB", "ratio <= 1",
+                           m["accelerator_bytes"] <= m["theirs_bytes"], base))
     return out
 
 

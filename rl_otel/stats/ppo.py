@@ -3,9 +3,10 @@
 ROLL's actor worker and veRL's ``compute_data_metrics`` call ``.item()`` once a metric (12-29 host syncs a
 micro-batch on a GPU) and launch several kernels for each. :func:`ppo_stats` computes the same keys with the same
 definitions: each framework's section writes the per-token quantities it needs as rows of one buffer and reduces
-them together in two or three rounds (:mod:`rl_otel.stats.fused`: a few dozen kernels a call, one host transfer);
-the keys' formulas then run on the host, in float64, on the few numbers that came back. Rounds reuse one buffer,
-so the peak memory stays below the frameworks' per-metric code (``benchmarks/bench_stats.py``).
+them together in three or four rounds (:mod:`rl_otel.stats.fused`: at most 40 kernels a call, one host transfer);
+the keys' formulas then run on the host, in float64, on the few numbers that came back. Rounds reuse the buffer's
+few slots, so the peak memory is a fraction of the frameworks' per-metric code's (``benchmarks/bench_stats.py``,
+``tests/test_stats_memory.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 
 from rl_otel._internal.pipeline.histogram import BucketCounts, BulkHistogram
 from rl_otel.catalog import Catalog, default_catalog
-from rl_otel.stats.fused import FIN, RESP, Fused, Rows, Tokens
+from rl_otel.stats.fused import FIN, RESP, Fused, Rows, Slot, Tokens, count_name
 from rl_otel.stats.histogram import as_float, bucket_vector
 
 KL_PENALTIES = ("kl", "abs", "mse", "k3", "low_var_kl")
@@ -46,14 +47,22 @@ def kl_penalty_terms(log_probs: torch.Tensor, base_log_probs: torch.Tensor, kind
     if kind in _K3:
         neg = (base_log_probs - log_probs).clamp_(-20.0, 20.0)  # -k1, exactly: a - b == -(b - a)
         return _k3_from(neg.exp(), neg, out=neg)
-    log_ratio = log_probs - base_log_probs
-    if kind == "kl":
-        return log_ratio
+    if kind not in KL_PENALTIES:
+        raise ValueError(f"kl_penalty must be one of {KL_PENALTIES}, got {kind!r}")
+    out = torch.empty(torch.broadcast_shapes(log_probs.shape, base_log_probs.shape),
+                      dtype=torch.result_type(log_probs, base_log_probs), device=log_probs.device)
+    return _k1_terms(log_probs, base_log_probs, kind, out=out)
+
+
+def _k1_terms(log_probs: torch.Tensor, base_log_probs: torch.Tensor, kind: str, *, out: torch.Tensor
+              ) -> torch.Tensor:
+    """The ``kl``, ``abs`` and ``mse`` estimates written into ``out`` (a row: no temporaries)."""
+    torch.sub(log_probs, base_log_probs, out=out)
     if kind == "abs":
-        return log_ratio.abs()
-    if kind == "mse":
-        return 0.5 * log_ratio.square()
-    raise ValueError(f"kl_penalty must be one of {KL_PENALTIES}, got {kind!r}")
+        out.abs_()
+    elif kind == "mse":
+        out.square_().mul_(0.5)
+    return out
 
 
 def _k3_from(exp_neg: torch.Tensor, neg: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
@@ -317,19 +326,50 @@ class _Stats:
         self.finish: list[Callable[[], Host]] = []
         self.tensors: dict[str, torch.Tensor] = {}
         self._seq_parts: dict[str, int] = {}
+        self._taken: dict[str, torch.Tensor] = {}
+        self._reused: frozenset[str] = frozenset()
 
     # -- device side ----------------------------------------------------------------------------------------------
 
-    def tok(self, name: str) -> torch.Tensor | None:
-        """An optional ``[B, T]`` input as a float row (masked: the input itself; compact: its tokens, gathered
-        anew: hold it while needed, the sections drop each after its last use)."""
-        t = self.a[name]
-        return None if t is None else as_float(self.tokens.take(t))
+    def plan(self, *rounds: Rows | None, reused: Sequence[str] = ()) -> None:
+        """Plan a section's rounds (the absent ones left out). ``reused``: the inputs the section reads in more
+        than one round, which the compact layout gathers once for the section (the masked layout reads inputs
+        where they are)."""
+        self._taken.clear()
+        self._reused = frozenset(reused)
+        self.f.plan(*[r for r in rounds if r is not None])
 
-    def rows(self, kinds: Sequence[Sequence[str | None]], *, tail: Sequence[str] = (), mm: slice | None = None
-             ) -> Rows:
-        """A round of the section (plan the section's rounds with ``self.f.plan``, then ``start()`` each)."""
-        return Rows(self.f, kinds, tail=tail, mm=mm)
+    def src(self, name: str) -> torch.Tensor | None:
+        """An optional ``[B, T]`` input as a float row: masked, the input itself; compact, its tokens, gathered
+        anew unless the section reuses it (hold it while needed: the sections drop each after its last use)."""
+        hit = self._taken.get(name)
+        if hit is not None:
+            return hit
+        t = self.a[name]
+        if t is None:
+            return None
+        row = as_float(self.tokens.take(t))
+        if self.tokens.compact and name in self._reused:
+            self._taken[name] = row
+        return row
+
+    def load(self, rows: Rows, slots: dict[str, str]) -> None:
+        """Copy the present inputs into their rows (``slots``: row name -> input name; compact: from the tokens
+        the section gathered already where it has them)."""
+        pairs = sorted((rows.pos[r], r, i) for r, i in slots.items() if self.a[i] is not None and r in rows.pos)
+        fresh = []
+        for _, r, i in pairs:
+            taken = self._taken.get(i)
+            if taken is not None:
+                rows[r].copy_(taken)
+            else:
+                fresh.append((r, i))
+        if fresh:
+            rows.load([r for r, _ in fresh], [self.a[i] for _, i in fresh])  # type: ignore[misc]
+
+    def rows(self, kinds: Sequence[Sequence[Slot]], *, mm: slice | None = None, scratch: Sequence[str] = ()) -> Rows:
+        """A round of the section (plan the section's rounds with :meth:`plan`, then ``start()`` each)."""
+        return Rows(self.f, kinds, mm=mm, scratch=scratch)
 
     def seq_input(self, name: str) -> int | None:
         """A ``[B]`` input (scores, rewards, response lengths) as a part, once a call."""
@@ -342,6 +382,13 @@ class _Stats:
             self._seq_parts[name] = self.f.part(as_float(t) if t.is_floating_point() else t.to(self.f.dtype))
         return self._seq_parts[name]
 
+    def seq_sums(self, name: str) -> int:
+        """A ``[B, T]`` input summed over all ``T`` positions, unmasked (veRL's token-level scores), as a part:
+        one reduction of the input where it is, no row."""
+        t = self.a[name]
+        assert t is not None
+        return self.f.part(t.detach().sum(-1, dtype=self.f.dtype))
+
     def prompt_lengths(self) -> int | None:
         """Prompt lengths ``[B]`` (nonzero entries of ``prompt_mask``) as a part, once a call: one reduction."""
         pm = self.a["prompt_mask"]
@@ -349,7 +396,9 @@ class _Stats:
             return None
         if "prompt" not in self._seq_parts:
             pm = pm.detach()
-            if self.tokens.compact:  # (parts read one by one: any dtype)
+            if self.tokens.compact and pm.dtype not in (torch.bfloat16, torch.float16):  # (parts read one by one)
+                lengths = np.count_nonzero(pm.numpy(), axis=-1)  # numpy's: two thirds of torch's time on a CPU
+            elif self.tokens.compact:
                 lengths = torch.count_nonzero(pm, dim=-1)
             else:  # in the rows' dtype, for the one concatenated read: ord=0 counts the nonzero entries
                 lengths = torch.linalg.vector_norm(pm if pm.is_floating_point() else pm.to(self.f.dtype), ord=0,
@@ -368,9 +417,9 @@ class _Stats:
                 self.tensors[key] = x.clone() if within is None else x[within]
                 return
         else:
-            within = self.a["response_mask"] if kind == RESP else ~tok.drop[FIN]
+            within = self.a["response_mask"] if kind == RESP else tok.keep[FIN]
             if self.distributions == "tensors":
-                self.tensors[key] = x[~tok.drop[kind]]  # a boolean index: one sync each
+                self.tensors[key] = x[tok.keep[kind]]  # a boolean index: one sync each
                 return
         bounds = self.bounds(key)
         part = self.f.part(bucket_vector(x, bounds, within))
@@ -398,14 +447,14 @@ class _Stats:
         if tok.compact:
             within = x if kind == RESP else torch.where(tok.fin, x, 0.0)  # type: ignore[arg-type]
             return torch.from_numpy(tok.segment_sums(within.numpy()[None])[0])
-        return torch.where(tok.drop[kind], 0.0, x).sum(-1)
+        return torch.where(tok.keep[kind], x, 0.0).sum(-1)
 
     def counts_now(self, kind: int) -> torch.Tensor:
         """Tokens of ``kind`` per sequence ``[B]``, on the device now."""
         tok = self.tokens
         if tok.compact:
             return tok.row_counts.to(self.f.dtype) if kind == RESP else torch.from_numpy(tok.fin_counts())
-        return (~tok.drop[kind]).sum(-1).to(self.f.dtype)
+        return tok.keep[kind].sum(-1).to(self.f.dtype)
 
     def per_token(self, x: torch.Tensor) -> torch.Tensor:
         """A per-sequence ``[B]`` tensor as a row (each token gets its sequence's value)."""
@@ -448,6 +497,7 @@ def _compute(*, inputs: dict[str, torch.Tensor | None], clip_low: float, clip_hi
             result.update(finish())
     finally:  # the rounds, the call and its finish functions refer to each other: freed now, not by the cyclic GC
         s.finish.clear()
+        s._taken.clear()
         s.f.close()
     result.update(s.tensors)
     return result
@@ -457,29 +507,9 @@ def _dims(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.dim()
 
 
-def _present(s: _Stats, *names: str) -> list[str | None]:
+def _present(s: _Stats, *names: str) -> list[Slot]:
     """``names`` with the absent inputs as ``None`` (an unused slot: the layouts keep their positions)."""
     return [n if s.a[n] is not None else None for n in names]
-
-
-def _load(rows: Rows, s: _Stats, slots: dict[str, str]) -> None:
-    """Copy the present inputs into their rows (``slots``: row name -> input name), in row order."""
-    order = {**rows.pos, **{r: len(rows.pos) + j for j, r in enumerate(rows.tail) if r not in rows.pos}}
-    pairs = sorted(((order[r], r, s.a[i]) for r, i in slots.items() if s.a[i] is not None and r in order),
-                   key=lambda p: p[0])
-    if pairs:
-        rows.load([r for _, r, _ in pairs], [t for _, _, t in pairs])  # type: ignore[misc]
-
-
-def _around(prev: Rows, keep: Sequence[str], names: Sequence[str | None]) -> list[str | None]:
-    """A one-kind layout of ``names`` in the slots of ``prev``'s storage that hold neither its rows ``keep``
-    (which the new round reads: they stay where they are) nor its count row (not stored on the compact layout)."""
-    taken = {prev.pos[k] for k in keep if k in prev.pos} | {p for n, p in prev.pos.items() if prev.is_count(n)}
-    layout: list[str | None] = []
-    queue = list(names)
-    while queue:
-        layout.append(None if len(layout) in taken else queue.pop(0))
-    return layout
 
 
 def _exp(x: float) -> float:
@@ -490,8 +520,8 @@ def _exp(x: float) -> float:
         return math.inf
 
 
-def _value_errors(r: Rows, *, values: str, vpreds: str, returns: torch.Tensor, clip: float, err: str, clipped: str,
-                  bounds: tuple[str, str] | None = None) -> None:
+def _value_errors(r: Rows, *, values: torch.Tensor, vpreds: torch.Tensor, returns: torch.Tensor, clip: float,
+                  err: str, clipped: str, bounds: tuple[str, str] | None = None) -> None:
     """The critic's squared errors into rows ``err`` and ``clipped``: ``(vpreds - returns)^2`` and
     ``(clamp(vpreds, values - clip, values + clip) - returns)^2`` (ROLL's ``CriticWorker.loss_func`` clips with
     ``torch.clip``, TRL's ``PPOTrainer.loss`` with ``clip_by_value``: the same for ``clip >= 0``), both squared in
@@ -503,12 +533,12 @@ def _value_errors(r: Rows, *, values: str, vpreds: str, returns: torch.Tensor, c
     lo, hi = bounds or (err, clipped)
     q = r.q
     assert q is not None
-    torch.add(r[values], _offsets(float(clip), q.dtype, q.device, q.dim() - 1), out=r.rows(lo, hi))
-    torch.clamp(r[clipped] if bounds else r[vpreds], min=r[lo], max=r[hi], out=r[clipped])
+    torch.add(values, _offsets(float(clip), q.dtype, q.device, q.dim() - 1), out=r.rows(lo, hi))
+    torch.clamp(r[clipped] if bounds else vpreds, min=r[lo], max=r[hi], out=r[clipped])
     if bounds:
         r.rows(err, clipped).sub_(returns).square_()
     else:
-        torch.sub(r[vpreds], returns, out=r[err])
+        torch.sub(vpreds, returns, out=r[err])
         r[clipped].sub_(returns)
         r.rows(err, clipped).square_()
 
@@ -518,47 +548,53 @@ def _roll(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
     """ROLL (roll/pipeline/rlvr/actor_worker.py loss_func; roll/utils/functionals.py agg_loss, masked_mean;
     base_worker.py CriticWorker.loss_func; metrics_manager.py add_values_metrics).
 
-    Three rounds over a 10-row storage (FIN rows: ``final_response_mask``, when it is given; else every row is a
-    RESP row): A, the inputs' own statistics and the log-ratio; B, the policy's per-token quantities, reading A's
-    ``lr`` (slot 1) and ``ref`` (slot 3) before writing over them; C, the critic's.
+    Three rounds over an 8-row storage (FIN rows: ``final_response_mask``, when it is given; else every row is a
+    RESP row): A, the inputs' own statistics and the log-ratio, with the maxima and minima of all seven (one
+    round: a second would cost four kernels more, beyond 40); P, the policy's per-token quantities, reading A's
+    ``lr`` (slot 0) and ``ref`` (slot 2) before writing over them; C, the critic's.
     """
     a, f, tok = s.a, s.f, s.tokens
     fin = tok.kinds > 1
     fin_kind = FIN if fin else RESP
     rewards_2d = a["rewards"] is not None and a["rewards"].dim() == 2
     has_ref, has_adv = a["ref_log_probs"] is not None, a["advantages"] is not None
-    stats = _present(s, "ref_log_probs", "entropy")
-    values = ["rewards" if rewards_2d else None, *_present(s, "advantages", "returns", "values")]
-    # A: [1, lr, old, ref, ent | rewards, adv, ret, val, 1f]: maxima and minima of lr .. ent and adv .. val
-    if fin:
-        A = s.rows([["1", "lr", "old", *stats], [*values, "1f"]], mm=slice(1, 5))
-    else:
-        A = s.rows([["1", "lr", "old", *stats, *values[1:], values[0]]], mm=slice(1, 8))
-    # B: [ratio, high, low, clip, obj | k3, s1, s2, -, -]; pg_loss sums the objective over response_mask (a
-    # token-mean) or averages its sequences within the final mask (seq-mean): obj is a FIN row then, in s1
-    seq_obj = fin and s.seq_mean
-    obj = "s1" if seq_obj else "obj"
-    if seq_obj:  # slot 0 (A's count row) left alone: the compact layout then stores 8 rows, not 9
-        B = s.rows([[None, "high", "low", "clip", "ratio"], ["k3", "s1", "s2", None, None]])
-    elif fin:
-        B = s.rows([["ratio", "high", "low", "clip", "obj"], ["k3", "s1", "s2", None, None]])
-    else:
-        B = s.rows([["ratio", "high", "low", "clip", "obj", "k3", "s1", "s2"]])
-    # C (RESP): [-, val, vpr, err, loss, flag, lo, hi]: the critic worker's per-sequence means
+    k3 = has_ref and kl_penalty in _K3
     ret_in, val_in, vpr_in = a["returns"], a["values"], a["vpreds"]
-    pred = "vpr" if vpr_in is not None else "val" if val_in is not None else None
+    pred = vpr_in if vpr_in is not None else val_in
     clipped = value_clip is not None and ret_in is not None and val_in is not None and vpr_in is not None
+    critic = val_in is not None or vpr_in is not None
+    # A: [lr, old, ref, ent | rewards, adv, ret, val]: maxima and minima of every slot (rewards': unread)
+    stats, values = _present(s, "ref_log_probs", "entropy"), _present(s, "advantages", "returns", "values")
+    rewards: Slot = "rewards" if rewards_2d else None
+    if fin:
+        A = s.rows([["lr", "old", *stats], [rewards, *values]], mm=slice(0, 4))
+    else:
+        A = s.rows([["lr", "old", *stats, *values, rewards]], mm=slice(0, 7))
+    # P: [high, ratio, low, clip, (obj, s2) | k3, (obj, s2), 1f]: obj (the objective; surr1 first) is a FIN row
+    # when pg_loss averages sequences within the final mask (seq-mean), else a RESP row. The exp of A's lr
+    # (slot 0) and of kl (k3's slot) in one kernel puts the ratio in slot 1 and exp(kl) in the slot after k3.
+    seq_obj = fin and s.seq_mean
+    resp: list[Slot] = [None if seq_is else "high", "ratio", None if seq_is else "low"]
+    if has_adv:
+        resp.extend(["clip"] if seq_obj else ["clip", "obj", "s2"])
+    after_k3 = [*(["obj", "s2"] if has_adv and seq_obj else []), count_name(fin_kind)]
+    fin_rows: list[Slot] = ["k3", ("expkl", after_k3[0]), *after_k3[1:]] if has_ref else list(after_k3)
+    if fin and not critic:  # the response tokens' count (C's otherwise)
+        resp.append(count_name(RESP))
+    P = s.rows([resp, fin_rows] if fin else [resp + fin_rows], scratch=("s2", "expkl"))
+    # C (RESP): [val, vpr, err, loss, (lo, flag), (hi, 1)]: the critic worker's per-sequence means
     C = None
-    if val_in is not None or vpr_in is not None:
-        C = s.rows([[None, "val" if val_in is not None else None, "vpr" if vpr_in is not None else None,
-                     "err" if ret_in is not None and pred else None,
-                     *(["loss", "flag", "lo", "hi"] if clipped else [])]])
-    f.plan(A, B, *([C] if C is not None else []))
+    if critic:
+        hi: Slot = ("hi", count_name(RESP)) if fin else "hi"
+        tail: list[Slot] = ["loss", ("lo", "flag"), hi] if clipped else [count_name(RESP)] if fin else []
+        C = s.rows([["val" if val_in is not None else None, "vpr" if vpr_in is not None else None,
+                     "err" if ret_in is not None and pred is not None else None, *tail]], scratch=("lo", "hi"))
+    s.plan(A, P, C)
 
     A.start()
-    _load(A, s, {"old": "old_log_probs", "ref_log_probs": "ref_log_probs", "entropy": "entropy",
-                 "rewards": "rewards", "advantages": "advantages", "returns": "returns", "values": "values"})
-    lp = s.tok("log_probs")
+    s.load(A, {"old": "old_log_probs", "ref_log_probs": "ref_log_probs", "entropy": "entropy",
+               "rewards": "rewards", "advantages": "advantages", "returns": "returns", "values": "values"})
+    lp = s.src("log_probs")
     assert lp is not None
     torch.sub(lp, A["old"], out=A["lr"])
     if has_ref and s.distributions:
@@ -568,56 +604,55 @@ def _roll(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
         s.dist("critic/advantages_dist", A["advantages"], fin_kind)
     A.reduce(per_seq=[*(["lr"] if s.seq_mean else []), *(["rewards"] if rewards_2d else [])], sq=["lr"])
 
-    B.start()  # slot 1 (high) still holds A's lr, slot 3 (clip) A's ref
-    k3 = has_ref and kl_penalty in _K3
+    P.start()  # slot 0 (high) holds A's lr until the exp, slot 2 (low) A's ref until kl is taken
     if k3:  # ROLL's compute_approx_kl "k3": exp(kl) - kl - 1 with kl = ref - logp, not clamped first (as ROLL)
-        torch.sub(A["ref_log_probs"], lp, out=B["s1"])
+        torch.sub(A["ref_log_probs"], lp, out=P["k3"])
     elif has_ref:
-        B["k3"].copy_(kl_penalty_terms(lp, A["ref_log_probs"], kl_penalty))
+        _k1_terms(lp, A["ref_log_probs"], kl_penalty, out=P["k3"])
     del lp
     seq_ratio_part = None
     if seq_is:  # one ratio a sequence: exp(masked_mean(log_ratio, final_response_mask, dim=-1)), on every token
-        sums, counts = s.row_sums_now(B["high"], fin_kind), s.counts_now(fin_kind)
+        sums, counts = s.row_sums_now(A["lr"], fin_kind), s.counts_now(fin_kind)
         seq_ratio = torch.where(counts > 0, sums / counts.clamp(min=1), 0.0).exp()
-        B["ratio"].copy_(s.per_token(seq_ratio))
+        P["ratio"].copy_(s.per_token(seq_ratio))
         seq_ratio_part = f.part(seq_ratio)
         if k3:
-            torch.exp(B["s1"], out=B["s2"])
+            torch.exp(P["k3"], out=P["expkl"])
     elif k3:  # the ratio and exp(kl) in one kernel: rows (lr, kl) -> (ratio, exp(kl))
-        torch.exp(B.rows("high", "s1"), out=B.rows("ratio", "s2"))
+        torch.exp(f.rows((A, "lr"), (P, "k3")), out=P.rows("ratio", "expkl"))
     else:
-        torch.exp(B["high"], out=B["ratio"])
+        torch.exp(A["lr"], out=P["ratio"])
     if k3:
-        _k3_from(B["s2"], B["s1"], out=B["k3"])
+        _k3_from(P["expkl"], P["k3"], out=P["k3"])
     if not seq_is:
-        torch.gt(B["ratio"], 1.0 + clip_high, out=B["high"])
-        torch.lt(B["ratio"], 1.0 - clip_low, out=B["low"])
-    s.dist("actor/ratio_dist", B["ratio"])
-    adv = s.tok("advantages")
-    if adv is not None:  # surr1 = ratio * A, surr2 = clamp(ratio) * A, both in one kernel: (ratio, c) -> (s1, s2)
-        torch.clamp(B["ratio"], 1.0 - clip_low, 1.0 + clip_high, out=B["s2"])
-        torch.mul(B.rows("ratio", "s2"), adv, out=B.rows("s1", "s2"))
-        torch.lt(B["s2"], B["s1"], out=B["clip"])
-        torch.minimum(B["s1"], B["s2"], out=B[obj])  # loss = -objective, negated on the host (exact)
+        torch.gt(P["ratio"], 1.0 + clip_high, out=P["high"])
+        torch.lt(P["ratio"], 1.0 - clip_low, out=P["low"])
+    s.dist("actor/ratio_dist", P["ratio"])
+    adv = s.src("advantages")
+    if adv is not None:  # surr1 = ratio * A, surr2 = clamp(ratio) * A, both in one kernel: (ratio, c) -> (obj, s2)
+        torch.clamp(P["ratio"], 1.0 - clip_low, 1.0 + clip_high, out=P["s2"])
+        torch.mul(P.rows("ratio", "s2"), adv, out=P.rows("obj", "s2"))
+        torch.lt(P["s2"], P["obj"], out=P["clip"])
+        torch.minimum(P["obj"], P["s2"], out=P["obj"])  # loss = -objective, negated on the host (exact)
         if clip_c is not None:  # dual_clip_loss: -max(-loss, c * A) where A < 0; objective >= 0 where A >= 0
-            torch.maximum(B[obj], torch.clamp(adv, max=0.0, out=B["s2"]).mul_(clip_c), out=B[obj])
+            torch.maximum(P["obj"], torch.clamp(adv, max=0.0, out=P["s2"]).mul_(clip_c), out=P["obj"])
     del adv
-    B.reduce(per_seq=["ratio", *([n for n in ("clip", obj, "k3") if n in B.pos] if s.seq_mean else [])])
+    P.reduce(per_seq=["ratio", *([n for n in ("clip", "obj", "k3") if n in P.pos] if s.seq_mean else [])])
 
     if C is not None:
         C.start()
-        ret = s.tok("returns")
+        ret = s.src("returns")
         if clipped:  # the predictions loaded into err and loss too (one stack), the bounds in lo and hi
-            C.load(["val", "vpr", "err", "loss"], [val_in, vpr_in, vpr_in, vpr_in])  # type: ignore[list-item]
-            assert value_clip is not None and ret is not None
-            _value_errors(C, values="val", vpreds="vpr", returns=ret, clip=value_clip, err="err", clipped="loss",
-                          bounds=("lo", "hi"))
+            assert val_in is not None and vpr_in is not None and value_clip is not None and ret is not None
+            C.load(["val", "vpr", "err", "loss"], [val_in, vpr_in, vpr_in, vpr_in])
+            _value_errors(C, values=C["val"], vpreds=C["vpr"], returns=ret, clip=value_clip, err="err",
+                          clipped="loss", bounds=("lo", "hi"))
             torch.gt(C["loss"], C["err"], out=C["flag"])  # surr1 > surr2: the clipped error is the larger
             torch.maximum(C["err"], C["loss"], out=C["loss"])
         else:
-            _load(C, s, {"val": "values", "vpr": "vpreds"})
+            s.load(C, {"val": "values", "vpr": "vpreds"})
             if "err" in C.pos:
-                torch.sub(C[pred], ret, out=C["err"]).square_()  # type: ignore[index, arg-type]
+                torch.sub(C["vpr" if vpr_in is not None else "val"], ret, out=C["err"]).square_()  # type: ignore[arg-type]
         del ret
         C.reduce(per_seq=[n for n in ("val", "vpr", "err", "loss", "flag") if n in C.pos])  # row means
     rewards_part = None if a["rewards"] is None or rewards_2d else s.seq_input("rewards")
@@ -641,7 +676,7 @@ def _roll(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
 
         out: Host = roll_family("critic/old_log_prob", A, "old", n_r)
         if has_ref:
-            out["actor/kl_loss"] = roll_agg(B, "k3", FIN, n_f)
+            out["actor/kl_loss"] = roll_agg(P, "k3", FIN, n_f)
             out.update(roll_family("critic/ref_log_prob", A, "ref_log_probs", n_r))
         sq = _div(A.sq_seq_sum("lr"), _eps(seqs[RESP])) if s.seq_mean else _div(A.sq_total("lr"), n_r)
         out["actor/approxkl"] = 0.5 * sq  # halving is exact
@@ -657,19 +692,19 @@ def _roll(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
         else:
             hi = _exp(A.max("lr")) if n_r else -math.inf
             lo = _exp(A.min("lr")) if n_r else math.inf
-            n_high, n_low = B.total("high"), B.total("low")
+            n_high, n_low = P.total("high"), P.total("low")
         if not positions:
             hi = lo = math.nan
         elif n_r < positions:  # max(ratio * mask) reads 0 and min(ratio * mask + (1 - mask) * 1e10) 1e10 off it
             hi = hi if math.isnan(hi) else max(hi, 0.0)
             lo = lo if math.isnan(lo) else min(lo, ROLL_RATIO_MIN_FILL)
-        out.update({"actor/ratio_mean": _div(B.seq_sum("ratio"), _eps(seqs[RESP])), "actor/ratio_max": hi,
+        out.update({"actor/ratio_mean": _div(P.seq_sum("ratio"), _eps(seqs[RESP])), "actor/ratio_max": hi,
                     "actor/ratio_min": lo, "actor/ppo_ratio_high_clipfrac": _div(n_high, n_f),
                     "actor/ppo_ratio_low_clipfrac": _div(n_low, n_f),
                     "actor/ppo_ratio_clipfrac": _div(n_high + n_low, n_f)})  # clipped = clipped_low + clipped_high
         if has_adv:
-            out["actor/clipfrac"] = roll_agg(B, "clip", RESP, n_f)
-            out["actor/pg_loss"] = -roll_agg(B, obj, FIN, n_f)
+            out["actor/clipfrac"] = roll_agg(P, "clip", RESP, n_f)
+            out["actor/pg_loss"] = -roll_agg(P, "obj", FIN, n_f)
         if a["entropy"] is not None:  # agg_loss(entropy, response_mask, "token-mean")
             out.update({"critic/entropy/mean": _div(A.total("entropy"), n_r),
                         "critic/entropy/max": A.max("entropy"), "critic/entropy/min": A.min("entropy")})
@@ -706,9 +741,10 @@ def _roll(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
 def _trl(s: _Stats, *, clip_low: float, clip_high: float, value_clip: float | None, kl_coef: float | None) -> None:
     """TRL's legacy PPOTrainer (``loss``, ``record_step_stats``).
 
-    Two rounds: A, the inputs' statistics, the value head's clipped-error flags and the variances (``rp``, returns
-    minus the prediction: its squares are the value head's errors); B, the policy's per-token quantities, laid out
-    around A's ``adv`` and ``old`` rows, which it reads.
+    Four rounds over a 3-row storage: B, the policy's per-token quantities; C, the value head's clipped-error
+    flags (its bounds, then its two errors, in the first two slots), then two inputs' statistics; R, two more and
+    the token count; V, the rows whose variances are wanted (``rp``, returns minus the prediction: its squares
+    are the value head's errors), their mean dividing by R's count, whose sums sit right before theirs.
     """
     a, f = s.a, s.f
     ret, val, vpr = a["returns"], a["values"], a["vpreds"]
@@ -716,42 +752,68 @@ def _trl(s: _Stats, *, clip_low: float, clip_high: float, value_clip: float | No
     clipped = value_clip is not None and ret is not None and val is not None and vpr is not None
     has_err = ret is not None and pred is not None
     has_ref, has_adv = a["ref_log_probs"] is not None, a["advantages"] is not None
-    # A: [1, rp, ret, val | adv, ent, vpr, old, vflag]: the rows whose variances are wanted right after the count
+    # B: [lr, (ratio, okl), (s2, clip)]: the ratio and surr2 are scratch, clip written over surr2, okl over the ratio
+    B = s.rows([["lr", ("ratio", "okl") if has_ref else "ratio", ("s2", "clip") if has_adv else None]],
+               scratch=("ratio", "s2"))
+    # C: [(lo, err, vflag), (hi, clipped, vpreds), adv]
+    C = None
+    if clipped or vpr is not None or has_adv:
+        vpr_slot: Slot = ("hi", "clipped", "vpreds") if clipped else "vpreds" if vpr is not None else None
+        C = s.rows([[("lo", "err", "vflag") if clipped else None, vpr_slot, "advantages" if has_adv else None]],
+                   scratch=("lo", "err", "hi", "clipped"))
+    # R: [ent, old, 1]; V: [rp, ret, val], planned right after R: the count's sums sit right before theirs
+    R = s.rows([[*_present(s, "entropy"), "old", count_name(RESP)]])
     var = [n for n, present in (("rp", has_err), ("returns", ret is not None), ("values", val is not None)) if present]
-    A = s.rows([["1", *var, *[n for n in ("advantages", "entropy", "vpreds") if a[n] is not None], "old",
-                 *(["vflag"] if clipped else [])]])
-    B = s.rows([_around(A, ("advantages", "old"), ["okl" if has_ref else None, "lr", "s1", "s2", "clip"])])
-    f.plan(A, B)
-
-    A.start()
-    _load(A, s, {"returns": "returns", "values": "values", "advantages": "advantages", "entropy": "entropy",
-                 "vpreds": "vpreds", "old": "old_log_probs"})
-    if clipped:  # the errors in rp and vflag, then vf_losses2 > vf_losses1 in vflag
-        assert value_clip is not None
-        _value_errors(A, values="values", vpreds="vpreds", returns=A["returns"], clip=value_clip, err="rp",
-                      clipped="vflag")
-        torch.gt(A["vflag"], A["rp"], out=A["vflag"])
-    if has_err:  # returns - prediction: its squares are the value head's errors, its variance explained's
-        torch.sub(A["returns"], A[pred], out=A["rp"])  # type: ignore[index]
-    s.dist("objective/logprobs", A["old"])
-    if has_adv:
-        s.dist("ppo/policy/advantages", A["advantages"])
-    if has_ref and s.distributions:
-        s.dist("objective/ref_logprobs", s.tok("ref_log_probs"))  # type: ignore[arg-type]
-    A.reduce(per_seq=["vflag"] if clipped and s.seq_mean else [], sq=["rp"] if has_err else [], var=var)
+    V = s.rows([var]) if var else None
+    s.plan(B, C, R, V, reused=("old_log_probs", "advantages", "returns", "values", "vpreds"))
 
     B.start()
+    lp, old = s.src("log_probs"), s.src("old_log_probs")
+    assert lp is not None and old is not None
+    torch.sub(lp, old, out=B["lr"])
+    del lp
+    adv = s.src("advantages")
+    if adv is not None or s.distributions:
+        torch.exp(B["lr"], out=B["ratio"])
+        s.dist("ppo/policy/ratio", B["ratio"])
+    if adv is not None:  # surr1, surr2 in one kernel, then surr2 < surr1 over surr2
+        torch.clamp(B["ratio"], 1.0 - clip_low, 1.0 + clip_high, out=B["s2"])
+        B.rows("ratio", "s2").mul_(adv)
+        torch.lt(B["s2"], B["ratio"], out=B["clip"])
+    del adv
     if has_ref:  # TRL's objective/* describe the rollout: its log-probs against the reference
-        torch.sub(A["old"], s.tok("ref_log_probs"), out=B["okl"])  # type: ignore[arg-type]
-    torch.sub(s.tok("log_probs"), A["old"], out=B["lr"])  # type: ignore[arg-type]
-    torch.exp(B["lr"], out=B["s1"])
-    s.dist("ppo/policy/ratio", B["s1"])
-    if has_adv:  # surr1, surr2 in one kernel
-        torch.clamp(B["s1"], 1.0 - clip_low, 1.0 + clip_high, out=B["s2"])
-        B.rows("s1", "s2").mul_(A["advantages"])
-        torch.lt(B["s2"], B["s1"], out=B["clip"])
+        ref = s.src("ref_log_probs")
+        assert ref is not None
+        torch.sub(old, ref, out=B["okl"])
+        s.dist("objective/ref_logprobs", ref)
+        del ref
+    del old
     B.reduce(per_seq=[*(["lr", "clip"] if s.seq_mean and has_adv else ["lr"] if s.seq_mean else []),
                       *(["okl"] if has_ref and s.distributions else [])], sq=["lr"])
+
+    if C is not None:
+        C.start()
+        if clipped:  # the errors in err and clipped, then vf_losses2 > vf_losses1 in vflag (err's slot)
+            assert value_clip is not None
+            _value_errors(C, values=s.src("values"), vpreds=s.src("vpreds"), returns=s.src("returns"),  # type: ignore[arg-type]
+                          clip=value_clip, err="err", clipped="clipped")
+            torch.gt(C["clipped"], C["err"], out=C["vflag"])
+        s.load(C, {"vpreds": "vpreds", "advantages": "advantages"})
+        if has_adv:
+            s.dist("ppo/policy/advantages", C["advantages"])
+        C.reduce(per_seq=["vflag"] if clipped and s.seq_mean else [])
+
+    R.start()
+    s.load(R, {"entropy": "entropy", "old": "old_log_probs"})
+    s.dist("objective/logprobs", R["old"])
+    R.reduce()
+
+    if V is not None:
+        V.start()
+        if has_err:  # returns - prediction: its squares are the value head's errors, its variance explained's
+            torch.sub(s.src("returns"), s.src(pred), out=V["rp"])  # type: ignore[arg-type]
+        s.load(V, {"returns": "returns", "values": "values"})
+        V.reduce(sq=["rp"] if has_err else [], var=var)
     n_seqs = s.tokens.shape[0]
 
     def finish() -> Host:
@@ -763,28 +825,32 @@ def _trl(s: _Stats, *, clip_low: float, clip_high: float, value_clip: float | No
                 out["objective/kl_coef"] = float(kl_coef)
                 out["ppo/mean_non_score_reward"] = _div(-float(kl_coef) * B.total("okl"), n_seqs)
             out.update(s.seq_dist("objective/kl_dist", lambda: B.per_seq("okl")))
-        out["objective/entropy"] = _div(-A.total("old"), n_seqs)
+        out["objective/entropy"] = _div(-R.total("old"), n_seqs)
         sq = _div(B.sq_seq_sum("lr"), f.n_seqs(RESP)) if s.seq_mean else _div(B.sq_total("lr"), n)
         out["ppo/policy/approxkl"] = 0.5 * sq
         out["ppo/policy/policykl"] = -s.agg(B, "lr")  # TRL: masked_mean(old_logprobs - logprobs)
         if has_adv:
+            assert C is not None
             out["ppo/policy/clipfrac"] = s.agg(B, "clip")
+            out["ppo/policy/advantages_mean"] = _div(C.total("advantages"), n)
         if a["entropy"] is not None:
-            out["ppo/policy/entropy"] = _div(A.total("entropy"), n)
-        if has_adv:
-            out["ppo/policy/advantages_mean"] = _div(A.total("advantages"), n)
+            out["ppo/policy/entropy"] = _div(R.total("entropy"), n)
         for name, prefix in (("returns", "ppo/returns"), ("values", "ppo/val")):
             if a[name] is not None:
-                out[f"{prefix}/mean"] = _div(A.total(name), n)
-                out[f"{prefix}/var"] = _div(A.m2(name), n - 1) if n > 1 else math.nan
+                assert V is not None
+                out[f"{prefix}/mean"] = _div(V.total(name), n)
+                out[f"{prefix}/var"] = _div(V.m2(name), n - 1) if n > 1 else math.nan
         if vpr is not None:
-            out["ppo/val/vpred"] = _div(A.total("vpreds"), n)
+            assert C is not None
+            out["ppo/val/vpred"] = _div(C.total("vpreds"), n)
         if has_err:
-            out["ppo/val/error"] = _div(A.sq_total("rp"), n)
+            assert V is not None
+            out["ppo/val/error"] = _div(V.sq_total("rp"), n)
             # Explained variance: a ratio of variances, so population and Bessel-corrected agree.
-            out["ppo/val/var_explained"] = 1.0 - _div(A.m2("rp"), A.m2("returns")) if n else math.nan
+            out["ppo/val/var_explained"] = 1.0 - _div(V.m2("rp"), V.m2("returns")) if n else math.nan
         if clipped:
-            out["ppo/val/clipfrac"] = s.agg(A, "vflag")
+            assert C is not None
+            out["ppo/val/clipfrac"] = s.agg(C, "vflag")
         return out
 
     s.finish.append(finish)
@@ -794,85 +860,106 @@ def _verl(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
     """veRL 0.9.1: core_algos.compute_policy_loss_vanilla (masked_mean = sum / (count + 1e-8)), agg_loss,
     metric_utils.compute_data_metrics.
 
-    Two rounds: A, the inputs' statistics and the variances of ``vf_explained_var`` (and the token-level scores
-    and rewards, summed over every position); B, the policy loss's per-token quantities, reading A's ``adv`` row
-    (slot 4, which B leaves alone).
+    Three rounds over a 4-row storage: P1, the log-ratio and the KL (and the ratio, for P2, in slot 2); P2, the
+    policy loss's per-token quantities and the entropy; A, the inputs' statistics and the variances of
+    ``vf_explained_var``, their mean dividing by P1's count, whose sums sit right before A's (planned after P1).
+    The token-level scores and rewards are summed where they are, over every position.
     """
     a, f = s.a, s.f
     ret, val = a["returns"], a["values"]
-    has_ref, has_adv = a["ref_log_probs"] is not None, a["advantages"] is not None
+    has_ref, has_adv, has_ent = (a[n] is not None for n in ("ref_log_probs", "advantages", "entropy"))
     k3 = has_ref and kl_penalty in _K3
+    rv = ret is not None and val is not None
+    # P1: [neg_kl, k3, ratio (or the entropy without P2), (exp(-k1), 1)]
+    P1 = s.rows([["neg_kl", "k3" if has_ref else None,
+                  "ratio" if has_adv else "entropy" if has_ent else None, ("expk", "1")]], scratch=("ratio", "expk"))
+    # P2: [clip, lower, (surr1, ent), (surr2, pg)]: the ratio P1 left in slot 2 becomes surr1, in place
+    P2 = None
+    if has_adv:
+        P2 = s.rows([["clip", "lower", ("s1", "entropy") if has_ent else "s1", ("s2", "pg")]], scratch=("s1", "s2"))
+    # A: [rv, ret, val, adv]: maxima and minima of ret .. adv
+    slots = ["rv" if rv else None, *_present(s, "returns", "values", "advantages")]
+    A = s.rows([slots], mm=slice(1, 4)) if any(slots) else None
+    s.plan(P1, A, P2, reused=("advantages",) if has_adv and A is not None else ())
     tail = [n for n in ("scores", "rewards") if _dims(a[n]) == 2]
-    # A: [1, rv, ret, val, adv, ent] + [scores, rewards] unmasked: maxima and minima of ret .. adv
-    A = s.rows([["1", "rv" if ret is not None and val is not None else None,
-                 *_present(s, "returns", "values", "advantages", "entropy")]], tail=tail, mm=slice(2, 5))
-    # B: [-, neg_kl, k3, pg, (A's adv), tmp, clip, lower]; pg and tmp hold the ratio and exp(-k1) first
-    B = s.rows([[None, "neg_kl", "k3" if has_ref else None,
-                 *(["pg", None, "tmp", "clip", "lower"] if has_adv else [])]])
-    f.plan(A, B)
+    tail_parts = {n: s.seq_sums(n) for n in tail}
 
-    A.start()
-    _load(A, s, {n: n for n in ("returns", "values", "advantages", "entropy", *tail)})
-    if "rv" in A.pos:
-        torch.sub(A["returns"], A["values"], out=A["rv"])
-    A.reduce(per_seq=["entropy"] if s.seq_mean and "entropy" in A.pos else [],
-             var=["rv", "returns"] if "rv" in A.pos else [])
-
-    B.start()
-    lp, old = s.tok("log_probs"), s.tok("old_log_probs")
+    P1.start()
+    lp, old = s.src("log_probs"), s.src("old_log_probs")
     assert lp is not None and old is not None
-    torch.sub(lp, old, out=B["neg_kl"])
+    torch.sub(lp, old, out=P1["neg_kl"])
     del old
+    ref = s.src("ref_log_probs")
     if k3:  # -k1 beside the log-ratio: both clamped to +-20 as veRL clamps them, in one kernel
-        torch.sub(s.tok("ref_log_probs"), lp, out=B["k3"])  # type: ignore[arg-type]
-    both = B.rows("neg_kl", "k3") if k3 else B.rows("neg_kl")
+        torch.sub(ref, lp, out=P1["k3"])  # type: ignore[arg-type]
+    both = P1.rows("neg_kl", "k3") if k3 else P1.rows("neg_kl")
     both.clamp_(-20.0, 20.0)
     if has_adv:
-        torch.exp(both, out=B.rows("pg", "tmp") if k3 else B.rows("pg"))  # the ratio (and exp(-k1))
-        if k3:
-            _k3_from(B["tmp"], B["k3"], out=B["k3"])
+        torch.exp(both, out=P1.rows("ratio", "expk") if k3 else P1.rows("ratio"))  # the ratio (and exp(-k1))
     elif k3:
-        _k3_from(B["k3"].exp(), B["k3"], out=B["k3"])
-    if has_ref and not k3:
-        B["k3"].copy_(kl_penalty_terms(lp, s.tok("ref_log_probs"), kl_penalty))  # type: ignore[arg-type]
-    del lp
-    if has_adv:
+        torch.exp(P1["k3"], out=P1["expk"])
+    if k3:
+        _k3_from(P1["expk"], P1["k3"], out=P1["k3"])
+    elif has_ref:
+        _k1_terms(lp, ref, kl_penalty, out=P1["k3"])  # type: ignore[arg-type]
+    del lp, ref
+    if not has_adv:
+        s.load(P1, {"entropy": "entropy"})
+    seq = [n for n in ("k3", "entropy") if n in P1.pos] if s.seq_mean else []
+    P1.reduce(per_seq=seq)
+
+    if P2 is not None:
         # veRL's losses are the negated surrogates: pg_losses2 > pg_losses1 <=> surr2 < surr1; clip_pg_losses1 =
         # -min(surr1, surr2); the dual clip's bound -A * c: where A < 0 the objective is raised to A * c
-        # (clamp(A, max=0) * c is 0 where A >= 0, where the objective is >= 0), which is pg_clipfrac_lower.
-        torch.clamp(B["pg"], 1.0 - clip_low, 1.0 + clip_high, out=B["tmp"])
-        B.rows("pg", "tmp").mul_(A["advantages"])
-        torch.lt(B["tmp"], B["pg"], out=B["clip"])
-        torch.minimum(B["pg"], B["tmp"], out=B["pg"])
-        bound = torch.clamp(A["advantages"], max=0.0, out=B["tmp"]).mul_(
-            VERL_CLIP_RATIO_C if clip_c is None else clip_c)
-        torch.gt(bound, B["pg"], out=B["lower"])
-        torch.maximum(B["pg"], bound, out=B["pg"])  # the objective; the loss is its negation
-    B.reduce(per_seq=[n for n in ("pg", "k3") if n in B.pos] if s.seq_mean else [])
+        # (clamp(A, max=0) * c is 0 where A >= 0, where the objective is >= 0), which is pg_clipfrac_lower:
+        # bound > min(surr1, surr2), i.e. the raised objective is above the clipped one.
+        P2.start()
+        adv = s.src("advantages")
+        assert adv is not None
+        torch.clamp(P1["ratio"], 1.0 - clip_low, 1.0 + clip_high, out=P2["s2"])
+        torch.mul(f.rows((P1, "ratio"), (P2, "s2")), adv, out=P2.rows("s1", "s2"))
+        torch.lt(P2["s2"], P2["s1"], out=P2["clip"])
+        torch.minimum(P2["s1"], P2["s2"], out=P2["s1"])
+        bound = torch.clamp(adv, max=0.0, out=P2["s2"]).mul_(VERL_CLIP_RATIO_C if clip_c is None else clip_c)
+        torch.maximum(P2["s1"], bound, out=P2["pg"])  # the objective (the loss is its negation), over the bound
+        torch.gt(P2["pg"], P2["s1"], out=P2["lower"])
+        del adv, bound
+        s.load(P2, {"entropy": "entropy"})
+        P2.reduce(per_seq=[n for n in ("pg", "entropy") if n in P2.pos] if s.seq_mean else [])
+
+    if A is not None:
+        A.start()
+        s.load(A, {n: n for n in ("returns", "values", "advantages")})
+        if rv:
+            torch.sub(A["returns"], A["values"], out=A["rv"])
+        A.reduce(var=["rv", "returns"] if rv else [])
     lengths_part = s.seq_input("response_lengths")
     score_parts = {n: s.seq_input(n) for n in ("scores", "rewards") if _dims(a[n]) == 1}
     prompt_part = s.prompt_lengths()
     width = s.width
     prompt_width = None if a["prompt_mask"] is None else a["prompt_mask"].shape[-1]
+    ent_rows = P2 if P2 is not None else P1
 
     def finish() -> Host:
         n = f.n(RESP)
         den = _eps(n)  # veRL's masked_mean: sum / (count + 1e-8)
-        out: Host = {"actor/ppo_kl": -_div(B.total("neg_kl"), den)}  # masked_mean(-negative_approx_kl)
+        out: Host = {"actor/ppo_kl": -_div(P1.total("neg_kl"), den)}  # masked_mean(-negative_approx_kl)
         if has_ref:
-            out["actor/kl_loss"] = s.agg(B, "k3")
-        if has_adv:
-            out["actor/pg_clipfrac"] = _div(B.total("clip"), den)
-            out["actor/pg_clipfrac_lower"] = _div(B.total("lower"), den)
-            out["actor/pg_loss"] = -s.agg(B, "pg")
+            out["actor/kl_loss"] = s.agg(P1, "k3")
+        if P2 is not None:
+            out["actor/pg_clipfrac"] = _div(P2.total("clip"), den)
+            out["actor/pg_clipfrac_lower"] = _div(P2.total("lower"), den)
+            out["actor/pg_loss"] = -s.agg(P2, "pg")
         for name, prefix in (("advantages", "critic/advantages"), ("returns", "critic/returns"),
                              ("values", "critic/values")):
             if a[name] is not None:
+                assert A is not None
                 out.update({f"{prefix}/mean": _div(A.total(name), n), f"{prefix}/max": A.max(name),
                             f"{prefix}/min": A.min(name)})
-        if a["entropy"] is not None:
-            out["actor/entropy"] = s.agg(A, "entropy")
-        if "rv" in A.pos:
+        if has_ent:
+            out["actor/entropy"] = s.agg(ent_rows, "entropy")
+        if rv:
+            assert A is not None
             unbiased = (lambda name: _div(A.m2(name), n - 1) if n > 1 else math.nan)
             out["critic/vf_explained_var"] = 1.0 - unbiased("rv") / (unbiased("returns") + 1e-5)
         # metric_utils.compute_data_metrics
@@ -892,7 +979,7 @@ def _verl(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
 
         for name, prefix in (("scores", "critic/score"), ("rewards", "critic/rewards")):
             if a[name] is not None:  # token_level_{scores,rewards}.sum(-1): every position, as veRL sums
-                x = A.per_seq(name) if name in tail else s.host(score_parts[name])
+                x = s.host(tail_parts[name] if name in tail else score_parts[name])
                 out.update(kept_family(prefix, x))  # type: ignore[arg-type]
         out.update(_family("response_length", lengths))
         out["response_length/clip_ratio"] = _mean((lengths == width).astype(np.float64))
@@ -912,7 +999,7 @@ def _sequences(s: _Stats, *, roll: bool, trl: bool) -> None:
     """Per-sequence scores and lengths, ROLL's and TRL's."""
     scores = s.a["scores"]
     if scores is not None and scores.dim() == 2:  # token-level scores: summed over the response tokens
-        score_part: int | None = s.f.part(s.row_sums_now(s.tok("scores"), RESP))  # type: ignore[arg-type]
+        score_part: int | None = s.f.part(s.row_sums_now(s.src("scores"), RESP))  # type: ignore[arg-type]
     else:
         score_part = s.seq_input("scores")
     prompt_part = s.prompt_lengths()
