@@ -24,7 +24,7 @@ python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_phases.py test
     tests/test_phase_writes.py tests/test_memory.py tests/test_live.py tests/test_gpu_time.py \
     tests/test_torch_compat.py tests/test_tracing.py tests/test_fork.py tests/test_catalog_served_names.py \
     tests/test_stats_kernels.py tests/test_stats_ppo.py tests/test_stats_ppo_verl.py tests/test_stats_ppo_roll.py \
-    tests/test_stats_baselines.py tests/test_stats_histogram.py tests/test_submit.py 2>&1 | tee "$out/gpu_tests.log" \
+    tests/test_stats_baselines.py tests/test_stats_histogram.py tests/test_stats_memory.py tests/test_submit.py 2>&1 | tee "$out/gpu_tests.log" \
     || status=1
 python3 benchmarks/bench_gpu.py --check 2>&1 | tee "$out/bench_gpu.log" || status=1
 exit $status
