@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import bench_stats
 
 from rl_otel.stats import ppo_stats
+from tests._host_reads import count_host_reads
 
 TARGET = 40  # kernels a call (issue 32)
 _NO_KERNEL = {"empty", "empty_like", "empty_strided", "new_empty", "scalar_tensor", "lift_fresh", "lift_fresh_copy",
@@ -102,15 +103,7 @@ def test_the_count_does_not_grow_with_the_batch():
 def test_the_benchmarked_call_reads_back_once(monkeypatch, framework):
     """The benchmark's calls make one device -> host read (``tests/test_stats_ppo.py`` checks the other variants:
     distributions, ROLL's final mask and sequence-level ratios, veRL's response lengths)."""
-    calls: list[str] = []
-    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"):
-        original = getattr(torch.Tensor, name)
-
-        def counting(self, *args, _name=name, _original=original, **kwargs):
-            calls.append(_name)
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, counting)
+    calls = count_host_reads(monkeypatch)
     case = bench_stats.Case(framework, 64, 512)
     ppo_stats(**case.kwargs, _compact=False)
     assert calls == ["cpu", "numpy"], calls  # .numpy() of the host copy

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from rl_otel._internal.pipeline.histogram import BucketCounts, BulkHistogram
 from rl_otel.catalog import default_catalog
 from rl_otel.stats import kl_penalty_terms, ppo_stats
+from tests._host_reads import count_host_reads
 
 CLIP_LOW, CLIP_HIGH, VALUE_CLIP, KL_COEF = 0.2, 0.28, 0.2, 0.05
 
@@ -329,15 +330,7 @@ def test_one_host_transfer_per_call(monkeypatch, compact, variant):
     CPU) reads once: ``.cpu()`` of the concatenated parts, then ``.numpy()`` of that host copy. The CPU path
     (compact: CPU tensors only) views its tensors as numpy arrays where they are, and never reads a value at a
     time (``item``, ``tolist``, ``bool()``, ``float()``...)."""
-    calls: list[str] = []
-    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"):
-        original = getattr(torch.Tensor, name)
-
-        def counting(self, *args, _name=name, _original=original, **kwargs):
-            calls.append(_name)
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, counting)
+    calls = count_host_reads(monkeypatch)
     batch = make_batch(7, 16, 32)
     final = batch["response_mask"] * (torch.arange(16) % 3 != 0)[:, None]
     calls.clear()

@@ -105,6 +105,15 @@ _ROLL = "roll/pipeline/{rlvr/rlvr,agentic/agentic,dpo/dpo,sft/sft,distill/distil
 _TRINITY = ("trinity/trainer/trainer.py:Trainer.train, trinity/trainer/verl/trainer.py:VERLTrainer.train_step, "
             "trinity/explorer/explorer.py (trinity-rft 0.6.0)")
 _EXPLORER = "explorer"
+# veRL's trainer's parts of a step, which Trinity-RFT's trainer logs too (its VERLTrainer.train_step is veRL's)
+_VERL_TRAIN_PARTS: dict[str | tuple[str, ...], Decision] = {
+    "old_log_prob": _leaf("inference"),
+    "ref": _leaf("inference"),
+    "values": _leaf("inference"),
+    "adv": _leaf("other"),
+    "update_critic": _leaf("training"),
+    "update_actor": _leaf("training"),
+}
 
 _ROLL_FAMILIES = (
     _family("rl_operation_duration_seconds", f"{_ROLL}; {_TRINITY}", UNDECIDED, ("operation",), {
@@ -144,12 +153,7 @@ _ROLL_FAMILIES = (
         "step": _inner("Trinity-RFT: veRL's step timer inside time/train_step; the trainer's loop has no timer "
                        "of its own (trainer.py:Trainer.train)"),
         "train_step": _inner("Trinity-RFT: contains time/step and its parts (trainer.py:Trainer.train_step)"),
-        "old_log_prob": _leaf("inference"),
-        "ref": _leaf("inference"),
-        "values": _leaf("inference"),
-        "adv": _leaf("other"),
-        "update_critic": _leaf("training"),
-        "update_actor": _leaf("training"),
+        **_VERL_TRAIN_PARTS,
         "read_experience": _leaf("waiting"),  # the trainer blocked on the explorer's experiences
         "sync_weight": _leaf("weight_sync"),
         "trainer_sync_interval": _inner("the interval between two weight syncs, spanning steps"),
@@ -213,12 +217,7 @@ _VERL_FAMILIES = (
         "step": _step("excludes testing (and start/stop_profile; V1: dump_rollout_generations)"),
         "gen": _leaf("generation"),  # V1 async trainers: sampling the replay buffer, waiting for rollouts
         "reward": _leaf("inference"),  # the colocated reward model (rule-based scores come with gen)
-        "old_log_prob": _leaf("inference"),
-        "ref": _leaf("inference"),
-        "values": _leaf("inference"),
-        "adv": _leaf("other"),
-        "update_critic": _leaf("training"),
-        "update_actor": _leaf("training"),
+        **_VERL_TRAIN_PARTS,
         "save_checkpoint": _leaf("checkpointing"),
         "update_weights": _leaf("weight_sync"),
         "testing": _leaf("validation"),

@@ -21,12 +21,11 @@ from typing import Any
 import numpy as np
 
 from rl_otel._internal.exporters.otel_env import resolve_resource
-from rl_otel._internal.exporters.prometheus import ScrapeEndpoint
 from rl_otel._internal.exporters.textformat import target_info_labels
 from rl_otel._internal.pipeline.recorder import Recorder
 from rl_otel._internal.pipeline.records import HistogramValue
 from rl_otel._internal.runtime.config import PrometheusConfig
-from rl_otel._internal.runtime.serving import publish, scrape_registry
+from rl_otel._internal.runtime.serving import Served
 from rl_otel._version import __version__
 from rl_otel.catalog import Catalog, Kind, meta
 from rl_otel.watch import frameworks
@@ -73,8 +72,7 @@ class RunTarget:
         self.catalog = catalog or frameworks.catalog_for(state.framework)
         self.recorder: Recorder | None = None
         self.ready = True
-        self.endpoint: ScrapeEndpoint | None = None  # port_per_run only
-        self._targets: Any = None
+        self.served: Served | None = None  # port_per_run only
         self._next_try = 0.0
         self._hist_keys: dict[str, tuple[float, ...]] = {}
         self._hist_steps: dict[str, int | None] = {key: h[0] for key, h in state.hists.items()}
@@ -84,7 +82,7 @@ class RunTarget:
     @property
     def url(self) -> str | None:
         """The run's own endpoint (``port_per_run``), else ``None``."""
-        return None if self.endpoint is None else self.endpoint.url
+        return None if self.served is None else self.served.url
 
     def start(self, keys: Iterable[str] = ()) -> bool:
         """Make the recorder if there is none (framework: given, saved, or inferred from ``keys``) and restore the
@@ -121,15 +119,10 @@ class RunTarget:
         st, prom = self.state, self.options.prometheus()
         diag = recorder.diagnostics
         try:
-            registry = scrape_registry(recorder.collect, lambda reason: diag.count("prometheus", reason),
-                                       recorder.store.clock)
-            self.endpoint = ScrapeEndpoint(registry, prom.host, prom.port, port_search=prom.port_search)
-            self._targets = publish(prom, self.endpoint, host_name=socket.gethostname(), run=st.run, rank=st.rank,
-                                    role=ROLE, labels=dict(recorder.store.base))
+            self.served = Served(prom, recorder.collect, lambda reason: diag.count("prometheus", reason),
+                                 recorder.store.clock, host_name=socket.gethostname(), run=st.run, rank=st.rank,
+                                 role=ROLE, labels=dict(recorder.store.base))
         except Exception as exc:
-            if self.endpoint is not None:
-                self.endpoint.close()
-                self.endpoint = None
             self._next_try = now + _RETRY_S
             _log.error("rl_otel watch: run %r rank %d cannot be served yet (%s); retrying in %.0f s", st.run,
                        st.rank, exc, _RETRY_S)
@@ -191,12 +184,9 @@ class RunTarget:
 
     def close(self) -> None:
         """Stop the run's own endpoint and remove its targets file (``port_per_run``); idempotent."""
-        if self._targets is not None:
-            self._targets.close()
-            self._targets = None
-        if self.endpoint is not None:
-            self.endpoint.close()
-            self.endpoint = None
+        if self.served is not None:
+            self.served.close()
+            self.served = None
 
     def _is_histogram(self, key: str) -> bool:
         if key in self._hist_keys:

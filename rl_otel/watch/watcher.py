@@ -27,12 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl_otel._internal.exporters.file_sd import TargetsFile
-from rl_otel._internal.exporters.prometheus import ScrapeEndpoint
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
 from rl_otel._internal.pipeline.snapshot import Snapshot, merged
 from rl_otel._internal.pipeline.store import StoreSnapshot
-from rl_otel._internal.runtime.serving import publish, scrape_registry
+from rl_otel._internal.runtime.serving import Served
 from rl_otel.catalog import Catalog
 from rl_otel.watch import events, jsonl, scan, state
 from rl_otel.watch.records import RecordTail
@@ -87,8 +85,7 @@ class Watcher:
         self._no_tensorboard = False
         self._grew: dict[tuple[str, int], float] = {}  # run -> when its files last grew (for expire_s)
         self.diagnostics = Diagnostics()  # the shared endpoint's own errors
-        self.endpoint: ScrapeEndpoint | None = None
-        self._targets: TargetsFile | None = None
+        self.served: Served | None = None  # the endpoint every run is served at (none with port_per_run)
         self._merged: tuple[tuple[object, ...], Snapshot] | None = None  # the last merged snapshot, by its parts
         # a restored run is served once its files are read up to what they held at the restart (their sizes now)
         self._catch_up: dict[str, int] = {}
@@ -108,15 +105,9 @@ class Watcher:
     def _serve(self) -> None:
         serve, diag = self.options.serve, self.diagnostics
         prom = serve.prometheus()
-        registry = scrape_registry(self.collect, lambda reason: diag.count("prometheus", reason), time.time_ns)
-        self.endpoint = ScrapeEndpoint(registry, prom.host, prom.port, port_search=prom.port_search)
-        try:
-            self._targets = publish(prom, self.endpoint, host_name=socket.gethostname(), run="rl-otel-watch", rank=0,
-                                    role="watch", labels={})
-        except Exception:
-            self.endpoint.close()
-            raise
-        _log.info("rl_otel watch: serving every run at %s", self.endpoint.url)
+        self.served = Served(prom, self.collect, lambda reason: diag.count("prometheus", reason), time.time_ns,
+                             host_name=socket.gethostname(), run="rl-otel-watch", rank=0, role="watch", labels={})
+        _log.info("rl_otel watch: serving every run at %s", self.served.url)
 
     def collect(self, *, settle: bool = False, on_error: Callable[[str], None] | None = None) -> Snapshot:
         """Every ready run's families, merged (the endpoint's read), with the endpoint's own error counts."""
@@ -218,7 +209,7 @@ class Watcher:
     def targets(self) -> dict[tuple[str, int], str | None]:
         """``{(run, rank): metrics URL}`` of the runs served (the shared endpoint's URL, or each run's own with
         ``port_per_run``; ``None`` for one not served yet: not started, or catching up after a restart)."""
-        shared = None if self.endpoint is None else self.endpoint.url
+        shared = None if self.served is None else self.served.url
         return {key: (target.url or shared) if target.ready and target.recorder is not None else None
                 for key, target in self.runs.items()}
 
@@ -227,12 +218,9 @@ class Watcher:
         self.checkpoint(force=True)
         for target in self.runs.values():
             target.close()
-        if self._targets is not None:
-            self._targets.close()
-            self._targets = None
-        if self.endpoint is not None:
-            self.endpoint.close()
-            self.endpoint = None
+        if self.served is not None:
+            self.served.close()
+            self.served = None
 
     # -- one file ---------------------------------------------------------------------------------------------
 

@@ -28,3 +28,30 @@ def publish(prom: PrometheusConfig, endpoint: ScrapeEndpoint, *, host_name: str,
     target = f"{host}:{endpoint.port}"
     path = targets_path(prom.file_sd, run, rank, role=role, host=host_name, target=target)
     return TargetsFile(path, target, dict(labels))
+
+
+class Served:
+    """An endpoint serving ``collect`` and its file_sd targets file, started and closed together (what each of
+    ``rl-otel watch``'s endpoints is: the shared one, or a run's own with ``--port-per-run``). The endpoint is
+    closed again when its targets file cannot be written; ``close()`` is idempotent."""
+
+    def __init__(self, prom: PrometheusConfig, collect: Collect, count: Callable[[str], None],
+                 clock: Callable[[], int], *, host_name: str, run: str, rank: int, role: str,
+                 labels: Mapping[str, str]) -> None:
+        self.endpoint: ScrapeEndpoint | None = ScrapeEndpoint(scrape_registry(collect, count, clock), prom.host,
+                                                              prom.port, port_search=prom.port_search)
+        try:
+            self.targets = publish(prom, self.endpoint, host_name=host_name, run=run, rank=rank, role=role,
+                                   labels=labels)
+        except BaseException:
+            self.endpoint.close()
+            raise
+        self.url = self.endpoint.url
+
+    def close(self) -> None:
+        if self.targets is not None:
+            self.targets.close()
+            self.targets = None
+        if self.endpoint is not None:
+            self.endpoint.close()
+            self.endpoint = None
