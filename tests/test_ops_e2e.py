@@ -134,8 +134,12 @@ def test_every_dashboard_query_returns_data(prom):
                     continue
                 expr = substitute(query.expr, values)
                 checked += 1
-                if not prom.query(expr):
+                got = prom.query(expr)
+                if not got:
                     empty.append((board.uid, panel.title, expr))
+                elif board.uid == "rl-otel-goodput":  # the "where the time goes" table (pytest -s shows it)
+                    print(f"{panel.title[:44]:44} {len(got):3} series, e.g. {got[0]['metric']} = "
+                          f"{float(got[0]['value'][1]):.4g}   {expr[:90]}")
     assert empty == [], "\n".join(f"{uid}: {title}: {expr}" for uid, title, expr in empty)
     assert checked >= 70  # the dashboards are not empty
     assert gpu >= 2  # the live torch / NVML panels were among them
