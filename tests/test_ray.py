@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -186,3 +187,23 @@ def test_target_labels_and_bad_arguments(cluster):
     with pytest.raises(ConfigurationError, match="cannot listen"):
         rl_ray.serve_targets(host="127.0.0.1", port=int(cluster[0].url.rsplit(":", 1)[1].split("/")[0]),
                              name="second_registry")
+
+
+def test_a_registry_that_starts_late_warns_and_the_driver_goes_on(cluster, caplog):
+    """A busy node starts the registry actor after serve_targets() stopped waiting (here: it waits no time at all):
+    the driver is warned, not stopped, and /targets answers once the actor is up (503 before)."""
+    with caplog.at_level(logging.WARNING, logger="rl_otel"):
+        late = rl_ray.serve_targets(host="127.0.0.1", port=0, name="late_registry", start_timeout_s=0)
+    try:
+        assert "'late_registry' did not start within 0 s" in caplog.text
+
+        def answered():
+            try:
+                return json.loads(urllib.request.urlopen(late.url, timeout=10).read()) == []
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 503  # not up yet: Prometheus keeps its last list
+                return False
+
+        wait_until("the late registry answering /targets", answered)
+    finally:
+        late.close()

@@ -134,7 +134,7 @@ class TargetsEndpoint:
     """
 
     def __init__(self, host: str = "0.0.0.0", port: int = DEFAULT_PORT, *, name: str = REGISTRY_NAME,
-                 advertise_host: str | None = None, timeout_s: float = 10.0) -> None:
+                 advertise_host: str | None = None, timeout_s: float = 10.0, start_timeout_s: float = 30.0) -> None:
         ray = _ray()
         if not ray.is_initialized():
             raise ConfigurationError("serve_targets() runs in the Ray driver after ray.init()")
@@ -146,7 +146,13 @@ class TargetsEndpoint:
         except ValueError as exc:  # Ray refuses a second actor of that name in the namespace
             raise ConfigurationError(f"serve_targets: a Ray actor named {name!r} exists already ({exc}); one "
                                      "registry per job, or pass another name to both sides") from exc
-        ray.get(self.registry.targets.remote(), timeout=timeout_s)  # started and reachable by name
+        try:
+            ray.get(self.registry.targets.remote(), timeout=start_timeout_s)  # started and reachable by name
+        except ray.exceptions.GetTimeoutError:
+            # a busy node starts the actor late: the driver goes on, /targets answers 503 until it is up (Prometheus
+            # keeps its last list) and the actors that look the registry up by name find it once it is
+            _log.warning("rl_otel: the Ray targets registry %r did not start within %.0f s (a busy node?); serving "
+                         "%s anyway, which answers 503 until it does", name, start_timeout_s, "/targets")
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -205,12 +211,14 @@ class TargetsEndpoint:
 
 
 def serve_targets(host: str = "0.0.0.0", port: int = DEFAULT_PORT, *, name: str = REGISTRY_NAME,
-                  advertise_host: str | None = None) -> TargetsEndpoint:
+                  advertise_host: str | None = None, start_timeout_s: float = 30.0) -> TargetsEndpoint:
     """In the Ray driver, after ``ray.init()`` and before the actors start: create the registry (a named Ray actor
     ``name`` in the job's namespace) and serve it for Prometheus' ``http_sd_configs`` at ``.url``
     (``http://<host>:<port>/targets``; the node's IP when bound to all interfaces, or ``advertise_host``).
-    Raises ConfigurationError outside a Ray driver or when the port is taken."""
-    return TargetsEndpoint(host, port, name=name, advertise_host=advertise_host)
+    Raises ConfigurationError outside a Ray driver or when the port is taken. ``start_timeout_s``: how long it waits
+    for the registry actor to start; a warning, not an error, when it has not (a busy node): the endpoint answers 503
+    until it has."""
+    return TargetsEndpoint(host, port, name=name, advertise_host=advertise_host, start_timeout_s=start_timeout_s)
 
 
 class Registration:
