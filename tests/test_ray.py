@@ -199,7 +199,8 @@ def test_a_registry_that_starts_late_warns_and_the_driver_goes_on(cluster, caplo
 
         def answered():
             try:
-                return json.loads(urllib.request.urlopen(late.url, timeout=10).read()) == []
+                # longer than the endpoint's own wait for the registry's answer (10 s), after which it says 503
+                return json.loads(urllib.request.urlopen(late.url, timeout=60).read()) == []
             except urllib.error.HTTPError as exc:
                 assert exc.code == 503  # not up yet: Prometheus keeps its last list
                 return False
