@@ -354,6 +354,30 @@ def test_pyspy_native_frames_when_installed_faulthandler_alone_when_not(tmp_path
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="a shell script as the fake py-spy")
+def test_a_slow_dump_never_holds_the_scrapes_behind_it(tmp_path, monkeypatch):
+    """GET /debug/stacks runs on the endpoint's one worker: a py-spy (or a disk) that takes its time must not hold
+    /metrics. The fake py-spy here waits for a file the test makes only after the endpoint answered both requests;
+    the dump's file and count follow once it returns."""
+    release = tmp_path / "release"
+    fake = _fake_pyspy(tmp_path / "bin", f'echo "fake py-spy $*"; while [ ! -e {release} ]; do sleep 0.05; done; '
+                                          'echo "Thread 9 (idle): ncclAllReduce"')
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ.get('PATH', '')}")
+    dumps = tmp_path / "dumps"
+    with rl_otel.init(run="slow", prometheus={"host": "127.0.0.1", "port": 0}, stack_dump_dir=dumps,
+                      stack_dump_signal=None, handle_sigterm=False) as tel:
+        tel.log({"critic/score/mean": 0.5}, step=1)
+        body = scrape(tel.metrics_url.replace("/metrics", "/debug/stacks"))
+        assert body.startswith(f"# being written to {dumps}") and "Current thread" in body, body[:300]
+        assert "rl_critic_score" in scrape(tel.metrics_url)  # answered while py-spy still runs
+        assert not release.exists() and _count(tel, "http") == 0.0  # (so it did)
+        release.touch()
+        wait_for(lambda: _count(tel, "http") == 1.0, what="the dump written once py-spy returned")
+        [dump] = _dumps(dumps, "http")
+        text = dump.read_text()
+        assert "fake py-spy dump --pid" in text and "ncclAllReduce" in text and "== faulthandler" in text
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a shell script as the fake py-spy")
 def test_a_pyspy_that_never_returns_is_killed_at_its_timeout(tmp_path, monkeypatch):
     fake = _fake_pyspy(tmp_path / "bin", f'echo started; exec {shutil.which("sleep")} 60')
     monkeypatch.setenv("PATH", str(fake))

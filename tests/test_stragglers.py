@@ -59,6 +59,9 @@ def test_the_slow_rank_computes_longest_the_others_wait_for_it_and_every_rank_s_
     for rank, text in enumerate(texts):
         buckets = {dict(k)["bucket"]: v for k, v in samples(text, "rl_goodput_bucket_seconds_total").items()}
         wall = _one(text, "rl_goodput_wall_seconds_total")
+        print(f"rank {rank}: buckets {sum(buckets.values()):.3f} s / wall {wall:.3f} s / process age "
+              f"{elapsed[rank]:.3f} s; compute ratio {ratio[rank]:.2f}, allreduce wait {wait[rank]:.3f} s, "
+              f"phase mean {means[rank] * 1e3:.1f} ms")  # pytest -s shows them
         assert sum(buckets.values()) == pytest.approx(wall, rel=0.05), (rank, buckets, wall)
         assert wall == pytest.approx(elapsed[rank], rel=0.05), (rank, wall, elapsed[rank])
         assert buckets["startup"] > 0 and buckets["training"] > 0 and buckets["waiting"] > 0, (rank, buckets)

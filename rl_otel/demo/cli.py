@@ -263,12 +263,13 @@ def _one_run(args: argparse.Namespace, tracker_options: dict[str, Any], label: s
         print(f"rl-otel demo: done in {time.perf_counter() - started:.1f}s; mean reward {first:.3f} (first 10 steps)"
               f" -> {last:.3f} (last 10)", file=err)
         if linger > 0:
-            if math.isinf(linger):
-                print(f"rl-otel demo: still serving {tel.metrics_url} - press Ctrl-C to stop", file=err)
-            else:
-                print(f"rl-otel demo: serving {tel.metrics_url} for {linger:g}s more (Ctrl-C stops)", file=err)
-            err.flush()
-            try:
+            try:  # a Ctrl-C from the moment the line is out is the stop it asks for (a loaded machine may pause us
+                # between the line and the sleep)
+                if math.isinf(linger):
+                    print(f"rl-otel demo: still serving {tel.metrics_url} - press Ctrl-C to stop", file=err)
+                else:
+                    print(f"rl-otel demo: serving {tel.metrics_url} for {linger:g}s more (Ctrl-C stops)", file=err)
+                err.flush()
                 _sleep(linger)
             except KeyboardInterrupt:
                 return 0

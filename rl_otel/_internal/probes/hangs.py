@@ -54,6 +54,9 @@ HISTORY = 256  # past durations kept per (cluster, phase)
 _PHASES_LIMIT = 256  # (cluster, phase) pairs with a history (a job has a handful)
 _WAKE_S = 5.0  # the longest the thread sleeps (a watchdog pass, or a look at whether phases started)
 PYSPY_TIMEOUT_S = 10.0  # py-spy's time to dump before it is killed
+# GET /debug/stacks runs on the endpoint's one worker: its dump is made on a thread of its own and waited for this
+# long at most, so a slow py-spy or disk never holds the scrapes behind it longer
+HTTP_WAIT_S = 1.0
 _NAME_PART = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -144,6 +147,9 @@ class HangWatch:
         self._stop = threading.Event()
         self._start_lock = threading.Lock()
         self._dump_lock = threading.Lock()  # one dump at a time (py-spy may take seconds: never on the training path)
+        self._http_lock = threading.Lock()
+        self._http_pending: threading.Thread | None = None  # the thread making GET /debug/stacks' dump
+        self._http_failed: list[BaseException] = []
         reset_in_forked_child(self)
 
     # -- the training thread's one call ---------------------------------------------------------------------
@@ -287,14 +293,40 @@ class HangWatch:
         return dump
 
     def http_text(self) -> str:
-        """``GET /debug/stacks``: a dump (or the last one, within :data:`ON_DEMAND_SPACING_S`) as text."""
+        """``GET /debug/stacks``: a dump (or the last one, within :data:`ON_DEMAND_SPACING_S`) as text. The dump is
+        made on a thread of its own, waited for :data:`HTTP_WAIT_S` at most (the endpoint's scrapes queue behind
+        this call); past that, the answer is faulthandler's stacks of now, and the file follows."""
         try:
-            dump = self.on_demand("http")
+            with self._http_lock:
+                pending = self._http_pending
+                if pending is None or not pending.is_alive():
+                    failed: list[BaseException] = []
+                    pending = threading.Thread(target=self._http_dump, args=(failed,), daemon=True,
+                                               name="rl_otel-stack-dump")
+                    self._http_pending, self._http_failed = pending, failed
+                    pending.start()
+                failed = self._http_failed
+            pending.join(HTTP_WAIT_S)
+            if pending.is_alive():
+                from rl_otel._internal.probes.stacks import faulthandler_text, thread_names
+
+                return (f"# being written to {self.directory} (py-spy or the disk is slow); rl_stack_dump_info names "
+                        f"the file once it is there. The stacks of now:\n{thread_names()}\n{faulthandler_text()}")
+            if failed:
+                raise failed[0]
+            dump = self._last_on_demand
+            assert dump is not None
         except Exception as exc:  # never break the endpoint
             self._count("internal")
             return f"# rl_otel: the stack dump failed: {type(exc).__name__}: {exc}\n"
         where = dump.path or f"not written (see rl_telemetry_errors_total{{sink=\"hangs\"}}; {self.directory})"
         return f"# written to {where}\n{dump.text}"
+
+    def _http_dump(self, failed: list[BaseException]) -> None:
+        try:
+            self.on_demand("http")
+        except BaseException as exc:  # told to the request waiting for it
+            failed.append(exc)
 
     # -- writing --------------------------------------------------------------------------------------------
 
@@ -400,6 +432,8 @@ class HangWatch:
         """In a forked child: no thread, no signal (see the module's doc); the series stay."""
         self._start_lock = threading.Lock()  # the parent's may have been held by another thread at the fork
         self._dump_lock = threading.Lock()
+        self._http_lock = threading.Lock()
+        self._http_pending = None
         self._thread = None
         self._running = None
         self._stop = threading.Event()  # (the parent's Event holds a lock too)
