@@ -494,7 +494,8 @@ def test_a_client_that_stops_reading_its_response_is_dropped_and_counted():
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, never read
         stalled.connect(host_port(endpoint.url))
         stalled.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        wait_until(lambda: "client_timeout" in events, what="the stalled response dropped and counted")
+        # (the 9 MB render may put the CPU budget in debt on a loaded machine: the drop comes during the pause too)
+        wait_until(lambda: "client_timeout" in events, timeout=60, what="the stalled response dropped and counted")
         assert closed_by_server(stalled)
         stalled.close()
         assert status_of(endpoint.url) == 200  # a reading scraper is still served

@@ -205,8 +205,13 @@ class Server:
         that put the budget in debt is not held back by it)."""
         while not self._stop.is_set():
             self._finish_done()
+            now = time.monotonic()
             for conn in [c for c in self._conns if c.state == WRITE and c.out]:
-                self._write(conn)
+                if conn.deadline is not None and conn.deadline <= now:  # its reader stalled: dropped even now
+                    self._on_event("client_timeout")
+                    self._drop(conn)
+                else:
+                    self._write(conn)
             remaining = end - time.monotonic()
             if remaining <= 0:
                 return
