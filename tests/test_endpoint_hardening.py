@@ -488,7 +488,9 @@ def test_a_client_that_stops_reading_its_response_is_dropped_and_counted():
                  for i in range(30_000)])
     events: list[str] = []
     registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect, on_error=events.append)
-    endpoint = ScrapeEndpoint(registry, "127.0.0.1", 0, limits=Limits(write_timeout_s=0.5))
+    # the CPU budget is another test's subject: here two 9 MB renders on a loaded machine would put it in debt for
+    # longer than a scrape waits
+    endpoint = ScrapeEndpoint(registry, "127.0.0.1", 0, limits=Limits(write_timeout_s=0.5, cpu_share=1.0))
     try:
         stalled = socket.socket()
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, never read
