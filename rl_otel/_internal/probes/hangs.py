@@ -174,7 +174,11 @@ class HangWatch:
         try:
             os.set_blocking(read_end, False)
             os.set_blocking(write_end, False)  # a full pipe drops faulthandler's text: we only need to wake up
-            faulthandler.register(signum, file=write_end, all_threads=True, chain=False)
+            # the current thread's frames only: with all_threads the C handler walks the other threads' frames
+            # without the GIL, which CPython says may crash while they run (a fresh-clone run beside a CPU hog saw
+            # the process die by SIGSEGV right after a signal's dump). The dump itself is the watchdog thread's,
+            # with the GIL.
+            faulthandler.register(signum, file=write_end, all_threads=False, chain=False)
         except (OSError, RuntimeError, ValueError) as exc:
             os.close(read_end)
             os.close(write_end)
