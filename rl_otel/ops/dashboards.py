@@ -183,6 +183,17 @@ def phases(t: Thresholds) -> Dashboard:
                f'{_RUNNING}', "{{cluster}}/{{phase}}"),), unit="s",
             description="Mean duration of a phase over the rate window; no line where the phase did not run in "
                         "the window (after training ends).", when_empty=_IDLE),
+        Panel("Phase GPU time mean vs host time mean (execute)", (
+            _q(f'sum by (cluster, phase) (rate(rl_phase_gpu_duration_seconds_sum{{{sel}, part="execute"}}[{RATE}])) '
+               f'/ sum by (cluster, phase) (rate(rl_phase_gpu_duration_seconds_count{{{sel}, part="execute"}}'
+               f'[{RATE}]))', "{{cluster}}/{{phase}} GPU"),
+            _q(f'sum by (cluster, phase) (rate(rl_phase_duration_seconds_sum{{{sel}, part="execute"}}[{RATE}])) / '
+               f'sum by (cluster, phase) (rate(rl_phase_duration_seconds_count{{{sel}, part="execute"}}[{RATE}]))',
+               "{{cluster}}/{{phase}} host")), unit="s", needs_gpu=True,
+            description="On a GPU the host's time of a phase is how long it took to launch the work; the GPU time "
+                        "(CUDA events at the phase's edges, read off the training thread) is how long the work "
+                        "ran. A host line far under its GPU line: the work is queued, and a later phase (or an "
+                        "offload's copy) waits for it."),
         Panel("Last duration: onload / execute / offload", (
             _q(f'max by (cluster, phase, part) (rl_phase_last_duration_seconds{{{sel}, '
                'part=~"onload|execute|offload"})', "{{cluster}}/{{phase}} {{part}}"),), kind="bargauge",
