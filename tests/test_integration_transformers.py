@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -384,7 +385,8 @@ def test_two_torchrun_launches_on_one_port_and_directory_never_share_a_run(tmp_p
                                "--master_addr", "127.0.0.1", "--master_port", str(port), str(script),
                                str(tmp_path / "grpo-out")], capture_output=True, text=True, env=env, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        reports = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("RUN ")]
+        # the two ranks share torchrun's stdout: their lines may land run together, so each report is found alone
+        reports = [json.loads(found) for found in re.findall(r"RUN (\{[^{}]*\})", proc.stdout)]
         assert sorted(r["rank"] for r in reports) == [0, 1], proc.stdout
         launches.append({r["run"] for r in reports})
     first, second = launches
