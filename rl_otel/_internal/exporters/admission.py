@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from rl_otel._internal.exporters.cputime import own_cpu_s
 from rl_otel.errors import ConfigurationError
 
 if TYPE_CHECKING:  # loaded with a web-config file only (TLS, auth): a plain endpoint never imports it
@@ -69,7 +70,8 @@ class Limits:
 
 class Governor:
     """A token bucket of CPU seconds: refilled at ``share`` per wall second, holding at most ``burst``. The
-    threads charge what they used (``time.thread_time``); :meth:`pause_s` says how long to wait before spending
+    threads charge what they used (``cputime.own_cpu_s``: their thread time less the process's older-generation
+    garbage collections that ran on them); :meth:`pause_s` says how long to wait before spending
     more: in debt, until ``quantum`` is available again (one pause, then a batch of requests: pausing for each
     few microseconds of refill would spend the refill on waking up). Thread-safe."""
 
@@ -196,9 +198,9 @@ class Admission:
             return None, 0.0
         from rl_otel._internal.exporters.webconfig import Verdict  # loaded: web came from it
 
-        cpu = time.thread_time()
+        cpu = own_cpu_s()
         verdict = web.auth.verdict(environ.get("HTTP_AUTHORIZATION"))
-        cpu = time.thread_time() - cpu
+        cpu = own_cpu_s() - cpu
         if verdict is Verdict.OK:
             return None, cpu
         if verdict is Verdict.THROTTLED:

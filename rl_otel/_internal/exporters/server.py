@@ -11,7 +11,9 @@ it lets in and what it may spend is :mod:`rl_otel._internal.exporters.admission`
   and its connection held unread until its header deadline (a lingering close), so that a client streaming
   megabytes of head waits instead of reconnecting at once; a silent connection does not even reach ``accept()``
   until it sends (``TCP_DEFER_ACCEPT``, Linux); the listen backlog holds a burst of parallel scrapers;
-- over its CPU budget the loop pauses: nothing new starts, but responses already computed are still sent;
+- over its CPU budget the loop pauses: nothing new starts, but responses already computed are still sent; the
+  budget is charged the threads' own CPU time, not the process's garbage collections that happen to run on them
+  (:mod:`rl_otel._internal.exporters.cputime`);
 - ``close()`` wakes the loop through a socket pair: it returns in about a millisecond (socketserver polls every
   0.5 s). In a forked child, whose copies of these threads do not run, it only closes its copies of the sockets.
 
@@ -34,6 +36,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from rl_otel._internal.exporters import cputime
 from rl_otel._internal.exporters.admission import DONE, REFUSED, WANT_READ, Admission, Limits
 from rl_otel._internal.exporters.http1 import REASONS, ResponseHeads, parse_head
 from rl_otel.errors import PortInUseError
@@ -168,12 +171,14 @@ class Server:
             _log.exception("rl_otel: the scrape endpoint's loop failed; the endpoint stops serving")
             self._on_event("internal")
         finally:
+            cputime.end()
             self._close_all()
 
     def _loop(self) -> None:
-        cpu = time.thread_time()
+        cputime.begin()  # the process's older-generation garbage collections are not charged to the budget
+        cpu = cputime.own_cpu_s()
         while not self._stop.is_set():
-            now_cpu = time.thread_time()
+            now_cpu = cputime.own_cpu_s()
             self.governor.charge(now_cpu - cpu)
             cpu = now_cpu
             pause = self.governor.pause_s()
@@ -184,7 +189,10 @@ class Server:
             self._finish_done()
             self._dispatch()
             timeout = self._expire(time.monotonic())
-            for key, _events in self._sel.select(timeout):
+            cputime.end()  # no gc callback while the endpoint waits for its next scrape
+            events = self._sel.select(timeout)
+            cputime.begin()
+            for key, _events in events:
                 conn = key.data
                 if conn is None:
                     self._drain_wake()
@@ -483,7 +491,8 @@ class Server:
             if job is None:
                 return
             conn, environ = job
-            cpu = time.thread_time()
+            cputime.begin()
+            cpu = cputime.own_cpu_s()
             auth_cpu = 0.0
             try:
                 parts, auth_cpu = self._call(environ, conn.keep_alive)
@@ -498,7 +507,8 @@ class Server:
                 parts = [self._heads.head("500 Internal Server Error", [], 0, False)]
             # bcrypt has a budget of its own (webconfig.UNCACHED_CHECKS_PER_S): charged here, one check would
             # pause the endpoint for its 65 ms / cpu_share = 1.3 s
-            self.governor.charge(time.thread_time() - cpu - auth_cpu)
+            self.governor.charge(cputime.own_cpu_s() - cpu - auth_cpu)
+            cputime.end()
             self._done.append((conn, parts))
             if not self._woken:  # one byte in the socket pair wakes the loop; more would cost a syscall each
                 self._woken = True
