@@ -7,6 +7,7 @@ import base64
 import gc
 import http.client
 import os
+import select
 import shutil
 import signal
 import socket
@@ -312,6 +313,59 @@ def test_the_oldest_idle_connection_makes_room(endpoint_of):
     assert "connection_limit" in endpoint.events
     for s in idle:
         s.close()
+
+
+def _peer_closed(s: socket.socket) -> bool:
+    """Whether the server hung up on ``s`` (its answer read and dropped first; ``s`` is readable)."""
+    s.setblocking(False)
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return True
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_a_scrape_waiting_behind_fresh_requests_is_accepted_once_they_are_answered():
+    """All connections hold a fresh request (never closed for a newcomer) when a scrape arrives: accepting
+    pauses. Answered, they go idle and may make room, but they never close (their clients never read, nor hang
+    up). Before: accepting resumed only when a connection closed, so the scrape waited in the backlog until the
+    60 s idle timeout (a CI run: 3 of 3 scrapes timed out under 64 such connections on a loaded machine, where
+    the 64 requests arrived before the first was answered). Now it resumes when one may make room."""
+    gate, entered = threading.Event(), threading.Event()
+
+    def slow() -> list:  # the worker is busy while the connections fill up
+        entered.set()
+        gate.wait(30)
+        return []
+
+    recorder = Recorder(default_catalog(), {"run": "h", "role": "trainer", "rank": "0"}, max_series_per_metric=100)
+    recorder.add_collector(slow)
+    registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect)
+    endpoint = ScrapeEndpoint(registry, "127.0.0.1", 0, limits=Limits(max_connections=4))
+    never_read = [socket.create_connection(host_port(endpoint.url), timeout=10) for _ in range(4)]
+    result: list = []
+    try:
+        for s in never_read:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert entered.wait(30)
+        wait_until(lambda: endpoint.server.connections == 4, what="4 connections, each with a request")
+        scraper = threading.Thread(target=lambda: result.append(status_of(endpoint.url)))
+        scraper.start()
+        wait_until(lambda: not endpoint.server._accepting, what="accepting paused: no connection may make room")
+        gate.set()  # the 4 requests are answered (their answers fit in the socket buffers) and go idle
+        scraper.join(30)
+        assert result == [200]
+        hung_up = [s for s in never_read if select.select([s], [], [], 0)[0] and _peer_closed(s)]
+        assert len(hung_up) == 1  # the oldest idle one made room; the others are still held
+    finally:
+        gate.set()
+        endpoint.close()
+        for s in never_read:
+            s.close()
 
 
 def test_silent_slow_and_idle_clients_are_closed(endpoint_of):

@@ -188,6 +188,8 @@ class Server:
                 continue
             self._finish_done()
             self._dispatch()
+            if not self._accepting and not self._accept_at and not self._closed:
+                self._accept_if_room()
             timeout = self._expire(time.monotonic())
             cputime.end()  # no gc callback while the endpoint waits for its next scrape
             events = self._sel.select(timeout)
@@ -271,6 +273,13 @@ class Server:
         if self._accepting:
             self._sel.unregister(self._listener)
             self._accepting = False
+
+    def _accept_if_room(self) -> None:
+        """Accepting paused because every connection held a fresh request: it resumes once one may make room
+        (answered and idle, not reading its answers, or held refused), not only when one closes: clients that
+        never read nor hang up leave their answered connections open until the idle timeout (60 s)."""
+        if len(self._conns) < self.limits.max_connections or self.admission.victim(self._conns) is not None:
+            self._resume_accept()
 
     def _accept(self) -> None:
         limits = self.limits
