@@ -28,7 +28,7 @@ import rl_otel
 from rl_otel._internal.probes.hangs import ON_DEMAND_SPACING_S, HangWatch, PhaseHistory, dump_dir
 from rl_otel._internal.probes.live import RunningPhases
 from rl_otel._internal.probes.posix import os_handler, signal_taken
-from rl_otel._internal.probes.stacks import pyspy_text, stacks_text
+from rl_otel._internal.probes.stacks import faulthandler_text, pyspy_text, stacks_text
 from rl_otel._internal.runtime.options import build_config
 from rl_otel.errors import ConfigurationError
 from tests.promtools import scrape
@@ -332,6 +332,17 @@ def _fake_pyspy(directory: Path, body: str) -> Path:
     exe.write_text(f"#!/bin/sh\n{body}\n")
     exe.chmod(0o755)
     return directory
+
+
+def test_faulthandler_text_is_taken_in_memory_or_else_through_a_temporary_file(monkeypatch):
+    """Linux's memfd keeps a busy disk out of a dump; where there is none (or it fails), a temporary file."""
+    assert "in test_faulthandler_text_is_taken_in_memory" in faulthandler_text()
+
+    def no_memfd(*args):
+        raise OSError("no memfd here")
+
+    monkeypatch.setattr(os, "memfd_create", no_memfd, raising=False)
+    assert "in test_faulthandler_text_is_taken_in_memory" in faulthandler_text()
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="a shell script as the fake py-spy")

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from typing import IO
 
 from rl_otel._internal.probes.posix import allow_descendants_to_trace, yama_restricts_tracing
 
@@ -29,23 +30,23 @@ def thread_names() -> str:
 
 def faulthandler_text() -> str:
     """Every Python thread's stack, most recent call first, as ``faulthandler.dump_traceback`` writes it (the
-    thread calling this is the ``Current thread``). faulthandler writes to a file descriptor: an in-memory file
-    where the OS has one (Linux's memfd), so a busy disk cannot slow it, else a temporary file."""
-    memfd = getattr(os, "memfd_create", None)
-    if memfd is not None:
-        try:
-            fd = memfd("rl_otel-stacks", getattr(os, "MFD_CLOEXEC", 0))
-        except OSError:
-            fd = -1
-        if fd >= 0:
-            with open(fd, "w+b") as f:
-                faulthandler.dump_traceback(f.fileno(), all_threads=True)
-                f.seek(0)
-                return f.read().decode("utf-8", "replace")
-    with tempfile.TemporaryFile() as f:
+    thread calling this is the ``Current thread``)."""
+    with _scratch_file() as f:
         faulthandler.dump_traceback(f.fileno(), all_threads=True)
         f.seek(0)
         return f.read().decode("utf-8", "replace")
+
+
+def _scratch_file() -> IO[bytes]:
+    """A file for faulthandler (it writes to a file descriptor): in memory where the OS has one (Linux's memfd),
+    so a busy disk cannot slow a dump, else a temporary file."""
+    memfd = getattr(os, "memfd_create", None)
+    if memfd is not None:
+        try:
+            return open(memfd("rl_otel-stacks", getattr(os, "MFD_CLOEXEC", 0)), "w+b")
+        except OSError:
+            pass
+    return tempfile.TemporaryFile()
 
 
 def pyspy_text(timeout_s: float) -> str:
