@@ -60,6 +60,9 @@ def init(
     stack_dump_signal: str | int | None = UNSET,
     stack_dump_dir: str | os.PathLike | None = UNSET,
     stack_dump_http: bool = UNSET,
+    phase_memory: bool = UNSET,
+    phase_peaks: bool = UNSET,
+    phase_gpu_time: bool = UNSET,
 ) -> Telemetry:
     """Create the process's :class:`Telemetry`, start its scrape endpoint and its tracker sinks.
 

@@ -127,6 +127,19 @@ class FakeCuda:
     def set_device(self, d: int) -> None:
         self.current = d
 
+    @contextlib.contextmanager
+    def device(self, d: int) -> Iterator[None]:
+        """``torch.cuda.device(d)``: ``d`` is current inside the block."""
+        before = self.current
+        self.current = d
+        try:
+            yield
+        finally:
+            self.current = before
+
+    def is_current_stream_capturing(self) -> bool:
+        return False  # tests.fake_cuda.HazardCuda models capture
+
     def memory_stats_as_nested_dict(self, d: int | None = None) -> dict:
         """torch's layout (``torch._C._cuda_memoryStats``): stat arrays per pool, plain counters."""
         return self._read(d)

@@ -59,9 +59,10 @@ _COUNTS = {count_name(RESP): RESP, count_name(FIN): FIN}
 
 @lru_cache(maxsize=64)
 def _fill(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``value`` as a 0-dim tensor on ``device``: ``torch.where``'s ``out=`` form takes no Python number (made once
-    per device, dtype and value: a host copy)."""
-    return torch.tensor(value, dtype=dtype, device=device)
+    """``value`` as a 0-dim tensor on ``device``: ``torch.where``'s ``out=`` form takes no Python number. Made once
+    per device, dtype and value (three values: -inf, inf, 0) by a fill kernel: ``torch.full`` writes it on the
+    device, where ``torch.tensor(value, device=...)`` would copy it from the host (a host sync on a GPU)."""
+    return torch.full((), value, dtype=dtype, device=device)
 
 
 class Tokens:

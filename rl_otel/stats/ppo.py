@@ -300,9 +300,12 @@ def _host_buckets(values: np.ndarray, bounds: tuple[float, ...]) -> BucketCounts
 
 
 @lru_cache(maxsize=32)
-def _offsets(value: float, dtype: torch.dtype, device: torch.device, dims: int) -> torch.Tensor:
-    """``[-value, +value]`` shaped to broadcast against a row (made once per device: a host copy)."""
-    return torch.tensor([-value, value], dtype=dtype, device=device).view(2, *([1] * dims))
+def _signs(dtype: torch.dtype, device: torch.device, dims: int) -> torch.Tensor:
+    """``[-1, +1]`` shaped to broadcast against a row: made once per device, dtype and shape by kernels on the
+    device (``torch.tensor([...], device=...)`` would copy from the host: a host sync on a GPU), and independent of
+    the clip value, which a ``torch.add(..., alpha=clip)`` takes as a Python number (a new clip value costs nothing
+    on the device)."""
+    return torch.arange(2, dtype=dtype, device=device).mul_(2).sub_(1).view(2, *([1] * dims))
 
 
 class _Stats:
@@ -533,7 +536,7 @@ def _value_errors(r: Rows, *, values: torch.Tensor, vpreds: torch.Tensor, return
     lo, hi = bounds or (err, clipped)
     q = r.q
     assert q is not None
-    torch.add(values, _offsets(float(clip), q.dtype, q.device, q.dim() - 1), out=r.rows(lo, hi))
+    torch.add(values, _signs(q.dtype, q.device, q.dim() - 1), alpha=float(clip), out=r.rows(lo, hi))
     torch.clamp(r[clipped] if bounds else vpreds, min=r[lo], max=r[hi], out=r[clipped])
     if bounds:
         r.rows(err, clipped).sub_(returns).square_()

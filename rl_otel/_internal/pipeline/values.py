@@ -5,7 +5,8 @@ Heavy libraries are never imported here: torch tensors and numpy values are reco
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from numbers import Real
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
@@ -153,6 +154,77 @@ def to_tracker_array(value: object) -> np.ndarray | None:
         # see the caller's in-place changes made after log() returned
         return arr.copy() if arr.size and arr.ctypes.data == value.data_ptr() else arr
     return np.atleast_1d(np.array(value, dtype=np.float64))
+
+
+_SCALAR, _BUCKETS, _VALUES = 0, 1, 2
+# bounds and scale of a histogram key, or None for another key (the ingest's route, asked only for 1-d tensors)
+HistogramOf = Callable[[str], "tuple[tuple[float, ...], float] | None"]
+
+
+def on_device(tensor: torch.Tensor) -> bool:
+    """Whether reading ``tensor`` on the host is a device-to-host copy (a host sync on a GPU)."""
+    return tensor.device.type != "cpu"
+
+
+def to_host(pairs: Iterable[tuple[str, object]], histogram: HistogramOf, *, keep_values: bool) -> list[tuple[str,
+                                                                                                          object]]:
+    """``pairs`` with their tensors' values read with one device-to-host copy per device (on a GPU each copy is a
+    host sync: one per ``log()`` and device instead of one per key). The 0-d tensors of a device (CPU ones too:
+    one ``tolist`` instead of an ``item()`` each) become floats; a 1-d tensor on a GPU, under a histogram key,
+    becomes its :class:`BucketCounts` bucketed on the device (only the counts cross), or a float64 array of its
+    values when they are needed on the host (``keep_values``: the trackers draw their own histograms; a key with
+    a unit scale), as do the 1-d tensors of other keys. Whatever cannot be read here (a complex tensor, a sparse
+    one, a failing op) is left as it was, for the per-key path to read or reject. Never raises."""
+    out = pairs if isinstance(pairs, list) else list(pairs)
+    groups: dict[Any, list[tuple[int, int, Any, tuple[float, ...]]]] = {}
+    for i, (key, value) in enumerate(out):
+        if type(value) in _LEAVES or not _is_torch_tensor(value):
+            continue
+        try:
+            if value.is_complex() or value.layout != _strided(value):
+                continue
+            dim = value.dim()
+            if dim == 0:
+                groups.setdefault(value.device, []).append((i, _SCALAR, value.detach().reshape(1), ()))
+            elif dim == 1 and on_device(value):
+                found = histogram(key)
+                if found is not None and found[1] == 1.0 and not keep_values:
+                    from rl_otel.stats.histogram import bucket_vector  # torch is imported: the value is a tensor
+
+                    groups.setdefault(value.device, []).append((i, _BUCKETS, bucket_vector(value, found[0]),
+                                                                found[0]))
+                else:
+                    groups.setdefault(value.device, []).append((i, _VALUES, value.detach(), ()))
+        except Exception:
+            continue
+    for items in groups.values():
+        try:
+            torch = sys.modules["torch"]
+            parts = [part.reshape(-1).to(torch.float64) for _, _, part, _ in items]
+            flat = parts[0] if len(parts) == 1 else torch.cat(parts)
+            if all(kind == _SCALAR for _, kind, _, _ in items):
+                host: Any = flat.tolist()  # the one copy; floats at once
+            else:
+                host = flat.cpu().numpy()  # the one copy
+        except Exception:
+            continue
+        at = 0
+        for i, kind, part, bounds in items:
+            n = part.numel()
+            chunk = host[at:at + n]
+            at += n
+            key = out[i][0]
+            if kind == _SCALAR:
+                out[i] = (key, float(chunk[0]))
+            elif kind == _BUCKETS:
+                out[i] = (key, BucketCounts.from_vector(bounds, [float(v) for v in chunk]))
+            else:
+                out[i] = (key, np.asarray(chunk, dtype=np.float64))
+    return out
+
+
+def _strided(tensor: torch.Tensor) -> Any:
+    return sys.modules["torch"].strided
 
 
 def owned(value: object) -> object:

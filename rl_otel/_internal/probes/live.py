@@ -23,6 +23,7 @@ from typing import Any
 
 from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel._internal.probes.memory import CpuProbe
+from rl_otel._internal.probes.torch_compat import AllocatorReader
 from rl_otel.catalog import live as specs
 from rl_otel.catalog import meta
 from rl_otel.catalog.spec import MetricSpec
@@ -64,16 +65,25 @@ def process_memory(probe: CpuProbe) -> Callable[[], list[Item]]:
 
 def torch_process_memory() -> list[Item]:
     """``rl_gpu_process_memory_{allocated,reserved}_bytes`` per CUDA device, only once the process has
-    initialized CUDA itself (a scrape must never create a CUDA context)."""
+    initialized CUDA itself (a scrape must never create a CUDA context; ``is_initialized()`` is also False in a
+    bad fork). One allocator read per device and scrape, through the one adapter
+    (:class:`~rl_otel._internal.probes.torch_compat.AllocatorReader`), not two whole ``memory_stats()``."""
     cuda = getattr(sys.modules.get("torch"), "cuda", None)
     if cuda is None or not cuda.is_initialized():
         return []
+    reader = _READERS.get(cuda)
+    if reader is None:
+        reader = _READERS[cuda] = AllocatorReader(cuda)
     items: list[Item] = []
     for device in range(cuda.device_count()):
         labels = (("device_id", str(device)),)
-        items.append((specs.GPU_PROCESS_ALLOCATED, labels, float(cuda.memory_allocated(device))))
-        items.append((specs.GPU_PROCESS_RESERVED, labels, float(cuda.memory_reserved(device))))
+        stats = reader.read(device)
+        items.append((specs.GPU_PROCESS_ALLOCATED, labels, float(stats.allocated)))
+        items.append((specs.GPU_PROCESS_RESERVED, labels, float(stats.reserved)))
     return items
+
+
+_READERS: weakref.WeakKeyDictionary[Any, AllocatorReader] = weakref.WeakKeyDictionary()  # per torch.cuda module
 
 
 def load_nvml() -> Any | None:

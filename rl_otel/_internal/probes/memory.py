@@ -63,26 +63,68 @@ class GpuProbe:
         self._lock = threading.Lock()
         self._known: tuple[Any, int, Any | None, AllocatorReader | None] | None = None  # (torch, pid, cuda, reader)
         self._keys: dict[tuple[str, str, int], tuple[str, ...]] = {}  # (infix, stage, device) -> its keys
-        self._used_in: int | None = None  # the process that read the allocator (CUDA is initialized there)
+        self._peak_holders: dict[int, int] = {}  # device -> phases running since the one that reset its peaks
         reset_in_forked_child(self)  # a phase in a forked child takes this lock
 
     def _after_fork(self) -> None:
         self._lock = threading.Lock()  # the parent's may have been held by another thread at the fork
+        self._peak_holders = {}
 
-    def reset_peaks(self) -> None:
-        """Reset the allocator's peak statistics (done at phase start, as ROLL does)."""
-        cuda = self.cuda()
-        if cuda is not None:
-            cuda.reset_peak_memory_stats()
+    def live(self) -> Any | None:
+        """``torch.cuda`` if the process itself has initialized CUDA, else ``None``: the gate of every CUDA call a
+        phase makes. ``torch.cuda.is_initialized()`` initializes nothing, and is False in a child forked from a
+        process that used CUDA (torch's "bad fork": ``torch/cuda/__init__.py``, ``is_initialized``), where every
+        CUDA call would raise. Never ``current_device()`` first: it runs ``_lazy_init()``, which would put a
+        context (hundreds of MB) on a GPU of a process that never used one (a Ray driver, a reward worker)."""
+        cuda = getattr(sys.modules.get("torch"), "cuda", None)
+        try:  # asked before is_available(), whose cuInit would already spoil a later fork of this process
+            initialized = cuda is not None and cuda.is_initialized()
+        except Exception:
+            initialized = False
+        if not initialized:
+            if not self._announced:
+                self._announce("no CUDA device in use by this process (torch has not initialized CUDA here)")
+            return None
+        known = self._resolve()
+        return None if known is None else known[2]
+
+    def begin_peaks(self, *, reset: bool) -> int | None:
+        """At a phase's start: reset torch's peak statistics of the current device if ``reset`` and no other phase
+        of the process holds them on that device (the outermost phase: a nested phase's reset would corrupt the
+        peaks of the phase around it, and a framework's own ``max_memory_allocated()``); returns the device reset
+        (for :meth:`end_peaks`), ``None`` if none was."""
+        cuda = self.live()
+        if cuda is None or not reset:
+            return None
+        device = cuda.current_device()  # initialized: this initializes nothing
+        with self._lock:
+            held = self._peak_holders.get(device, 0)
+            self._peak_holders[device] = held + 1
+        if held:
+            self.end_peaks(device)
+            return None
+        cuda.reset_peak_memory_stats(device)
+        return device
+
+    def end_peaks(self, device: int | None) -> None:
+        """The phase that reset ``device``'s peaks ended (or raised)."""
+        if device is None:
+            return
+        with self._lock:
+            held = self._peak_holders.get(device, 0) - 1
+            if held > 0:
+                self._peak_holders[device] = held
+            else:
+                self._peak_holders.pop(device, None)
 
     def read(self) -> GpuReading | None:
-        """One allocator read on the current device (``None`` without CUDA)."""
-        known = self._resolve()
-        if known is None or known[2] is None or known[3] is None:
+        """One allocator read on the current device (``None`` unless the process initialized CUDA)."""
+        cuda = self.live()
+        if cuda is None:
             return None
-        cuda = known[2]
-        if self._used_in is None:
-            self._used_in = known[1]
+        known = self._known
+        if known is None or known[3] is None:
+            return None
         device = cuda.current_device()
         total = self._total.get(device)
         if total is None:  # the device's memory size never changes: read it once
@@ -90,10 +132,12 @@ class GpuProbe:
         return GpuReading(device, known[3].read(device), total)
 
     def snapshot(self, infix: str, stage: str, out: dict[str, float], *, with_frac: bool = False,
-                 reading: GpuReading | None = None) -> GpuReading | None:
+                 reading: GpuReading | None = None, at_start: bool = False) -> GpuReading | None:
         """Add ``memory/{infix}/{stage}/{kind}/{device_id}`` (GiB) to ``out``, and the ``*_frac`` keys if asked,
-        from ``reading`` if given (no user code ran since it was taken), else from a new read. Returns the
-        reading used (``None`` without CUDA)."""
+        from ``reading`` if given (no user code ran since it was taken), else from a new read. ``at_start``: the
+        reading is the phase's own start and its peaks were not reset (a nested phase, or ``phase_peaks=False``):
+        the peak since the phase began is then its current value. Returns the reading used (``None`` without
+        CUDA)."""
         if reading is None:
             reading = self.read()
             if reading is None:
@@ -104,11 +148,13 @@ class GpuProbe:
             keys = self._stage_keys(infix, stage, device)
         out[keys[0]] = stats.allocated / GIB
         out[keys[1]] = stats.reserved / GIB
-        out[keys[2]] = stats.max_allocated / GIB
-        out[keys[3]] = stats.max_reserved / GIB
+        max_allocated, max_reserved = ((stats.allocated, stats.reserved) if at_start
+                                       else (stats.max_allocated, stats.max_reserved))
+        out[keys[2]] = max_allocated / GIB
+        out[keys[3]] = max_reserved / GIB
         if with_frac and reading.total > 0:
-            out[keys[4]] = stats.max_allocated / reading.total
-            out[keys[5]] = stats.max_reserved / reading.total
+            out[keys[4]] = max_allocated / reading.total
+            out[keys[5]] = max_reserved / reading.total
         return reading
 
     def _stage_keys(self, infix: str, stage: str, device: int) -> tuple[str, ...]:
@@ -135,20 +181,19 @@ class GpuProbe:
         known = None
         if torch is not None:
             cuda = torch_cuda()
-            if cuda is not None and self._used_in not in (None, os.getpid()) and not cuda.is_initialized():
-                # a child forked from a process that used CUDA: torch cannot initialize it here (every call would
-                # raise "Cannot re-initialize CUDA in forked subprocess"), so this process has no GPU metrics
-                cuda = None
             if getattr(torch, "cuda", None) is not None:  # not a torch still being imported by another thread
                 self._total = {}  # another torch (or process): its devices are read afresh
                 known = self._known = (torch, os.getpid(), cuda, AllocatorReader(cuda) if cuda is not None else None)
         if cuda is None and not self._announced:
-            with self._lock:
-                if not self._announced:
-                    self._announced = True
-                    _log.info("rl_otel: no CUDA device visible to torch in this process; phase GPU memory metrics "
-                              "are off (CPU memory metrics stay on)")
+            self._announce("no CUDA device visible to torch in this process")
         return known
+
+    def _announce(self, why: str) -> None:
+        with self._lock:
+            if not self._announced:
+                self._announced = True
+                _log.info("rl_otel: %s; phase GPU memory metrics and GPU times are off while it is so (CPU memory "
+                          "metrics stay on)", why)
 
 
 class CpuProbe:

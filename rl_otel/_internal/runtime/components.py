@@ -199,7 +199,8 @@ class Components:
                         next_step=self.recorder.steps.next, record=self.recorder.record_phase,
                         fail=self._phase_failed, record_gpu=self.recorder.record_phase_gpu,
                         count=lambda reason: self.diagnostics.count("phase", reason),
-                        goodput=self.recorder.goodput)
+                        goodput=self.recorder.goodput, memory=self.config.phase_memory,
+                        peaks=self.config.phase_peaks, gpu_time=self.config.phase_gpu_time)
                     # closed first (built after the others): the GPU times still pending are resolved (bounded)
                     # while the store and the tracer provider are open
                     self._closing(self._stack, "phases", self._phases)

@@ -64,6 +64,9 @@ class TelemetryConfig:
     stack_dump_signal: int | None = None  # the signal number of on-demand dumps (None: none)
     stack_dump_dir: str = "rl_otel_dumps"  # absolute once resolved by build_config
     stack_dump_http: bool = True  # GET /debug/stacks on the scrape endpoint
+    phase_memory: bool = True  # phases take memory snapshots (phase(..., memory=) per phase)
+    phase_peaks: bool = True  # the outermost phase resets torch's peak memory statistics
+    phase_gpu_time: bool = True  # CUDA events at the phases' edges
 
     @property
     def base_labels(self) -> dict[str, str]:

@@ -352,6 +352,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("stack_dump_http", True, "serve ``GET /debug/stacks`` on the scrape endpoint (behind its basic auth and "
                                     "TLS): writes a dump and answers with it.",
            check=_boolean("stack_dump_http")),
+    Option("phase_memory", True, "phases take ROLL's memory snapshots (``memory/...`` keys; one allocator read per "
+                                 "edge on a GPU); ``False``: times and GPU events only, unless a ``phase(..., "
+                                 "memory=True)`` asks (``docs/gpu.md``).", check=_boolean("phase_memory")),
+    Option("phase_peaks", True, "the outermost running phase resets torch's peak memory statistics, so its "
+                                "``max_*`` keys are its own peak (ROLL's); ``False``: never reset, so "
+                                "``torch.cuda.max_memory_allocated()`` stays the process's (verl's "
+                                "``perf/max_memory_allocated_gb``), and a phase's ``max_*`` keys read the peak since "
+                                "the last reset (``docs/gpu.md``).", check=_boolean("phase_peaks")),
+    Option("phase_gpu_time", True, "phases record CUDA events at their edges for their GPU time (in a process that "
+                                   "initialized CUDA); ``False``: none, e.g. where another thread captures CUDA graphs "
+                                   "in global capture mode (``docs/gpu.md``).", check=_boolean("phase_gpu_time")),
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}

@@ -12,12 +12,17 @@ only (valid IDs: ``carrier()`` and user spans inside the block parent under them
 when first read (``DeferredSpan``: no ID is drawn, no sampler asked, for a phase nobody reads); ``onload`` and
 ``offload`` are skipped. A processor added later records the next phase's four spans.
 
-GPU times: in a process using CUDA a phase also records CUDA events at its edges (``probes/gpu_time.py``: never a
-synchronize); once the GPU has passed them, the GPU timer's thread writes the GPU seconds per part
-(``rl_phase_gpu_duration_seconds``, ``time/{infix}/gpu/{part}`` for the trackers) and the root span, kept open
-until then, gets ``rl.gpu_time.{part}_s`` attributes and ends at the host end time. GPU memory: one allocator read
-per snapshot, and one read serves two stages with no user code between them (no ``onload``: ``start/onload`` is
-``start/offload``'s read; no ``offload``: ``end/offload`` is ``end/onload``'s), ``probes/memory.py``.
+GPU times: in a process that itself initialized CUDA a phase also records CUDA events at its edges
+(``probes/gpu_time.py``: never a synchronize, never inside a CUDA-graph capture); the phase's thread queries them
+at its later phase edges (and ``flush()``/``close()``) and, once the GPU has passed them, writes the GPU seconds per
+part (``rl_phase_gpu_duration_seconds``, ``time/{infix}/gpu/{part}`` for the trackers); the root span, kept open
+until then, gets ``rl.gpu_time.{part}_s`` attributes and ends at the host end time. ``init(phase_gpu_time=False)``
+turns them off. GPU memory: one allocator read per snapshot, and one read serves two stages with no user code
+between them (no ``onload``: ``start/onload`` is ``start/offload``'s read; no ``offload``: ``end/offload`` is
+``end/onload``'s), ``probes/memory.py``; ``phase(..., memory=False)`` (or ``init(phase_memory=False)``) takes no
+memory snapshot at all. Peaks: only the outermost running phase resets torch's peak statistics (a nested phase's
+``max_*`` keys are the process's peak since then: exact when the peak rose inside it, an upper bound otherwise; its
+start stage reads its current values), and ``init(phase_peaks=False)`` never resets them.
 
 Goodput: a phase is a frame of the process's goodput timeline (``pipeline/goodput.py``) while it runs: its
 ``onload`` and ``offload`` parts count as ``offload``, its ``execute`` part in the bucket ``bucket=`` names or its
@@ -85,17 +90,20 @@ class PhaseRuntime:
     # phase, called on the GPU timer's thread once its CUDA events resolve; None: phases are not GPU-timed
     count: Callable[[str], None] | None = None  # count a drop under its reason (sink="phase"); default: fail
     goodput: Goodput | None = None  # where the time goes: each phase's parts are frames of its timeline
+    memory: bool = True  # init(phase_memory=...): memory snapshots by default (phase(..., memory=) per phase)
+    peaks: bool = True  # init(phase_peaks=...): the outermost phase resets torch's peak statistics
+    gpu_time: bool = True  # init(phase_gpu_time=...): CUDA events at the phases' edges
     gpu_timer: GpuTimer | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if self.running is None:
             self.running = running_phases(self.cpu)
-        if self.record_gpu is not None:  # no thread, no event until a phase runs with CUDA
-            self.gpu_timer = GpuTimer(self.gpu.cuda, self._gpu_resolved, count=self._count, fail=self.fail)
+        if self.record_gpu is not None and self.gpu_time:  # no event until a phase runs where CUDA is in use
+            self.gpu_timer = GpuTimer(self.gpu.live, self._gpu_resolved, count=self._count, fail=self.fail)
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Wait (bounded) until the GPU times of the phases ended so far are written (their events resolved or
-        dropped). True if none is left."""
+        """Resolve (bounded) the GPU times of the phases ended so far, on the calling thread with each phase's
+        device current, and write them. True if none is left."""
         timer = self.gpu_timer
         return True if timer is None else timer.wait(timeout_s)
 
@@ -110,7 +118,8 @@ class PhaseRuntime:
         (self.count or self.fail)(reason)
 
     def _gpu_resolved(self, timed: GpuPhase, seconds: dict[str, float] | None) -> None:
-        """On the resolver thread: store the GPU seconds and end the root span (if it was kept open for them)."""
+        """Where the phase's events resolved (its thread, or flush/close): store the GPU seconds and end the root
+        span (if it was kept open for them)."""
         pending: GpuPending = timed.payload
         try:
             if seconds is not None and self.record_gpu is not None:
@@ -124,10 +133,11 @@ class PhaseRuntime:
 
     def open(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
              offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None,
-             bucket: str | None = None) -> Phase:
+             bucket: str | None = None, memory: bool | None = None) -> Phase:
         """A :class:`Phase` of this runtime (the facade reaches the class through here: importing it, and the
         OTel API with it, waits for the first phase)."""
-        return Phase(self, cluster, phase, onload=onload, offload=offload, step=step, parent=parent, bucket=bucket)
+        return Phase(self, cluster, phase, onload=onload, offload=offload, step=step, parent=parent, bucket=bucket,
+                     memory=self.memory if memory is None else memory)
 
 
 class Phase:
@@ -138,9 +148,11 @@ class Phase:
         "_bucket",
         "_frame",
         "_gpu",
+        "_memory",
         "_offload",
         "_onload",
         "_parent",
+        "_peak_device",
         "_recording",
         "_root",
         "_root_ctx",
@@ -159,8 +171,10 @@ class Phase:
 
     def __init__(self, runtime: PhaseRuntime, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
                  offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None,
-                 bucket: str | None = None) -> None:
+                 bucket: str | None = None, memory: bool = True) -> None:
         self._rt = runtime
+        self._memory = memory  # memory snapshots (ROLL's memory/ keys); False: times and events only
+        self._peak_device: int | None = None  # the device whose peaks this phase reset (the outermost phase)
         self.cluster, self.phase = cluster, phase
         self._onload, self._offload = onload, offload
         self._step, self._parent = step, parent
@@ -211,11 +225,12 @@ class Phase:
         except Exception:
             self._fail("start_span")
         reading: GpuReading | None = None
-        try:
-            gpu.reset_peaks()
-            reading = gpu.snapshot(infix, "start/offload", m)
-        except Exception:
-            self._fail("gpu_snapshot")
+        if self._memory:
+            try:
+                self._peak_device = gpu.begin_peaks(reset=rt.peaks)
+                reading = gpu.snapshot(infix, "start/offload", m, at_start=True)
+            except Exception:
+                self._fail("gpu_snapshot")
         timer = rt.gpu_timer
         if timer is not None:
             self._gpu = timer.begin()
@@ -225,7 +240,7 @@ class Phase:
             reading = None  # the user's code ran: start/onload is read afresh (else it is start/offload's read)
             if self._gpu is not None:
                 self._gpu.mark(ONLOADED)
-        self._snapshots("start/onload", "start", reading)
+        self._snapshots("start/onload", "start", reading, at_start=reading is not None)
         self._t_onloaded = perf_counter()
         if self._onload is not None and self._frame is not None:
             rt.goodput.switch(self._frame, self._bucket)  # type: ignore[union-attr]  # a frame: a goodput
@@ -268,10 +283,11 @@ class Phase:
         infix, m = self.infix, self.metrics
         span = self._child("offload") if recording else None
         reading: GpuReading | None = None
-        try:
-            reading = rt.gpu.snapshot(infix, "end/onload", m, with_frac=True)
-        except Exception:
-            self._fail("gpu_snapshot")
+        if self._memory:
+            try:
+                reading = rt.gpu.snapshot(infix, "end/onload", m, with_frac=True)
+            except Exception:
+                self._fail("gpu_snapshot")
         if self._offload is not None:
             self._call_user(self._offload, span)
             reading = None  # the user's code ran: end/offload is read afresh (else it is end/onload's read)
@@ -310,6 +326,9 @@ class Phase:
         frame, self._frame = self._frame, None
         if frame is not None:
             self._rt.goodput.leave(frame)  # type: ignore[union-attr]  # a frame: a goodput
+        device, self._peak_device = self._peak_device, None
+        if device is not None:
+            self._rt.gpu.end_peaks(device)
         started, self._started = self._started, None
         if started is not None:
             try:
@@ -317,12 +336,15 @@ class Phase:
             except Exception:
                 self._fail("running")
 
-    def _snapshots(self, gpu_stage: str, cpu_stage: str, reading: GpuReading | None) -> None:
+    def _snapshots(self, gpu_stage: str, cpu_stage: str, reading: GpuReading | None, *,
+                   at_start: bool = False) -> None:
         """The GPU and CPU snapshots taken after ``onload`` (start) and after ``offload`` (end); the GPU one from
-        ``reading`` when no user code ran since it was taken."""
+        ``reading`` when no user code ran since it was taken (``at_start``: the phase's start reading)."""
+        if not self._memory:
+            return
         rt, infix, m = self._rt, self.infix, self.metrics
         try:
-            rt.gpu.snapshot(infix, gpu_stage, m, reading=reading)
+            rt.gpu.snapshot(infix, gpu_stage, m, reading=reading, at_start=at_start)
         except Exception:
             self._fail("gpu_snapshot")
         try:
