@@ -221,3 +221,31 @@ def fork_child_of(cuda: HazardCuda) -> HazardCuda:
     """``cuda`` as a child forked from its process sees it: initialized in the parent, a bad fork here."""
     cuda.bad_fork = True
     return cuda
+
+
+def device_tensor_class():
+    """A ``torch.Tensor`` subclass standing for a CUDA tensor on a CPU machine: it counts the reads that copy a
+    CUDA tensor to the host, each a host sync on a GPU (``torch.cuda.set_sync_debug_mode`` reports every one):
+    ``item()`` (``_local_scalar_dense``: ``aten/src/ATen/native/cuda/CUDAScalar.cu``, a copy then a stream sync),
+    ``tolist()``, ``cpu()``, ``to("cpu")``, ``float()``/``int()``/``bool()`` (a device-to-host ``copy_`` of pageable
+    memory syncs the stream: ``aten/src/ATen/native/cuda/Copy.cu``). ``numpy()`` is not counted: on a CUDA tensor
+    it raises, so a real path copies with ``cpu()`` first. ``DeviceTensor.copies`` is the count so far."""
+    import torch
+
+    copying = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.cpu, torch.Tensor.__float__,
+               torch.Tensor.__int__, torch.Tensor.__bool__}
+
+    class DeviceTensor(torch.Tensor):
+        copies = 0
+        __module__ = "torch"  # rl_otel recognises torch's tensors by their module, without importing torch
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            to_host = func is torch.Tensor.to and any(
+                str(a) == "cpu" or getattr(a, "type", None) == "cpu" for a in (*args[1:], *kwargs.values()))
+            if func in copying or to_host:
+                DeviceTensor.copies += 1
+            return super().__torch_function__(func, types, args, kwargs)
+
+    return DeviceTensor

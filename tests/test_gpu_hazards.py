@@ -16,7 +16,7 @@ import pytest
 
 import rl_otel
 from rl_otel._internal.probes import live
-from tests.fake_cuda import HazardCuda, fork_child_of
+from tests.fake_cuda import HazardCuda, device_tensor_class, fork_child_of
 from tests.gpu_fakes import GIB, fake_torch, settle
 from tests.promtools import scrape
 
@@ -262,3 +262,64 @@ def test_live_gauges_read_the_allocator_once_per_device_and_scrape(monkeypatch):
     assert {(spec.name, labels, value) for spec, labels, value in items} >= {
         ("rl_gpu_process_memory_allocated_bytes", (("device_id", "1"),), float(GIB)),
         ("rl_gpu_process_memory_reserved_bytes", (("device_id", "1"),), float(GIB))}
+
+
+# -- one host copy per log() and device -------------------------------------------------------------------------
+
+
+def test_a_log_of_50_device_scalars_copies_to_the_host_once(tel):
+    torch = pytest.importorskip("torch")
+    DeviceTensor = device_tensor_class()
+    metrics = {f"actor/custom_{i}": torch.tensor(float(i)).as_subclass(DeviceTensor) for i in range(50)}
+    DeviceTensor.copies = 0
+    tel.log(metrics, step=1)
+    assert DeviceTensor.copies == 1
+    assert [tel.value(f"actor/custom_{i}") for i in range(50)] == [float(i) for i in range(50)]  # stored already
+
+
+def test_distributions_on_a_device_cross_with_the_scalars_in_one_copy(tel, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from rl_otel._internal.pipeline import values
+
+    DeviceTensor = device_tensor_class()
+    monkeypatch.setattr(values, "on_device", lambda t: isinstance(t, DeviceTensor), raising=False)  # as on CUDA
+    ratios = torch.linspace(0.5, 1.5, 1000, dtype=torch.float32)
+    metrics = {"actor/ratio_dist": ratios.as_subclass(DeviceTensor),
+               **{f"actor/custom_{i}": torch.tensor(float(i)).as_subclass(DeviceTensor) for i in range(10)}}
+    DeviceTensor.copies = 0
+    tel.log(metrics, step=1)
+    assert DeviceTensor.copies == 1
+    dist = tel.value("actor/ratio_dist")
+    assert dist is not None and dist.count == 1000 and dist.sum == pytest.approx(float(ratios.double().sum()))
+    assert tel.value("actor/custom_9") == 9.0
+
+
+def test_a_new_value_clip_costs_no_host_to_device_copy(monkeypatch):
+    """ppo_stats on the GPU layout: its device constants are made by kernels, a clip value goes in as a Python
+    number; a new value_clip must not cost a ``torch.tensor(..., device=...)`` (a host-to-device copy, 3effae0 made
+    one per new value)."""
+    torch = pytest.importorskip("torch")
+    from rl_otel.stats import ppo_stats
+    from tests.test_stats_ppo import make_batch
+
+    batch = make_batch(0, 4, 16)
+    made = []
+    real = torch.tensor
+
+    def counting(*args, **kwargs):
+        if kwargs.get("device") is not None:
+            made.append(kwargs["device"])
+        return real(*args, **kwargs)
+
+    def run(clip: float) -> dict:
+        before = len(made)
+        out = ppo_stats(**batch, value_clip=clip, _compact=False)
+        return {"copies": len(made) - before, "clipfrac": out["critic/clipfrac"]}
+
+    monkeypatch.setattr(torch, "tensor", counting)
+    run(0.2)
+    same = run(0.2)
+    new = [run(clip) for clip in (0.3, 0.4, 0.5)]
+    assert [r["copies"] for r in new] == [same["copies"]] * 3
+    compact = ppo_stats(**batch, value_clip=0.4, _compact=True)  # the host layout computes the same fraction
+    assert new[1]["clipfrac"] == pytest.approx(compact["critic/clipfrac"])

@@ -131,3 +131,36 @@ def test_real_allocator_read_matches_the_public_functions():
     assert got == public(device)
     assert got.allocated >= 64 << 20 and got.max_allocated >= got.allocated + (32 << 20) - (2 << 20)
     del kept
+
+
+# -- the public calls the GPU probes' "do no harm" rests on (docs/gpu.md) --------------------------------------
+
+
+def test_is_initialized_is_false_in_a_bad_fork_and_initializes_nothing(monkeypatch):
+    """rl_otel gates every CUDA call on the public ``torch.cuda.is_initialized()``, relying on it being False in
+    a child forked from a CUDA process (torch's private ``_is_in_bad_fork``, where every CUDA call raises) and on it
+    initializing nothing. Should torch rename or drop what this test patches, or change the rule, it fails here."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "_lazy_init", lambda: calls.append("_lazy_init"))
+    monkeypatch.setattr(torch.cuda, "_initialized", True)
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: False)
+    assert torch.cuda.is_initialized() is True
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)
+    assert torch.cuda.is_initialized() is False
+    assert calls == []
+
+
+def test_current_device_initializes_cuda(monkeypatch):
+    """Why rl_otel never asks ``current_device()`` before ``is_initialized()``: it runs ``_lazy_init()`` (a CUDA
+    context on a GPU of a process that had none); ``is_current_stream_capturing()`` is the public capture check."""
+    calls = []
+
+    def lazy_init() -> None:
+        calls.append("_lazy_init")
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(torch.cuda, "_lazy_init", lazy_init)
+    with pytest.raises(RuntimeError, match="stop here"):
+        torch.cuda.current_device()
+    assert calls == ["_lazy_init"]
+    assert callable(torch.cuda.is_current_stream_capturing) and callable(torch.cuda.device)

@@ -10,7 +10,10 @@ positions ``memory_stats()`` flattens them from (``allocated_bytes.all.current``
 ``nested["allocated_bytes"]["all"]["current"]``). Should a torch no longer offer it, or lay it out otherwise, the
 read falls back to the public ``memory_stats()`` (the old cost, the same values), and says so once.
 
-``tests/test_torch_compat.py`` fails loudly if torch's public functions stop reading these positions.
+``tests/test_torch_compat.py`` fails loudly if torch's public functions stop reading these positions, and if the
+public ``torch.cuda.is_initialized()`` - the gate of every CUDA call rl_otel makes (``probes/memory.py``) - stops
+being False in a child forked from a CUDA process (torch's "bad fork") or starts initializing CUDA: no private
+torch name is needed for either.
 """
 
 from __future__ import annotations
