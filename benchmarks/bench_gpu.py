@@ -18,6 +18,13 @@
    GPU and back around matmuls; the host's parts beside them for information.
 4. **ppo_stats** wall time and kernels against the frameworks' metric code: ``bench_stats.gpu_comparison("cuda")``
    (the statistics' own benchmark) where it exists.
+5. **First do no harm** (issue 39), each a pass/fail row: a torch-importing process that never used CUDA stays
+   without a context through ``init()``, phases, a ``log()`` and scrapes (``torch.cuda.is_initialized()`` and NVML's
+   list of the GPUs' compute processes, in a child process); ``torch.cuda.max_memory_allocated()`` unchanged by
+   phases with ``phase_peaks=False`` and, with the default, by nested phases inside an outer one; 10 of 10 CUDA-graph
+   captures (global mode, the default) succeed right after phases whose GPU work is still pending; the host syncs
+   of a 50-key ``log()`` of CUDA scalars, counted with ``torch.cuda.set_sync_debug_mode("warn")`` (target 1);
+   the cost of a ``phase(..., memory=False)`` (events only, target <= 50 us).
 
 Without a CUDA device it says so and exits 0, measuring nothing.
 """
@@ -72,7 +79,7 @@ def legacy_probe() -> Any:
 
     class LegacyGpuProbe(GpuProbe):
         def snapshot(self, infix: str, stage: str, out: dict[str, float], *, with_frac: bool = False,
-                     reading: Any = None) -> None:
+                     reading: Any = None, at_start: bool = False) -> None:
             cuda = self.cuda()
             if cuda is None:
                 return None
@@ -500,6 +507,169 @@ def ppo_stats_rows() -> list[Row] | None:
     return rows
 
 
+# -- 5. first do no harm ---------------------------------------------------------------------------------------
+
+_NO_CONTEXT_CHILD = r"""
+import json, os, sys, urllib.request
+import torch  # imported, never used for CUDA: a Ray driver, a controller, a reward worker
+import rl_otel
+tel = rl_otel.init("bench-gpu-no-context", prometheus={"host": "127.0.0.1", "port": 0}, handle_sigterm=False)
+for _ in range(20):
+    with tel.phase("actor_train", "train_step", onload=lambda: None, offload=lambda: None):
+        pass
+tel.log({"actor/pg_loss": 0.5, "actor/custom": torch.tensor(1.0)}, step=1)
+for _ in range(3):
+    urllib.request.urlopen(tel.metrics_url, timeout=10).read()
+tel.flush(10)
+found = None
+try:
+    import pynvml
+    pynvml.nvmlInit()
+    found = []
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+        if any(p.pid == os.getpid() for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)):
+            found.append(i)
+except Exception as exc:
+    print("NVML not usable here:", exc, file=sys.stderr)
+tel.close()
+print(json.dumps({"initialized": torch.cuda.is_initialized(), "nvml_devices": found}))
+"""
+
+
+def no_harm(torch: Any, rounds: int) -> list[Row]:
+    import json
+    import os
+    import subprocess
+    import warnings
+
+    import rl_otel
+
+    rows: list[Row] = []
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    child = subprocess.run([sys.executable, "-c", _NO_CONTEXT_CHILD], capture_output=True, text=True, timeout=300,
+                           env=env)
+    try:
+        seen = json.loads(child.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        seen = {"initialized": None, "nvml_devices": None, "error": child.stderr[-2000:]}
+    clean = seen["initialized"] is False and not seen["nvml_devices"]
+    print(f"no-context child: {seen}" + (f"; stderr: {child.stderr[-500:]}" if child.returncode else ""))
+    rows.append(Row("no CUDA context in a torch process that never used CUDA (is_initialized, NVML processes)",
+                    float(bool(seen["initialized"])) + float(len(seen["nvml_devices"] or [])), 0.0, "contexts",
+                    "0", clean, "none"))
+
+    inits: dict[str, Any] = {"prometheus": {"host": "127.0.0.1", "port": 0}, "handle_sigterm": False}
+    spike = torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE)
+    del spike
+    before = torch.cuda.max_memory_allocated()
+    tel = rl_otel.init("bench-gpu-peaks-off", phase_peaks=False, **inits)
+    try:
+        for _ in range(10):
+            with tel.phase("actor_train", "train_step"), tel.phase("actor_train", "micro_batch"):
+                torch.ones(1 << 20, device=DEVICE)
+    finally:
+        tel.close()
+    after = torch.cuda.max_memory_allocated()
+    rows.append(Row("max_memory_allocated() unchanged by phases with phase_peaks=False", after / 2**20,
+                    before / 2**20, "MiB", "equal", after == before, "before the phases"))
+
+    tel = rl_otel.init("bench-gpu-peaks-nested", **inits)
+    try:
+        with tel.phase("actor_train", "train_step"):
+            spike = torch.empty(512 << 20, dtype=torch.uint8, device=DEVICE)
+            del spike
+            outer_peak = torch.cuda.max_memory_allocated()
+            for _ in range(5):
+                with tel.phase("actor_train", "micro_batch"):
+                    torch.ones(1 << 20, device=DEVICE)
+            nested = torch.cuda.max_memory_allocated()
+    finally:
+        tel.close()
+    rows.append(Row("max_memory_allocated() inside an outer phase unchanged by nested phases", nested / 2**20,
+                    outer_peak / 2**20, "MiB", "equal", nested == outer_peak, "before the nested phases"))
+
+    tel = rl_otel.init("bench-gpu-capture", **inits)
+    x = torch.randn(2048, 2048, device=DEVICE)
+    good = 0
+    errors: list[str] = []
+    try:
+        for _ in range(10):
+            for _ in range(3):
+                with tel.phase("rollout", "generate"):
+                    for _ in range(20):
+                        x = x @ x * 1e-3  # GPU work still pending when the capture starts
+            graph = torch.cuda.CUDAGraph()
+            static = torch.randn(1024, 1024, device=DEVICE)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            try:
+                with torch.cuda.stream(side):  # warm-up on a side stream, as torch's docs do before a capture
+                    for _ in range(2):
+                        out = static @ static
+                torch.cuda.current_stream().wait_stream(side)
+                with torch.cuda.graph(graph):  # capture_error_mode="global", torch's default
+                    for _ in range(50):
+                        out = static @ static
+                graph.replay()
+                torch.cuda.synchronize()
+                good += 1
+            except Exception as exc:  # what a broken capture raises
+                errors.append(f"{type(exc).__name__}: {exc}"[:200])
+                torch.cuda.synchronize()
+        del out
+    finally:
+        tel.close()
+    if errors:
+        print("captures failed:", errors[:3])
+    rows.append(Row("CUDA-graph captures right after phases with pending GPU work", good, 10, "of 10",
+                    "10 of 10", good == 10, "attempted"))
+
+    tel = rl_otel.init("bench-gpu-syncs", **inits)
+    try:
+        values = {f"actor/custom_{i}": torch.rand((), device=DEVICE) for i in range(50)}
+        tel.log(values, step=0)  # the keys' routes are made once
+        torch.cuda.synchronize()
+        previous = torch.cuda.get_sync_debug_mode()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                tel.log(values, step=1)
+            finally:
+                torch.cuda.set_sync_debug_mode(previous)
+        syncs = sum("synchroniz" in str(w.message).lower() for w in caught)
+    finally:
+        tel.close()
+    rows.append(Row("host syncs of a 50-key log() of CUDA scalars (set_sync_debug_mode)", syncs, 50, "syncs",
+                    "1", syncs <= 1, "one a key, as 3effae0 did"))
+
+    n = 500
+    cheap = rl_otel.init("bench-gpu-cheap", **inits)
+    full = rl_otel.init("bench-gpu-full", **inits)
+
+    def phases(tel: Any, memory: bool) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(n):
+                with tel.phase("actor_train", "micro_batch", memory=memory):
+                    pass
+        return run
+
+    try:
+        t = ab_rounds([phases(cheap, False), phases(full, True)], rounds, inner=1, budget_s=6)
+        settle(cheap)
+        settle(full)
+    finally:
+        cheap.close()
+        full.close()
+    us = t.median(0) / n * 1e6
+    rows.append(Row("phase(..., memory=False): events only", us, t.median(1) / n * 1e6, "us",
+                    f"<= {PHASE_TARGET_US:g} us", us <= PHASE_TARGET_US, "with memory snapshots",
+                    paired_ratio=t.ratio(0, 1)))
+    return rows
+
+
 # -- the run ----------------------------------------------------------------------------------------------------
 
 
@@ -543,6 +713,11 @@ def main() -> int:
     else:
         every += stats
         print(table(stats))
+
+    rows = no_harm(torch, rounds)
+    every += rows
+    print("\n5. first do no harm")
+    print(table(rows))
 
     targets = [r for r in every if r.passed is not None]
     missed = [r.name for r in targets if not r.passed]

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The GPU checks in one run (issue 32): the suite's GPU-relevant tests on the real CUDA path, then
+# The GPU checks in one run (issues 32, 39): the suite's GPU-relevant tests on the real CUDA path, then
 # benchmarks/bench_gpu.py (phase cost, step overhead against a bare GPU step, GPU vs host phase time against CUDA
-# events, ppo_stats wall time and kernels against the frameworks' code), each printing its target and whether it is
-# met. Run it on a machine with an NVIDIA GPU and torch with CUDA, from a checkout, with rl_otel's dependencies
+# events, ppo_stats wall time and kernels against the frameworks' code, and "first do no harm": no CUDA context in a
+# process that never used CUDA, max_memory_allocated() unchanged by phase_peaks=False and nested phases, 10/10
+# CUDA-graph captures right after phases with pending GPU work, the host syncs of a 50-key CUDA log()), each
+# printing its target and whether it is met. Run it on a machine with an NVIDIA GPU and torch with CUDA, from a checkout, with rl_otel's dependencies
 # importable (e.g. the wheels of the OpenTelemetry packages and google-crc32c unpacked on PYTHONPATH):
 #
 #   bash scripts/gpu_check.sh [OUT_DIR]
@@ -22,7 +24,7 @@ export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
 status=0
 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_phases.py tests/test_phase_probes.py \
     tests/test_phase_writes.py tests/test_memory.py tests/test_live.py tests/test_gpu_time.py \
-    tests/test_torch_compat.py tests/test_tracing.py tests/test_fork.py tests/test_catalog_served_names.py \
+    tests/test_torch_compat.py tests/test_gpu_hazards.py tests/test_tracing.py tests/test_fork.py tests/test_catalog_served_names.py \
     tests/test_stats_kernels.py tests/test_stats_ppo.py tests/test_stats_ppo_verl.py tests/test_stats_ppo_roll.py \
     tests/test_stats_baselines.py tests/test_stats_histogram.py tests/test_stats_memory.py tests/test_submit.py 2>&1 | tee "$out/gpu_tests.log" \
     || status=1
