@@ -267,22 +267,32 @@ def test_live_gauges_read_the_allocator_once_per_device_and_scrape(monkeypatch):
 # -- one host copy per log() and device -------------------------------------------------------------------------
 
 
-def test_a_log_of_50_device_scalars_copies_to_the_host_once(tel):
+def as_on_cuda(monkeypatch, device_tensor: type) -> None:
+    """``log()`` takes ``device_tensor``'s tensors for CUDA ones (their reads copy to the host)."""
+    from rl_otel._internal.pipeline import ingest, values
+
+    for module in (values, ingest):
+        monkeypatch.setattr(module, "on_device", lambda t: isinstance(t, device_tensor), raising=False)
+
+
+def test_a_log_of_50_device_scalars_copies_to_the_host_once(tel, monkeypatch):
     torch = pytest.importorskip("torch")
     DeviceTensor = device_tensor_class()
-    metrics = {f"actor/custom_{i}": torch.tensor(float(i)).as_subclass(DeviceTensor) for i in range(50)}
+    as_on_cuda(monkeypatch, DeviceTensor)
+    metrics = {f"actor/custom_{i}": torch.tensor(float(i)).as_subclass(DeviceTensor) for i in range(48)}
+    metrics["actor/custom_48"] = torch.tensor(48, dtype=torch.int64).as_subclass(DeviceTensor)  # another dtype
+    metrics["actor/custom_49"] = torch.tensor(2**40 + 49, dtype=torch.int64).as_subclass(DeviceTensor)
     DeviceTensor.copies = 0
     tel.log(metrics, step=1)
     assert DeviceTensor.copies == 1
-    assert [tel.value(f"actor/custom_{i}") for i in range(50)] == [float(i) for i in range(50)]  # stored already
+    expected = [float(i) for i in range(49)] + [float(2**40 + 49)]  # int64 read exactly (float64, not float32)
+    assert [tel.value(f"actor/custom_{i}") for i in range(50)] == expected  # stored before log() returned
 
 
 def test_distributions_on_a_device_cross_with_the_scalars_in_one_copy(tel, monkeypatch):
     torch = pytest.importorskip("torch")
-    from rl_otel._internal.pipeline import values
-
     DeviceTensor = device_tensor_class()
-    monkeypatch.setattr(values, "on_device", lambda t: isinstance(t, DeviceTensor), raising=False)  # as on CUDA
+    as_on_cuda(monkeypatch, DeviceTensor)
     ratios = torch.linspace(0.5, 1.5, 1000, dtype=torch.float32)
     metrics = {"actor/ratio_dist": ratios.as_subclass(DeviceTensor),
                **{f"actor/custom_{i}": torch.tensor(float(i)).as_subclass(DeviceTensor) for i in range(10)}}

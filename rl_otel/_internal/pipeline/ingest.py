@@ -16,7 +16,15 @@ from typing import Any
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
 from rl_otel._internal.pipeline.records import Labels, Measurement
 from rl_otel._internal.pipeline.router import Refusal, Route, Router
-from rl_otel._internal.pipeline.values import BadKey, BadValue, as_histogram, coerce, to_host, to_tracker_array
+from rl_otel._internal.pipeline.values import (
+    BadKey,
+    BadValue,
+    as_histogram,
+    coerce,
+    on_device,
+    to_host,
+    to_tracker_array,
+)
 from rl_otel.catalog import Kind, MetricSpec
 
 KeyValues = Iterable[tuple[str, object]]
@@ -53,20 +61,11 @@ class Ingest:
         is taken before any Prometheus rule: a key the catalog routing refuses (a name collision, past
         ``max_unknown_keys``) or a distribution logged for a gauge still reaches them."""
         routed = Routed(mirrored={} if mirror else None)
-        pairs: list[tuple[str, object]] = []
-        unreadable: Exception | None = None
-        try:
-            pairs.extend(metrics)
-        except Exception as exc:  # a mapping whose iteration raises: the keys read so far are logged
-            unreadable = exc
-        try:  # every tensor's values read with one copy per device (a host sync each on a GPU), before routing
-            pairs = to_host(pairs, self._histogram_of, keep_values=mirror)
-        except Exception:
-            pass
+        deferred: list[tuple[str, object]] = []  # GPU tensors: read together once the other keys are routed
         mirrored, add, cached = routed.mirrored, routed.measurements.append, self.router.cached
         watched, watch = self._watched, routed.watched.append
         try:
-            for key, raw in pairs:
+            for key, raw in metrics:
                 if raw.__class__ is float:  # the per-step case, written out here: a float for a known gauge or counter
                     route = cached(key)
                     if route.__class__ is Route and route.spec.kind is not _HISTOGRAM:
@@ -79,16 +78,27 @@ class Ingest:
                         if spec.name in watched:
                             watch(measurement)
                         continue
-                try:
-                    self._route_one(key, raw, routed)
-                except Exception as exc:  # whatever a value does (a sparse tensor, a raising __float__): this key only
-                    self.diagnostics.bad(key, f"{type(exc).__name__}: {exc}")
-            if unreadable is not None:
-                raise unreadable
+                if on_device(raw):
+                    deferred.append((key, raw))
+                    continue
+                self._route_safely(key, raw, routed)
         except Exception as exc:  # a mapping whose iteration raises: keep the keys read so far
             self.diagnostics.bad("", f"the metrics dict could not be read past its first keys "
                                      f"({type(exc).__name__}); the keys read are logged", "bad_key")
+        if deferred:
+            try:  # one device-to-host copy per device (a host sync each on a GPU), not one per key
+                deferred = to_host(deferred, self._histogram_of, keep_values=mirror)
+            except Exception:  # read key by key below
+                pass
+            for key, raw in deferred:
+                self._route_safely(key, raw, routed)
         return routed
+
+    def _route_safely(self, key: str, raw: object, routed: Routed) -> None:
+        try:
+            self._route_one(key, raw, routed)
+        except Exception as exc:  # whatever a value does (a sparse tensor, a raising __float__): this key only
+            self.diagnostics.bad(key, f"{type(exc).__name__}: {exc}")
 
     def _histogram_of(self, key: str) -> tuple[tuple[float, ...], float] | None:
         """The bounds and scale of ``key``'s histogram, ``None`` if it routes to no histogram."""

@@ -156,71 +156,89 @@ def to_tracker_array(value: object) -> np.ndarray | None:
     return np.atleast_1d(np.array(value, dtype=np.float64))
 
 
-_SCALAR, _BUCKETS, _VALUES = 0, 1, 2
+_BUCKETS, _VALUES = 1, 2
 # bounds and scale of a histogram key, or None for another key (the ingest's route, asked only for 1-d tensors)
 HistogramOf = Callable[[str], "tuple[tuple[float, ...], float] | None"]
 
 
-def on_device(tensor: torch.Tensor) -> bool:
-    """Whether reading ``tensor`` on the host is a device-to-host copy (a host sync on a GPU)."""
-    return tensor.device.type != "cpu"
+def on_device(value: object) -> bool:
+    """Whether ``value`` is a tensor whose reading on the host is a device-to-host copy (a host sync on a GPU);
+    one attribute read (``Tensor.is_cpu``), the filter a ``log()`` runs on every value that is not a number."""
+    return getattr(value, "is_cpu", True) is False
 
 
 def to_host(pairs: Iterable[tuple[str, object]], histogram: HistogramOf, *, keep_values: bool) -> list[tuple[str,
                                                                                                           object]]:
-    """``pairs`` with their tensors' values read with one device-to-host copy per device (on a GPU each copy is a
-    host sync: one per ``log()`` and device instead of one per key). The 0-d tensors of a device (CPU ones too:
-    one ``tolist`` instead of an ``item()`` each) become floats; a 1-d tensor on a GPU, under a histogram key,
-    becomes its :class:`BucketCounts` bucketed on the device (only the counts cross), or a float64 array of its
-    values when they are needed on the host (``keep_values``: the trackers draw their own histograms; a key with
-    a unit scale), as do the 1-d tensors of other keys. Whatever cannot be read here (a complex tensor, a sparse
-    one, a failing op) is left as it was, for the per-key path to read or reject. Never raises."""
+    """``pairs`` with the values of their GPU tensors read with one device-to-host copy per device (each copy is a
+    host sync: one per ``log()`` and device instead of one per key). A 0-d tensor becomes a float (those of a
+    device are stacked per dtype, then copied together); a 1-d tensor under a histogram key becomes its
+    :class:`BucketCounts`, bucketed on the device (only the counts cross), or a float64 array of its values when
+    they are needed on the host (``keep_values``: the trackers draw their own histograms; a key with a scale), as
+    do the 1-d tensors of other keys. CPU tensors are left to the per-key path (reading one costs no sync, and
+    ``item()`` is cheaper there than stacking), as is whatever cannot be read here (a complex tensor, a sparse one,
+    a failing op). Never raises."""
     out = pairs if isinstance(pairs, list) else list(pairs)
-    groups: dict[Any, list[tuple[int, int, Any, tuple[float, ...]]]] = {}
+    devices: dict[Any, _DeviceValues] = {}
     for i, (key, value) in enumerate(out):
-        if type(value) in _LEAVES or not _is_torch_tensor(value):
+        if not on_device(value) or not _is_torch_tensor(value):
             continue
         try:
-            if value.is_complex() or value.layout != _strided(value):
+            if value.is_complex() or value.layout is not _strided(value):
                 continue
             dim = value.dim()
             if dim == 0:
-                groups.setdefault(value.device, []).append((i, _SCALAR, value.detach().reshape(1), ()))
-            elif dim == 1 and on_device(value):
-                found = histogram(key)
-                if found is not None and found[1] == 1.0 and not keep_values:
+                found = devices.setdefault(value.device, _DeviceValues())
+                found.scalars.setdefault(value.dtype, []).append((i, value))
+            elif dim == 1:
+                bounds = histogram(key)
+                if bounds is not None and bounds[1] == 1.0 and not keep_values:
                     from rl_otel.stats.histogram import bucket_vector  # torch is imported: the value is a tensor
 
-                    groups.setdefault(value.device, []).append((i, _BUCKETS, bucket_vector(value, found[0]),
-                                                                found[0]))
+                    part = bucket_vector(value, bounds[0])
+                    devices.setdefault(value.device, _DeviceValues()).vectors.append((i, _BUCKETS, part, bounds[0]))
                 else:
-                    groups.setdefault(value.device, []).append((i, _VALUES, value.detach(), ()))
+                    devices.setdefault(value.device, _DeviceValues()).vectors.append((i, _VALUES, value, ()))
         except Exception:
             continue
-    for items in groups.values():
+    for found in devices.values():
         try:
-            torch = sys.modules["torch"]
-            parts = [part.reshape(-1).to(torch.float64) for _, _, part, _ in items]
-            flat = parts[0] if len(parts) == 1 else torch.cat(parts)
-            if all(kind == _SCALAR for _, kind, _, _ in items):
-                host: Any = flat.tolist()  # the one copy; floats at once
-            else:
-                host = flat.cpu().numpy()  # the one copy
+            found.read(out)
         except Exception:
             continue
+    return out
+
+
+class _DeviceValues:
+    """The tensors of one device a ``log()`` reads: 0-d ones by dtype, and 1-d parts (bucket vectors, values)."""
+
+    __slots__ = ("scalars", "vectors")
+
+    def __init__(self) -> None:
+        self.scalars: dict[Any, list[tuple[int, Any]]] = {}
+        self.vectors: list[tuple[int, int, Any, tuple[float, ...]]] = []
+
+    def read(self, out: list[tuple[str, object]]) -> None:
+        """Copy everything to the host at once (a stack per dtype, a cat, one copy) and put the values in
+        ``out``."""
+        torch = sys.modules["torch"]
+        with torch.no_grad():
+            parts = [torch.stack([t for _, t in group]).to(torch.float64) for group in self.scalars.values()]
+            parts += [part.reshape(-1).to(torch.float64) for _, _, part, _ in self.vectors]
+            flat = parts[0] if len(parts) == 1 else torch.cat(parts)
+            host: Any = flat.tolist() if not self.vectors else flat.cpu().numpy()  # the one copy
         at = 0
-        for i, kind, part, bounds in items:
+        for group in self.scalars.values():
+            for i, _ in group:
+                out[i] = (out[i][0], float(host[at]))
+                at += 1
+        for i, kind, part, bounds in self.vectors:
             n = part.numel()
             chunk = host[at:at + n]
             at += n
-            key = out[i][0]
-            if kind == _SCALAR:
-                out[i] = (key, float(chunk[0]))
-            elif kind == _BUCKETS:
-                out[i] = (key, BucketCounts.from_vector(bounds, [float(v) for v in chunk]))
+            if kind == _BUCKETS:
+                out[i] = (out[i][0], BucketCounts.from_vector(bounds, [float(v) for v in chunk]))
             else:
-                out[i] = (key, np.asarray(chunk, dtype=np.float64))
-    return out
+                out[i] = (out[i][0], np.asarray(chunk, dtype=np.float64))
 
 
 def _strided(tensor: torch.Tensor) -> Any:
