@@ -52,9 +52,11 @@ class GpuProbe:
     user code ran between the two (no ``onload``: ``start/onload`` is ``start/offload``; no ``offload``:
     ``end/offload`` is ``end/onload``). The device's total memory is read once per device.
 
-    Whether CUDA is usable is asked once per torch module and process (``is_available()`` does not change once
-    answered); a process that imports torch later, or a forked child, is asked again. Before torch is imported
-    nothing is cached.
+    Nothing is read, reset or asked of CUDA until the process itself initialized it (:meth:`live`:
+    ``torch.cuda.is_initialized()``, False in a bad fork); then whether CUDA is usable is asked once per torch
+    module and process (``is_available()`` does not change once answered); a process that imports torch later, or
+    a forked child, is asked again. Peaks: only the outermost running phase of a device resets them
+    (:meth:`begin_peaks`).
     """
 
     def __init__(self) -> None:

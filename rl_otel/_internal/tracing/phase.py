@@ -65,7 +65,7 @@ OFFLOAD = "offload"  # the goodput bucket of the onload and offload parts
 
 
 class GpuPending(NamedTuple):
-    """What a phase handed to the GPU timer needs when its events resolve (on the resolver thread)."""
+    """What a phase handed to the GPU timer needs when its events resolve (on its own thread, or at flush/close)."""
 
     cluster: str
     phase: str
