@@ -91,7 +91,7 @@ def test_the_training_thread_never_waits_for_the_gpu(tel, cuda):
     cuda.hold()  # the GPU stalls: the body's kernels stay queued
     with tel.phase("rollout", "generate") as ph:
         cuda.launch(100)
-    # the block is over, its host times written; its GPU times wait for the GPU, on another thread
+    # the block is over, its host times written; its GPU times wait for the GPU (and a later edge or flush)
     assert tel.value("time/rollout/generate/total") == ph.metrics["time/rollout/generate/total"]
     assert gpu_seconds(tel) == {} and gpu_timer(tel).unresolved == 1
     assert not settle(tel, timeout_s=0.05)
@@ -306,7 +306,7 @@ def test_close_drops_and_counts_what_the_gpu_has_not_reached(tel, cuda):
     closing = threading.Thread(target=tel.close)
     closing.start()
     closing.join(30)
-    assert not closing.is_alive()  # bounded: the resolver polls, never waits on the GPU
+    assert not closing.is_alive()  # bounded: close() polls, never waits on the GPU
     assert gpu_timer(tel).pending == 0  # nothing left behind
     assert errors(tel, "gpu_time_unresolved") == 1 and gpu_seconds(tel) == {}
     root = next(s for s in exporter.get_finished_spans() if s.name == "rollout/generate")
@@ -432,3 +432,22 @@ def test_real_gpu_offload_waits_but_execute_keeps_the_work(tel):
     gpu = gpu_seconds(tel, "actor_train", "train_step")
     assert gpu["execute"] > gpu["offload"]  # the work is where it ran, not where the host waited for it
     assert ph.metrics["time/actor_train/train_step/offload"] > ph.metrics["time/actor_train/train_step/execute"]
+
+
+def test_a_later_phase_edge_resolves_the_earlier_phases_on_its_thread(tel, cuda):
+    """No thread of its own: the GPU times of finished phases are written at the next phase edges of their
+    thread, oldest first (or at flush())."""
+    cuda.hold()
+    for _ in range(3):
+        with tel.phase("rollout", "generate"):
+            cuda.launch(10)
+    assert gpu_timer(tel).pending == 3 and gpu_seconds(tel) == {}
+    cuda.run_to()
+    cuda.hold()
+    with tel.phase("rollout", "other"):  # its start edge resolves the three
+        cuda.launch(10)
+    assert gpu_timer(tel).pending == 1  # itself (the GPU has not reached its end), until a later edge or flush
+    assert gpu_seconds(tel)["total"] == pytest.approx(0.030)
+    cuda.run_to()
+    assert settle(tel) and gpu_seconds(tel, "rollout", "other")["total"] == pytest.approx(0.010)
+    assert not _timer_threads()
