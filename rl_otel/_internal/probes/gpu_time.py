@@ -171,7 +171,8 @@ class GpuTimer:
             if cuda.is_current_stream_capturing():  # an event recorded here would be a node of the user's graph
                 return None
             device = cuda.current_device()  # CUDA is initialized (cuda() said so): this initializes nothing
-            self._resolve_own(cuda)
+            if self._pending.get(threading.get_ident()):  # not capturing: asked above
+                self._resolve(threading.get_ident(), PER_EDGE)
             with self._lock:
                 if self._open >= self._max:
                     backlog = True
