@@ -87,7 +87,7 @@ class PhaseRuntime:
     running: RunningPhases | None = None  # the phases now running (a live gauge serves them); default: the
     # registry of this Telemetry's CPU probe, which its live gauges read
     record_gpu: Callable[[str, str, dict[str, float]], None] | None = None  # GPU seconds per part of a finished
-    # phase, called on the GPU timer's thread once its CUDA events resolve; None: phases are not GPU-timed
+    # phase, called where its CUDA events resolve (its thread's later edges, flush, close); None: not GPU-timed
     count: Callable[[str], None] | None = None  # count a drop under its reason (sink="phase"); default: fail
     goodput: Goodput | None = None  # where the time goes: each phase's parts are frames of its timeline
     memory: bool = True  # init(phase_memory=...): memory snapshots by default (phase(..., memory=) per phase)
