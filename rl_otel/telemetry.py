@@ -103,6 +103,7 @@ class Telemetry:
         with self._components.held:  # a SIGTERM/SIGINT now is handled once this step is fully logged
             try:
                 self._recorder.log(metrics, step, wait_for_trackers)
+                self._components.logged()  # the step's root span, in the one process that writes them
             except Exception:  # the training step must go on
                 self._recorder.internal_error("log")
 

@@ -336,11 +336,9 @@ class Phase:
         tracer = self._rt.tracer
         parent = extract(self._parent) if self._parent else None
         self._recording = recording = tracer.recording()
-        if recording:
-            attrs = {"cluster": self.cluster, "phase": self.phase, "rank": self._rt.rank,
-                     "step": self._step if self._step is not None else self._rt.next_step()}
-            self._attrs = attrs
-            self._root = tracer.tracer.start_span(self.infix, context=parent, attributes=attrs)
+        if recording:  # under its step's span (tracing/steps.py), unless a parent or a span is given
+            self._attrs = {"cluster": self.cluster, "phase": self.phase, "rank": self._rt.rank}
+            self._root, parent = tracer.start_root(self.infix, parent, self._step, self._attrs)
         else:  # the parent is read now: the deferred IDs must not depend on what is current when they are made
             self._root = tracer.context_only(self.infix, parent if parent is not None else otel_context.get_current())
         self._root_ctx = trace.set_span_in_context(self._root, parent)

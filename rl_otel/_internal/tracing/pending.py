@@ -1,0 +1,138 @@
+"""Spans of phases that started before their step was known, held until it is, then put in the step's trace.
+
+A span's trace ID is fixed when it starts, but a process often learns the step only at its first ``log()``: the
+first step of a run, and the first of a run resumed at step k. Those phases start in a provisional trace of their
+own (:meth:`PendingSteps.hold`); their spans (and the user's spans under them, on the same provider) are kept here
+when they end, and the next ``log()`` (:meth:`PendingSteps.resolve`) sends them on with the step's trace ID, the
+phase's root under the ``step`` span, and the ``step`` attribute - the same span IDs, times, events and status
+(a new ``ReadableSpan``, the SDK's public record of a finished span). Nothing is held for ever: a flush, a close
+or a SIGTERM sends them as they are (a trace of their own, with the run's resource), so does a process that
+logs no step within :data:`HOLD_S`, or one that holds :data:`MAX_HELD` spans.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.trace import SpanContext
+
+HOLD_S = 60.0  # a process that logs no step (a worker) sends its held spans this long after the first one ended
+MAX_HELD = 4096  # spans held at most (then sent as they are)
+_MAX_RESOLVED = 256  # provisional traces remembered once resolved (a span ending late, e.g. after its GPU time)
+
+
+class PendingSteps(SpanProcessor):
+    """A span processor in front of the provider's processors: holds the spans of provisional traces until their
+    step is known. Thread-safe; the processors behind it get spans as they would have, only later."""
+
+    def __init__(self) -> None:
+        self._processors: tuple[SpanProcessor, ...] = ()
+        self._lock = threading.Lock()
+        self._pending: set[int] = set()  # provisional trace IDs whose step is not known yet
+        self._resolved: OrderedDict[int, tuple[int, int, int]] = OrderedDict()  # provisional -> (step, ids)
+        self._held: list[ReadableSpan] = []
+        self._held_since: float | None = None
+
+    def add(self, processor: SpanProcessor) -> None:
+        self._processors = (*self._processors, processor)
+
+    @property
+    def waiting(self) -> bool:
+        """Whether spans wait for a step (read without the lock: a hint for the per-step path)."""
+        return bool(self._pending)
+
+    def hold(self, trace_id: int) -> None:
+        """Spans of ``trace_id`` wait for :meth:`resolve` (a phase started before any step was known)."""
+        with self._lock:
+            self._pending.add(trace_id)
+
+    def resolve(self, step: int, trace_id: int, span_id: int) -> None:
+        """The step is known: the held spans go to the step's trace (``trace_id``, under the span ``span_id``)."""
+        with self._lock:
+            if not self._pending:
+                return
+            for provisional in self._pending:
+                self._resolved[provisional] = (step, trace_id, span_id)
+            while len(self._resolved) > _MAX_RESOLVED:
+                self._resolved.popitem(last=False)
+            self._pending.clear()
+            held, self._held, self._held_since = self._held, [], None
+            spans = [_moved(span, *self._resolved[span.context.trace_id]) for span in held]
+        self._send(spans)
+
+    def on_start(self, span: Any, parent_context: Context | None = None) -> None:
+        for processor in self._processors:
+            processor.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        trace_id = span.context.trace_id if span.context is not None else 0
+        spans = [span]
+        with self._lock:
+            if trace_id in self._pending:
+                if self._held_since is None:
+                    self._held_since = time.monotonic()
+                self._held.append(span)
+                if len(self._held) < MAX_HELD and time.monotonic() - self._held_since < HOLD_S:
+                    return
+                spans = self._release()  # too many, or too long: a process that logs no step
+            elif trace_id in self._resolved:
+                spans = [_moved(span, *self._resolved[trace_id])]
+        self._send(spans)
+
+    def _release(self) -> list[ReadableSpan]:
+        """Under the lock: the held spans, to send as they are; their traces are no longer held."""
+        held, self._held, self._held_since = self._held, [], None
+        self._pending.clear()
+        return held
+
+    def _send(self, spans: list[ReadableSpan]) -> None:
+        for span in spans:
+            for processor in self._processors:
+                processor.on_end(span)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            spans = self._release()
+        self._send(spans)
+        for processor in self._processors:
+            processor.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Send the held spans as they are (a flush, a close, a SIGTERM: the step may never come), then flush."""
+        with self._lock:
+            spans = self._release()
+        self._send(spans)
+        deadline = time.monotonic() + timeout_millis / 1000
+        flushed = True
+        for processor in self._processors:
+            left = max(1, int((deadline - time.monotonic()) * 1000))
+            flushed = processor.force_flush(left) and flushed
+        return flushed
+
+
+def _moved(span: ReadableSpan, step: int, trace_id: int, step_span_id: int) -> ReadableSpan:
+    """``span`` in the step's trace: the same span ID; a root goes under the ``step`` span, a child keeps its
+    parent (now in the step's trace); the ``step`` attribute is set on the phase's spans."""
+    context = span.context
+    assert context is not None
+    parent = span.parent
+    if parent is None:
+        parent = SpanContext(trace_id, step_span_id, is_remote=True, trace_flags=context.trace_flags)
+    elif parent.trace_id == context.trace_id:
+        parent = SpanContext(trace_id, parent.span_id, is_remote=parent.is_remote, trace_flags=parent.trace_flags,
+                             trace_state=parent.trace_state)
+    attributes = dict(span.attributes or {})
+    if "cluster" in attributes and "phase" in attributes:  # a phase's span (not a user's span under it)
+        attributes["step"] = step
+    return ReadableSpan(
+        name=span.name,
+        context=SpanContext(trace_id, context.span_id, is_remote=False, trace_flags=context.trace_flags,
+                            trace_state=context.trace_state),
+        parent=parent, resource=span.resource, attributes=attributes, events=span.events, links=span.links,
+        kind=span.kind, status=span.status, start_time=span.start_time, end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope)

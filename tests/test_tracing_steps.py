@@ -1,0 +1,141 @@
+"""One RL step, one trace, within one process: IDs from the run and the step, the ``step`` span and its adapter."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import rl_otel
+from rl_otel._internal.tracing.steps import emits_step_spans, step_ids
+from rl_otel._internal.tracing.tracing import ChosenIdGenerator
+
+
+def test_step_ids_are_the_runs_and_the_steps():
+    assert step_ids("exp", 3) == step_ids("exp", 3)
+    ids = {step_ids(run, step) for run in ("exp", "exp2") for step in (0, 1, 2**63 - 1)}
+    assert len(ids) == 6
+    assert all(0 < t < 2**128 and 0 < s < 2**64 for t, s in ids)
+
+
+def test_one_process_per_run_writes_the_step_spans():
+    assert emits_step_spans("trainer", 0)
+    assert not emits_step_spans("trainer", 1) and not emits_step_spans("actor_train", 0)
+
+
+def test_chosen_ids_reach_the_sdks_span():
+    """The adapter's contract with the SDK: inside ``chosen()`` the next root span started on this thread gets
+    the given IDs, the span after it random ones. Fails if an SDK release stops asking the provider's generator
+    (or asks it more than once per span)."""
+    ids = ChosenIdGenerator()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(id_generator=ids)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    with ids.chosen(0xABC, 0xDEF):
+        chosen = tracer.start_span("step")
+        other = tracer.start_span("next")
+    chosen.end()
+    other.end()
+    assert (chosen.get_span_context().trace_id, chosen.get_span_context().span_id) == (0xABC, 0xDEF)
+    assert other.get_span_context().span_id != 0xDEF and other.get_span_context().trace_id != 0xABC
+    provider.shutdown()
+
+
+def _spans(exporter):
+    return list(exporter.get_finished_spans())
+
+
+def _run(exporter, run, steps, *, rank=0, role="trainer", log=True, first_step=None):
+    tel = rl_otel.init(run=run, rank=rank, role=role, prometheus=False, tracing=exporter)
+    for step in steps:
+        given = step if step == first_step else None
+        with tel.phase("actor_infer", "generate", step=given):
+            pass
+        with tel.phase("actor_train", "train_step", step=given):
+            pass
+        if log:
+            tel.log({"actor/pg_loss": 0.1}, step=step)
+    tel.close()
+
+
+@pytest.mark.parametrize("start", [0, 7])
+def test_each_step_is_one_trace_under_its_step_span(start):
+    """A run (or one resumed at step 7, whose first phases are told their step): each step's phases share the
+    trace of ``step_ids(run, step)``, under the ``step`` span this process (rank 0, trainer) writes."""
+    exporter = InMemorySpanExporter()
+    _run(exporter, "exp", range(start, start + 3), first_step=start)
+    spans = _spans(exporter)
+    for step in range(start, start + 3):
+        trace_id, step_span = step_ids("exp", step)
+        mine = [s for s in spans if s.context.trace_id == trace_id]
+        roots = [s for s in mine if s.parent is None]
+        assert [r.name for r in roots] == ["step"] and roots[0].context.span_id == step_span
+        assert roots[0].attributes["step"] == step
+        phases = [s for s in mine if s.name in ("actor_infer/generate", "actor_train/train_step")]
+        assert len(phases) == 2 and all(p.parent.span_id == step_span for p in phases)
+        assert all(p.attributes["step"] == step for p in phases)
+        assert len(mine) == 1 + 2 * 4  # the step and two phases of four spans
+        assert roots[0].start_time <= min(p.start_time for p in phases)
+        assert roots[0].end_time >= max(p.end_time for p in phases)
+    assert len(spans) == 3 * 9
+
+
+def test_two_runs_at_once_have_their_own_traces():
+    exporters = {run: InMemorySpanExporter() for run in ("run_a", "run_b")}
+    tels = {run: rl_otel.init(run=run, prometheus=False, tracing=exporters[run]) for run in exporters}
+    for step in range(2):
+        for tel in tels.values():  # interleaved: both open at once
+            with tel.phase("actor_train", "train_step", step=step):
+                pass
+            tel.log({"x": 1.0}, step=step)
+    for tel in tels.values():
+        tel.close()
+    for run, exporter in exporters.items():
+        spans = _spans(exporter)
+        assert len(spans) == 2 * 5
+        assert {s.context.trace_id for s in spans} == {step_ids(run, step)[0] for step in range(2)}
+
+
+def test_another_rank_joins_the_trace_without_writing_the_step_span():
+    exporter = InMemorySpanExporter()
+    _run(exporter, "exp", range(2), rank=1, first_step=0)
+    spans = _spans(exporter)
+    assert "step" not in {s.name for s in spans}
+    for step in range(2):
+        trace_id, step_span = step_ids("exp", step)
+        roots = [s for s in spans if s.context.trace_id == trace_id and s.name.startswith("actor_")]
+        assert len(roots) == 2 and all(r.parent.span_id == step_span and r.parent.is_remote for r in roots)
+
+
+def test_a_process_that_knows_no_step_still_exports_its_spans_with_the_runs_attributes():
+    exporter = InMemorySpanExporter()
+    _run(exporter, "exp", range(2), role="rollout", log=False)
+    spans = _spans(exporter)
+    assert len(spans) == 2 * 2 * 4
+    step_traces = {step_ids("exp", step)[0] for step in range(3)}
+    roots = [s for s in spans if s.parent is None]
+    assert len(roots) == 4 and not {s.context.trace_id for s in spans} & step_traces
+    assert all("step" not in r.attributes for r in roots)
+    assert {(r.resource.attributes["rl.run"], r.resource.attributes["rl.role"]) for r in roots} == {
+        ("exp", "rollout")}
+
+
+def test_a_phase_inside_a_span_stays_its_child():
+    """A carrier or an enclosing span is a phase's parent, as before; only a phase with none goes under its step."""
+    exporter = InMemorySpanExporter()
+    tel = rl_otel.init(run="exp", prometheus=False, tracing=exporter)
+    tel.log({"x": 1.0}, step=0)
+    with tel.phase("actor_train", "train_step") as outer, tel.phase("actor_train", "inner"):
+        carrier = outer.carrier()
+    with tel.phase("reference", "compute_log_probs", parent=carrier):
+        pass
+    tel.log({"x": 1.0}, step=1)
+    tel.close()
+    spans = {s.name: s for s in _spans(exporter) if "/" in s.name}
+    trace_id, step_span = step_ids("exp", 1)
+    assert {s.context.trace_id for s in spans.values()} == {trace_id}
+    assert spans["actor_train/train_step"].parent.span_id == step_span
+    assert spans["actor_train/inner"].parent.span_id != step_span
+    assert spans["reference/compute_log_probs"].parent.span_id != step_span
