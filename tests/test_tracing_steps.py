@@ -60,12 +60,13 @@ def _run(exporter, run, steps, *, rank=0, role="trainer", log=True, first_step=N
     tel.close()
 
 
-@pytest.mark.parametrize("start", [0, 7])
-def test_each_step_is_one_trace_under_its_step_span(start):
-    """A run (or one resumed at step 7, whose first phases are told their step): each step's phases share the
-    trace of ``step_ids(run, step)``, under the ``step`` span this process (rank 0, trainer) writes."""
+@pytest.mark.parametrize(("start", "told"), [(0, True), (7, True), (0, False), (7, False)])
+def test_each_step_is_one_trace_under_its_step_span(start, told):
+    """A run (or one resumed at step 7): each step's phases share the trace of ``step_ids(run, step)``, under the
+    ``step`` span this process (rank 0, trainer) writes - also the first step's phases when nothing tells them
+    their step (``told=False``: started in a provisional trace, held, moved at the first ``log()``)."""
     exporter = InMemorySpanExporter()
-    _run(exporter, "exp", range(start, start + 3), first_step=start)
+    _run(exporter, "exp", range(start, start + 3), first_step=start if told else None)
     spans = _spans(exporter)
     for step in range(start, start + 3):
         trace_id, step_span = step_ids("exp", step)

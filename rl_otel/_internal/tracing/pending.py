@@ -12,6 +12,7 @@ logs no step within :data:`HOLD_S`, or one that holds :data:`MAX_HELD` spans.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -23,6 +24,7 @@ from opentelemetry.trace import SpanContext
 
 HOLD_S = 60.0  # a process that logs no step (a worker) sends its held spans this long after the first one ended
 MAX_HELD = 4096  # spans held at most (then sent as they are)
+FLUSH_TIMEOUT_MS = 10_000  # one flush of the spans of a phase that ended
 _MAX_RESOLVED = 256  # provisional traces remembered once resolved (a span ending late, e.g. after its GPU time)
 
 
@@ -32,6 +34,9 @@ class PendingSteps(SpanProcessor):
 
     def __init__(self) -> None:
         self._processors: tuple[SpanProcessor, ...] = ()
+        self._wake = threading.Event()  # a phase ended: its spans are sent now (on the flusher thread)
+        self._flusher: threading.Thread | None = None
+        self._flusher_pid = 0
         self._lock = threading.Lock()
         self._pending: set[int] = set()  # provisional trace IDs whose step is not known yet
         self._resolved: OrderedDict[int, tuple[int, int, int]] = OrderedDict()  # provisional -> (step, ids)
@@ -84,6 +89,25 @@ class PendingSteps(SpanProcessor):
                 spans = [_moved(span, *self._resolved[trace_id])]
         self._send(spans)
 
+    def _sent_now(self) -> None:
+        """A phase's root ended: wake the flusher thread, which flushes the processors behind (the SDK's batch
+        processor would wait for its schedule delay). A Ray worker is killed seconds after its driver exits."""
+        if self._flusher is None or self._flusher_pid != os.getpid():  # none yet, or the parent's before a fork
+            self._flusher_pid = os.getpid()
+            self._flusher = threading.Thread(target=self._flush_loop, name="rl_otel-span-flush", daemon=True)
+            self._flusher.start()
+        self._wake.set()
+
+    def _flush_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            for processor in self._processors:
+                try:
+                    processor.force_flush(FLUSH_TIMEOUT_MS)
+                except Exception:  # the exporter's failure is counted by the exporter itself
+                    pass
+
     def _release(self) -> list[ReadableSpan]:
         """Under the lock: the held spans, to send as they are; their traces are no longer held."""
         held, self._held, self._held_since = self._held, [], None
@@ -91,9 +115,13 @@ class PendingSteps(SpanProcessor):
         return held
 
     def _send(self, spans: list[ReadableSpan]) -> None:
+        root = False
         for span in spans:
             for processor in self._processors:
                 processor.on_end(span)
+            root = root or _phase_root(span)
+        if root:
+            self._sent_now()
 
     def shutdown(self) -> None:
         with self._lock:
@@ -113,6 +141,13 @@ class PendingSteps(SpanProcessor):
             left = max(1, int((deadline - time.monotonic()) * 1000))
             flushed = processor.force_flush(left) and flushed
         return flushed
+
+
+def _phase_root(span: ReadableSpan) -> bool:
+    """A phase's root span (``cluster/phase``, which ends last of the phase's spans) or a step span."""
+    attributes = span.attributes or {}
+    return (("cluster" in attributes and span.name == f"{attributes.get('cluster')}/{attributes.get('phase')}")
+            or span.name == "step")
 
 
 def _moved(span: ReadableSpan, step: int, trace_id: int, step_span_id: int) -> ReadableSpan:
