@@ -41,6 +41,7 @@ from rl_otel.catalog import Catalog, meta
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
 
+    from rl_otel._internal.exporters.exemplars import Exemplars
     from rl_otel._internal.tracing.phase import PhaseRuntime
     from rl_otel._internal.tracing.steps import StepSpans
 
@@ -77,6 +78,7 @@ class Components:
         self.hangs: HangWatch | None = None
         self.cpu: CpuProbe | None = None
         self._phases: PhaseRuntime | None = None
+        self.exemplars: Exemplars | None = None  # the phases' trace IDs for OpenMetrics scrapes
         self.step_spans: StepSpans | None = None  # this process writes the steps' root spans (tracing/steps.py)
         self._user_meter_provider: Any = None
         self._providers: list[tuple[str, Any]] = []  # OTel providers rl_otel shuts down (see _shutdown_providers)
@@ -120,6 +122,9 @@ class Components:
         if config.prometheus is not None:
             self.registry = scrape_registry(recorder.collect, lambda reason: diag.count("prometheus", reason),
                                             recorder.store.clock)
+            pending = getattr(self._tracer_provider, "pending", None)  # rl_otel's own provider, built for tracing=
+            if pending is not None:
+                pending.on_root = self._exemplars().note
         pushes = config.otlp is not None and self._otlp(stack, config)
         if self.registry is not None or pushes:
             self.live = LiveGauges(recorder.add_collector, cpu, lambda reason: diag.count("live", reason))
@@ -215,9 +220,21 @@ class Components:
                     diag = self.diagnostics
                     provider = build_tracer_provider(self.config.tracing, self.resource,
                                                      on_error=lambda reason: diag.count("tracing", reason))
+                    if self.registry is not None:  # the phases' trace IDs as exemplars on the endpoint
+                        provider.pending.on_root = self._exemplars().note
                     self._providers.append(("tracer_provider", provider))
                     self._tracer_provider = provider
         return self._tracer_provider
+
+    def _exemplars(self) -> Exemplars:
+        """The phases' latest exemplars, served by the scrape registry in OpenMetrics renderings."""
+        from rl_otel._internal.exporters.exemplars import Exemplars
+
+        if self.exemplars is None:
+            self.exemplars = Exemplars()
+        if self.registry is not None:
+            self.registry.exemplars = self.exemplars.current
+        return self.exemplars
 
     def built_tracer_provider(self) -> Any:
         """The TracerProvider if it exists (the user's, or rl_otel's once built), else ``None``: then no span

@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.context import Context
@@ -37,6 +38,7 @@ class PendingSteps(SpanProcessor):
         self._wake = threading.Event()  # a phase ended: its spans are sent now (on the flusher thread)
         self._flusher: threading.Thread | None = None
         self._flusher_pid = 0
+        self.on_root: Callable[[ReadableSpan], None] | None = None  # a phase's root span, in its final trace
         self._lock = threading.Lock()
         self._pending: set[int] = set()  # provisional trace IDs whose step is not known yet
         self._resolved: OrderedDict[int, tuple[int, int, int]] = OrderedDict()  # provisional -> (step, ids)
@@ -119,7 +121,14 @@ class PendingSteps(SpanProcessor):
         for span in spans:
             for processor in self._processors:
                 processor.on_end(span)
-            root = root or _phase_root(span)
+            if _phase_root(span):
+                root = True
+                on_root = self.on_root
+                if on_root is not None and span.name != "step":
+                    try:
+                        on_root(span)
+                    except Exception:  # an exemplar lost, never a span
+                        pass
         if root:
             self._sent_now()
 
