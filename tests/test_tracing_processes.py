@@ -5,6 +5,7 @@ spans over OTLP/HTTP to a receiver in the test; every span of step N of every pr
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -100,3 +101,42 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+SIGTERM_WORKER = r"""
+import os, signal, sys, time
+import rl_otel
+
+def app_handler(signum, frame):  # a worker's own handler, as Ray's: it ends the process, skipping exit handlers
+    print("app handler ran", flush=True)
+    os._exit(3)
+
+signal.signal(signal.SIGTERM, app_handler)
+tel = rl_otel.init(run="sigterm", role="rollout", prometheus=False,
+                   tracing={"exporter": "otlp", "endpoint": sys.argv[1]})
+for _ in range(2):  # no step logged: the spans are held for one (tracing/pending.py)
+    with tel.phase("actor_infer", "generate"):
+        pass
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_sigterm_sends_the_held_spans_then_runs_the_workers_own_handler(receiver):
+    """A worker with its own SIGTERM handler that ends the process at once (no exit handlers run) and phases
+    still waiting for a step: rl_otel's handler, chained in front, sends them first; the worker's handler still
+    runs (its exit status)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", SIGTERM_WORKER, f"{receiver.url}/v1/traces"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3 and "app handler ran" in out, out
+    spans = received(receiver)
+    assert sorted(s.name for s in spans) == sorted(["actor_infer/generate", "onload", "execute", "offload"] * 2)
+    assert {s.resource["rl.run"] for s in spans} == {"sigterm"}
