@@ -132,7 +132,8 @@ class Telemetry:
 
     def phase(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None = None,
               offload: Callable[[], Any] | None = None, step: int | None = None,
-              parent: Mapping[str, str] | None = None, bucket: str | None = None) -> Phase:
+              parent: Mapping[str, str] | None = None, bucket: str | None = None,
+              policy_step: int | None = None) -> Phase:
         """Time and trace one phase of a cluster, as ROLL's ``state_offload_manager`` does, always on::
 
             with tel.phase("actor_train", "train_step", onload=strategy.load_states,
@@ -141,11 +142,14 @@ class Telemetry:
 
         Spans, ROLL's ``time/`` and ``memory/`` keys, ``rl_phase_duration_seconds`` (and the GPU time on a GPU).
         ``parent``: a carrier from ``Phase.carrier()`` in another process; ``bucket``: the goodput bucket of its
-        ``execute`` part (default: its name's). Your code's exceptions propagate. Details: ``docs/logging.md``."""
+        ``execute`` part (default: its name's); ``policy_step``: the step whose policy made this phase's data (an
+        async rollout), linked from its span (``docs/tracing.md``). Your code's exceptions propagate. Details:
+        ``docs/logging.md``."""
         recorder = self._recorder
         return self._components.phase_runtime().open(
             recorder.segment(cluster), recorder.segment(phase), onload=onload, offload=offload, step=step,
-            parent=parent, bucket=None if bucket is None else recorder.goodput.known_bucket(bucket))
+            parent=parent, bucket=None if bucket is None else recorder.goodput.known_bucket(bucket),
+            policy_step=policy_step if type(policy_step) is int else None)
 
     def collective(self, point: str) -> Collective:
         """Time a blocking wait where ranks meet, around a collective or a barrier::

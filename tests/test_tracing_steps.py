@@ -140,3 +140,21 @@ def test_a_phase_inside_a_span_stays_its_child():
     assert spans["actor_train/train_step"].parent.span_id == step_span
     assert spans["actor_train/inner"].parent.span_id != step_span
     assert spans["reference/compute_log_probs"].parent.span_id != step_span
+
+
+def test_an_async_rollout_links_to_the_step_whose_policy_made_it():
+    """A rollout generated with step 3's policy and trained on at step 5: in step 5's trace, linked to step 3's
+    ``step`` span (Tempo shows the link), with the policy's step as an attribute."""
+    exporter = InMemorySpanExporter()
+    tel = rl_otel.init(run="async", prometheus=False, tracing=exporter)
+    for step in range(6):
+        with tel.phase("actor_infer", "generate", step=step, policy_step=max(0, step - 2)):
+            pass
+        tel.log({"x": 1.0}, step=step)
+    tel.close()
+    (rollout,) = [s for s in _spans(exporter) if s.name == "actor_infer/generate" and s.attributes["step"] == 5]
+    assert rollout.context.trace_id == step_ids("async", 5)[0] and rollout.attributes["policy_step"] == 3
+    (link,) = rollout.links
+    assert (link.context.trace_id, link.context.span_id) == step_ids("async", 3)
+    steps = {s.context.span_id for s in _spans(exporter) if s.name == "step"}
+    assert link.context.span_id in steps  # the linked span exists: step 3's step span

@@ -124,10 +124,11 @@ class PhaseRuntime:
 
     def open(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
              offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None,
-             bucket: str | None = None) -> Phase:
+             bucket: str | None = None, policy_step: int | None = None) -> Phase:
         """A :class:`Phase` of this runtime (the facade reaches the class through here: importing it, and the
         OTel API with it, waits for the first phase)."""
-        return Phase(self, cluster, phase, onload=onload, offload=offload, step=step, parent=parent, bucket=bucket)
+        return Phase(self, cluster, phase, onload=onload, offload=offload, step=step, parent=parent, bucket=bucket,
+                     policy_step=policy_step)
 
 
 class Phase:
@@ -141,6 +142,7 @@ class Phase:
         "_offload",
         "_onload",
         "_parent",
+        "_policy_step",
         "_recording",
         "_root",
         "_root_ctx",
@@ -159,11 +161,12 @@ class Phase:
 
     def __init__(self, runtime: PhaseRuntime, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
                  offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None,
-                 bucket: str | None = None) -> None:
+                 bucket: str | None = None, policy_step: int | None = None) -> None:
         self._rt = runtime
         self.cluster, self.phase = cluster, phase
         self._onload, self._offload = onload, offload
         self._step, self._parent = step, parent
+        self._policy_step = policy_step  # the step whose policy made this phase's data (a link to its trace)
         self.metrics: dict[str, float] = {}  # ROLL keys of this phase, complete once the block exits cleanly
         self._attrs: dict[str, Any] = {}
         self._root: Span | None = None
@@ -338,7 +341,7 @@ class Phase:
         self._recording = recording = tracer.recording()
         if recording:  # under its step's span (tracing/steps.py), unless a parent or a span is given
             self._attrs = {"cluster": self.cluster, "phase": self.phase, "rank": self._rt.rank}
-            self._root, parent = tracer.start_root(self.infix, parent, self._step, self._attrs)
+            self._root, parent = tracer.start_root(self.infix, parent, self._step, self._attrs, self._policy_step)
         else:  # the parent is read now: the deferred IDs must not depend on what is current when they are made
             self._root = tracer.context_only(self.infix, parent if parent is not None else otel_context.get_current())
         self._root_ctx = trace.set_span_in_context(self._root, parent)
