@@ -158,3 +158,44 @@ def test_an_async_rollout_links_to_the_step_whose_policy_made_it():
     assert (link.context.trace_id, link.context.span_id) == step_ids("async", 3)
     steps = {s.context.span_id for s in _spans(exporter) if s.name == "step"}
     assert link.context.span_id in steps  # the linked span exists: step 3's step span
+
+
+def test_a_roll_phase_goes_under_the_step_roll_gives_its_worker():
+    """ROLL's workers log no step; their methods read ``data.meta_info["global_step"]`` into ``global_step`` before
+    ``state_offload_manger``: the phase's spans go in that step's trace (the shape ROLL's code has, pinned here)."""
+    import contextlib
+
+    from rl_otel.integrations import roll_phases
+
+    @contextlib.contextmanager
+    def state_offload_manger(strategy, metrics, metric_infix, is_offload_states=True, load_kwargs=None):
+        yield
+
+    class Meta:
+        def __init__(self) -> None:
+            self.meta_info = {"global_step": 7}
+
+    def train_step(data):  # as ROLL's worker methods are written
+        global_step = data.meta_info.get("global_step", 0)
+        with wrapped(None, {}, "actor_train/train_step"):
+            pass
+        return global_step
+
+    def no_step():
+        with wrapped(None, {}, "actor_train/train_step"):
+            pass
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    wrapped = roll_phases.wrap(state_offload_manger)
+    roll_phases.use_tracing(provider, None, run="roll-exp")
+    try:
+        train_step(Meta())
+        no_step()
+    finally:
+        roll_phases.use_tracing(None, None)
+    with_step, without = [s for s in exporter.get_finished_spans() if s.name == "actor_train/train_step"]
+    assert with_step.context.trace_id == step_ids("roll-exp", 7)[0]
+    assert with_step.parent.span_id == step_ids("roll-exp", 7)[1] and with_step.attributes["step"] == 7
+    assert without.parent is None and "step" not in without.attributes
