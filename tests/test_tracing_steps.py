@@ -199,3 +199,53 @@ def test_a_roll_phase_goes_under_the_step_roll_gives_its_worker():
     assert with_step.context.trace_id == step_ids("roll-exp", 7)[0]
     assert with_step.parent.span_id == step_ids("roll-exp", 7)[1] and with_step.attributes["step"] == 7
     assert without.parent is None and "step" not in without.attributes
+
+
+def _held_setup():
+    from rl_otel._internal.tracing.pending import PendingSteps
+
+    pending, exporter = PendingSteps(), InMemorySpanExporter()
+    pending.add(SimpleSpanProcessor(exporter))
+    provider = TracerProvider()
+    provider.add_span_processor(pending)
+    return pending, exporter, provider.get_tracer("t")
+
+
+def test_held_spans_move_to_their_step_even_when_one_ends_after_the_step_is_known():
+    """A phase's root may end after the step's log() (it waits for its GPU times): it follows its children."""
+    from opentelemetry import trace
+
+    pending, exporter, tracer = _held_setup()
+    root = tracer.start_span("actor_train/train_step", attributes={"cluster": "actor_train", "phase": "train_step"})
+    pending.hold(root.get_span_context().trace_id)
+    tracer.start_span("execute", context=trace.set_span_in_context(root),
+                      attributes={"cluster": "actor_train", "phase": "train_step"}).end()
+    assert exporter.get_finished_spans() == ()  # held
+    trace_id, step_span = step_ids("exp", 4)
+    pending.resolve(4, trace_id, step_span)
+    root.end()  # late
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert {s.context.trace_id for s in spans.values()} == {trace_id}
+    assert spans["actor_train/train_step"].parent.span_id == step_span
+    assert spans["execute"].parent.span_id == spans["actor_train/train_step"].context.span_id
+    assert spans["execute"].attributes["step"] == 4
+
+
+def test_held_spans_are_sent_as_they_are_on_a_flush_or_after_the_hold_limit(monkeypatch):
+    from rl_otel._internal.tracing import pending as pending_module
+
+    pending, exporter, tracer = _held_setup()
+    span = tracer.start_span("a/b", attributes={"cluster": "a", "phase": "b"})
+    pending.hold(span.get_span_context().trace_id)
+    span.end()
+    assert exporter.get_finished_spans() == ()
+    assert pending.force_flush(1000)
+    assert [s.context.trace_id for s in exporter.get_finished_spans()] == [span.get_span_context().trace_id]
+
+    monkeypatch.setattr(pending_module, "MAX_HELD", 3)  # a process that logs no step: sent once too many wait
+    exporter.clear()
+    for _ in range(3):
+        span = tracer.start_span("a/b", attributes={"cluster": "a", "phase": "b"})
+        pending.hold(span.get_span_context().trace_id)
+        span.end()
+    assert len(exporter.get_finished_spans()) == 3

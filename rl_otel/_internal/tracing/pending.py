@@ -23,6 +23,8 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import SpanContext
 
+from rl_otel._internal.pipeline.worker import reset_in_forked_child
+
 HOLD_S = 60.0  # a process that logs no step (a worker) sends its held spans this long after the first one ended
 MAX_HELD = 4096  # spans held at most (then sent as they are)
 FLUSH_TIMEOUT_MS = 10_000  # one flush of the spans of a phase that ended
@@ -44,6 +46,11 @@ class PendingSteps(SpanProcessor):
         self._resolved: OrderedDict[int, tuple[int, int, int]] = OrderedDict()  # provisional -> (step, ids)
         self._held: list[ReadableSpan] = []
         self._held_since: float | None = None
+        reset_in_forked_child(self)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # the parent's may have been held by another thread at the fork
+        self._wake = threading.Event()  # the flusher is the parent's: a new one starts at the child's first phase
 
     def add(self, processor: SpanProcessor) -> None:
         self._processors = (*self._processors, processor)
