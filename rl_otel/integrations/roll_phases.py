@@ -24,8 +24,9 @@ starts a Telemetry of its own for its spans only (no endpoint, no tracker; run a
 a ``jsonl`` path made absolute, role the worker's ``CLUSTER_NAME``, rank its ``RANK``), so one jsonl file, or
 one collector, gets the driver's phases and every worker's. A worker sends a phase's spans when the phase ends
 (the worker is killed seconds after its driver exits: nothing waits for its exit). Without tracing in the
-tracker, the phases use the worker's TracerProvider: ROLL's own (``system_envs: {ROLL_OTEL_ENABLED: "1"}``, the spans then nest under ROLL's ``worker.<method>`` > ``exec`` spans,
-in the driver's trace) or your OTel setup's global one.
+tracker, the phases use the worker's TracerProvider: ROLL's own (``system_envs: {ROLL_OTEL_ENABLED: "1"}``, the
+spans then nest under ROLL's ``worker.<method>`` > ``exec`` spans, in the driver's trace) or your OTel setup's
+global one.
 
 How the patch reaches ROLL's workers: they are Ray actors, in other processes, started by
 ``roll.distributed.executor.cluster.Cluster`` from the worker class it is given (usually a dotted name from the
