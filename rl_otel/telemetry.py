@@ -124,6 +124,7 @@ class Telemetry:
         with self._components.held:
             try:
                 self._recorder.submit(fn, args, kwargs, step, future)
+                self._components.logged()  # the step is taken now: its trace as with log()
             except Exception as exc:  # the training step must go on
                 self._recorder.internal_error("submit")
                 if not future.done():

@@ -249,3 +249,16 @@ def test_held_spans_are_sent_as_they_are_on_a_flush_or_after_the_hold_limit(monk
         pending.hold(span.get_span_context().trace_id)
         span.end()
     assert len(exporter.get_finished_spans()) == 3
+
+
+def test_a_step_taken_by_submit_writes_its_step_span_too():
+    exporter = InMemorySpanExporter()
+    tel = rl_otel.init(run="submitted", prometheus=False, tracing=exporter)
+    with tel.phase("actor_train", "train_step"):
+        pass
+    tel.submit(lambda: {"actor/pg_loss": 0.1}, step=3).result(timeout=30)
+    tel.close()
+    spans = _spans(exporter)
+    trace_id, step_span = step_ids("submitted", 3)
+    assert {s.context.trace_id for s in spans} == {trace_id}
+    assert [s.context.span_id for s in spans if s.name == "step"] == [step_span]
