@@ -22,6 +22,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the chec
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from common import Row
+from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 import rl_otel
@@ -62,6 +63,15 @@ class DropSpans(SpanExporter):
 
 
 PHASES = (("actor_infer", "generate"), ("reference", "compute_log_probs"), ("actor_train", "train_step"))
+
+
+def _sdk_tracer():
+    """A bare SDK TracerProvider with the same processor and dropping exporter."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(DropSpans()))
+    return provider.get_tracer("bench")
 
 
 def matmul_body(size: int = 192):
@@ -119,6 +129,7 @@ def measure(n: int, rounds: int) -> dict[str, float]:
             out["loop_ours"], out["loop_roll"] = t.median(0) / n * 1e6, t.median(1) / n * 1e6
             out["loop_ratio"] = t.ratio(0, 1)
         tel.tracer_provider.add_span_processor(SimpleSpanProcessor(DropSpans()))
+        tel.log({"actor/pg_loss": 0.0}, step=0)  # a step is known: the phases go under step 1's span at once
 
         def spans() -> None:
             for _ in range(n):
@@ -130,9 +141,20 @@ def measure(n: int, rounds: int) -> dict[str, float]:
                 with roll(noop, noop):
                     pass
 
-        t = ab_rounds([spans, theirs_empty], rounds, inner=1)
+        sdk_tracer = _sdk_tracer()
+
+        def sdk_spans() -> None:  # the OTel SDK's own cost of the same four spans, nothing of rl_otel's
+            for _ in range(n):
+                root = sdk_tracer.start_span("actor_train/train_step")
+                context = trace.set_span_in_context(root)
+                for name in ("onload", "execute", "offload"):
+                    sdk_tracer.start_span(name, context=context).end()
+                root.end()
+
+        t = ab_rounds([spans, theirs_empty, sdk_spans], rounds, inner=1)
         out["spans"], out["spans_roll"], out["spans_ratio"] = t.median(0) / n * 1e6, t.median(1) / n * 1e6, \
             t.ratio(0, 1)
+        out["sdk_spans"], out["sdk_ratio"] = t.median(2) / n * 1e6, t.ratio(2, 1)
     finally:
         tel.close()
     return out
@@ -149,8 +171,10 @@ def rows_from(m: dict[str, float]) -> list[Row]:
             "us", info, None, base, paired_ratio=m["matmul_ratio"]),
         Row("3 phases a step in a loop (matmul bodies), per step", m["loop_ours"], m["loop_roll"], "us", info, None,
             base, paired_ratio=m["loop_ratio"]),
-        Row("phase() with a span processor (4 recorded spans), empty body", m["spans"], m["spans_roll"], "us", "-",
-            None, base, paired_ratio=m["spans_ratio"]),
+        Row("phase() with a span processor (4 recorded spans, in their step's trace), empty body", m["spans"],
+            m["spans_roll"], "us", "-", None, base, paired_ratio=m["spans_ratio"]),
+        Row("the OTel SDK alone: the same 4 spans started and ended", m["sdk_spans"], m["spans_roll"], "us", "-",
+            None, base, paired_ratio=m["sdk_ratio"]),
     ]
 
 

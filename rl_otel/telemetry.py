@@ -103,6 +103,7 @@ class Telemetry:
         with self._components.held:  # a SIGTERM/SIGINT now is handled once this step is fully logged
             try:
                 self._recorder.log(metrics, step, wait_for_trackers)
+                self._components.logged()  # the step's root span, in the one process that writes them
             except Exception:  # the training step must go on
                 self._recorder.internal_error("log")
 
@@ -123,6 +124,7 @@ class Telemetry:
         with self._components.held:
             try:
                 self._recorder.submit(fn, args, kwargs, step, future)
+                self._components.logged()  # the step is taken now: its trace as with log()
             except Exception as exc:  # the training step must go on
                 self._recorder.internal_error("submit")
                 if not future.done():
@@ -132,7 +134,7 @@ class Telemetry:
     def phase(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None = None,
               offload: Callable[[], Any] | None = None, step: int | None = None,
               parent: Mapping[str, str] | None = None, bucket: str | None = None,
-              memory: bool | None = None) -> Phase:
+              memory: bool | None = None, policy_step: int | None = None) -> Phase:
         """Time and trace one phase of a cluster, as ROLL's ``state_offload_manager`` does, always on::
 
             with tel.phase("actor_train", "train_step", onload=strategy.load_states,
@@ -142,13 +144,15 @@ class Telemetry:
         Spans, ROLL's ``time/`` and ``memory/`` keys, ``rl_phase_duration_seconds`` (and the GPU time on a GPU).
         ``parent``: a carrier from ``Phase.carrier()`` in another process; ``bucket``: the goodput bucket of its
         ``execute`` part (default: its name's); ``memory=False``: no memory snapshot (times and GPU events only,
-        for phases run per micro-batch; default: ``init(phase_memory=...)``). Your code's exceptions propagate.
-        Details: ``docs/logging.md``, on a GPU ``docs/gpu.md``."""
+        for phases run per micro-batch; default: ``init(phase_memory=...)``); ``policy_step``: the step whose policy
+        made this phase's data (an async rollout), linked from its span (``docs/tracing.md``). Your code's
+        exceptions propagate. Details: ``docs/logging.md``, on a GPU ``docs/gpu.md``, traces ``docs/tracing.md``."""
         recorder = self._recorder
         return self._components.phase_runtime().open(
             recorder.segment(cluster), recorder.segment(phase), onload=onload, offload=offload, step=step,
             parent=parent, bucket=None if bucket is None else recorder.goodput.known_bucket(bucket),
-            memory=None if memory is None else bool(memory))
+            memory=None if memory is None else bool(memory),
+            policy_step=policy_step if type(policy_step) is int else None)
 
     def collective(self, point: str) -> Collective:
         """Time a blocking wait where ranks meet, around a collective or a barrier::

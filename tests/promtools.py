@@ -79,11 +79,13 @@ class PrometheusServer:
     """A real ``prometheus`` on 127.0.0.1 with its own temp dir, scraping ``targets`` every second.
 
     ``scrape_configs`` (dicts, as in prometheus.yml) replace the static ``targets`` job - file_sd, TLS, basic
-    auth; ``rule_files`` are loaded as the config's ``rule_files`` (recording and alerting rules).
+    auth; ``rule_files`` are loaded as the config's ``rule_files`` (recording and alerting rules); ``flags`` are
+    more command-line flags (``--enable-feature=exemplar-storage``).
     """
 
     def __init__(self, tmp: Path, targets: list[str] | None = None, scrape_interval: str = "1s", *,
-                 scrape_configs: list[dict] | None = None, rule_files: list[Path] | None = None) -> None:
+                 scrape_configs: list[dict] | None = None, rule_files: list[Path] | None = None,
+                 flags: tuple[str, ...] = ()) -> None:
         import yaml
 
         binary = require_binary("prometheus")
@@ -100,7 +102,7 @@ class PrometheusServer:
         self.log = open(tmp / "prometheus.log", "w")  # noqa: SIM115 (Prometheus' output, open while it runs)
         self.proc = subprocess.Popen(
             [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn", *flags],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{self.port}"
         self._wait_ready()

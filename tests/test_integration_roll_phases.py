@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from rl_otel._internal.tracing.steps import step_ids
+
 pytest.importorskip("cloudpickle")
 pytest.importorskip("opentelemetry.sdk.trace")
 
@@ -372,8 +374,11 @@ def test_tracing_in_the_tracker_exports_roll_phases_with_the_users_phases(roll_r
     assert worker["patched_after"] and not (worker_cwd / "spans.jsonl").exists()  # the path is the driver's
     spans = [json.loads(line) for line in (cwd / "spans.jsonl").read_text().splitlines()]
     roots = {(s["name"], s["resource"]["attributes"]["rl.role"]): s for s in spans if s["parent_id"] is None}
-    assert set(roots) == {("actor_train/compute_log_probs", "trainer"), ("reference/compute_log_probs", "trainer"),
-                          ("actor_train/train_step", "actor_train")}
+    assert set(roots) == {("reference/compute_log_probs", "trainer"), ("actor_train/train_step", "actor_train")}
+    # tel.phase(step=1) is in step 1's trace, under its step span (docs/tracing.md)
+    (stepped,) = [s for s in spans if s["name"] == "actor_train/compute_log_probs"]
+    assert int(stepped["parent_id"], 16) == step_ids("roll-traced", 1)[1]
+    roots[("actor_train/compute_log_probs", "trainer")] = stepped
     worker_root = roots[("actor_train/train_step", "actor_train")]
     assert worker_root["attributes"] == {"cluster": "actor_train", "phase": "train_step", "rank": 3}
     assert worker_root["resource"]["attributes"]["rl.run"] == "roll-traced"

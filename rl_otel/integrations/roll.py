@@ -98,7 +98,7 @@ def trace_roll_phases(telemetry: Telemetry, options: Mapping[str, Any]) -> None:
         worker = {"run": config.run, "tracing": tracing, "prometheus": False, "handle_sigterm": False}
         if isinstance(resource, Mapping):
             worker["resource"] = dict(resource)
-    roll_phases.use_tracing(telemetry.tracer_provider, worker)
+    roll_phases.use_tracing(telemetry.tracer_provider, worker, run=config.run)
 
 
 def register(registry: MutableMapping[str, Any] | None = None, name: str = NAME, *, phases: bool = True) -> None:

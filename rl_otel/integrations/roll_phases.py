@@ -7,9 +7,11 @@ load_kwargs={})``, a ``@contextmanager`` that loads the states, yields to the ph
 ``Telemetry.phase()`` makes: a root span named ``metric_infix`` with the attributes ``cluster``, ``phase`` and
 ``rank`` (ROLL's ``RANK`` of the worker), and its children ``onload`` (everything before ROLL's ``yield``: the start
 snapshots and ``load_states``), ``execute`` (the block) and ``offload`` (everything after the ``yield``), each
-current while it runs, so spans made inside (ROLL's, the user's) nest under it. The ``step`` attribute of
-``Telemetry.phase()`` is absent: ROLL's context manager is not told the step. No change to ROLL or to the training
-code::
+current while it runs, so spans made inside (ROLL's, the user's) nest under it. ROLL's context manager is not
+told the step, but the worker method that opens it has read ``global_step`` from its data's ``meta_info``: with
+tracing on and no span around the phase, the root goes under that step's ``step`` span, in the step's one trace
+with the driver's and every worker's phases (:func:`framework_step`, ``docs/tracing.md``), with a ``step``
+attribute. No change to ROLL or to the training code::
 
     from rl_otel.integrations.roll import register
     register()                 # the tracker, and roll_phases.install(): phases in every worker ROLL's Cluster starts
@@ -20,10 +22,11 @@ spans.jsonl}}``, or ``otlp``, ``console``): ROLL's phases then go where ``Teleme
 ``Telemetry.tracer_provider``; each worker of a Cluster built after the tracker (ROLL builds the tracker first)
 starts a Telemetry of its own for its spans only (no endpoint, no tracker; run and tracing options the tracker's,
 a ``jsonl`` path made absolute, role the worker's ``CLUSTER_NAME``, rank its ``RANK``), so one jsonl file, or
-one collector, gets the driver's phases and every worker's. A worker batches its spans and writes them every few
-seconds and when it exits. Without tracing in the tracker, the phases use the worker's TracerProvider: ROLL's own
-(``system_envs: {ROLL_OTEL_ENABLED: "1"}``, the spans then nest under ROLL's ``worker.<method>`` > ``exec`` spans,
-in the driver's trace) or your OTel setup's global one.
+one collector, gets the driver's phases and every worker's. A worker sends a phase's spans when the phase ends
+(the worker is killed seconds after its driver exits: nothing waits for its exit). Without tracing in the
+tracker, the phases use the worker's TracerProvider: ROLL's own (``system_envs: {ROLL_OTEL_ENABLED: "1"}``, the
+spans then nest under ROLL's ``worker.<method>`` > ``exec`` spans, in the driver's trace) or your OTel setup's
+global one.
 
 How the patch reaches ROLL's workers: they are Ray actors, in other processes, started by
 ``roll.distributed.executor.cluster.Cluster`` from the worker class it is given (usually a dotted name from the
@@ -58,7 +61,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 MODULE = "roll.utils.context_managers"
@@ -77,6 +80,7 @@ _warned: set[str] = set()
 _tracer_provider: Any = None  # None: the process's global TracerProvider (ROLL's get_tracer where loaded)
 _worker_options: dict[str, Any] | None = None  # use_tracing()'s, for the workers of Clusters built later
 _worker_telemetry: Any = None  # this worker process's tracing-only Telemetry (see _start_worker_tracing)
+_run: str | None = None  # the run whose step traces the phases join (docs/tracing.md); None: they do not
 _worker_lock = threading.Lock()
 
 
@@ -159,14 +163,18 @@ def install_here(tracer_provider: Any = None) -> bool:
     return True
 
 
-def use_tracing(tracer_provider: Any, worker_options: Mapping[str, Any] | None = None) -> None:
+def use_tracing(tracer_provider: Any, worker_options: Mapping[str, Any] | None = None, *,
+                run: str | None = None) -> None:
     """Make this process's phases spans of ``tracer_provider`` (a tracker's ``Telemetry.tracer_provider``), and
     the workers of every Cluster built after this call start a Telemetry from ``worker_options``
     (:func:`rl_otel.init` options, plain data: they travel with the worker class) and make their phases spans of
-    its provider. ``worker_options`` ``None``: the workers keep their own TracerProvider (see the module)."""
-    global _tracer_provider, _worker_options
+    its provider. ``worker_options`` ``None``: the workers keep their own TracerProvider (see the module).
+    ``run``: a phase that ROLL runs at a ``global_step`` goes in that step's trace of ``run``
+    (:func:`framework_step`)."""
+    global _tracer_provider, _worker_options, _run
     with _lock:
         _tracer_provider = tracer_provider
+        _run = run
         _worker_options = dict(worker_options) if worker_options is not None else None
 
 
@@ -266,9 +274,18 @@ class _PhaseSpans(contextlib.ContextDecorator):
         if rank.isdigit():
             attributes["rank"] = int(rank)
         tracer = _tracer()
+        parent = None
+        run = _run
+        if run is not None and not trace.get_current_span().get_span_context().is_valid:
+            step = framework_step()  # no span around it (ROLL's own tracing off): under its step's span
+            if step is not None:
+                from rl_otel._internal.tracing.steps import step_parent
+
+                attributes["step"] = step
+                parent = step_parent(run, step)
         self._attributes = attributes
         self._tracer = tracer
-        self._root = tracer.start_span(infix, attributes=attributes)
+        self._root = tracer.start_span(infix, context=parent, attributes=attributes)
         self._root_ctx = trace.set_span_in_context(self._root)
         return self._child("onload")
 
@@ -309,6 +326,28 @@ class _PhaseSpans(contextlib.ContextDecorator):
             _warn_once("span", f"rl_otel: a ROLL phase span failed ({type(exc).__name__}: {exc}); the phase goes "
                                "on, further failures are silent")
             return None
+
+
+_STEP_LOCAL = "global_step"
+_STEP_FRAMES = 8  # how far up from the span code the worker method's frame is looked for
+
+
+def framework_step() -> int | None:
+    """ROLL's step of the phase being entered: the ``global_step`` local of the worker method that opens
+    ``state_offload_manger`` (ROLL's methods read ``data.meta_info["global_step"]`` into it first:
+    ``step = data.meta_info.get("global_step", 0)`` under that name, in ``train_step``, ``compute_log_probs``,
+    ``generate``...), found within a few frames; ``None`` where no such int is there (then the phase's spans are
+    a trace of their own, with the run's resource). The one place that reads ROLL's locals;
+    ``tests/test_tracing_steps.py`` pins the shape it reads."""
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(_STEP_FRAMES):
+        if frame is None:
+            return None
+        step = frame.f_locals.get(_STEP_LOCAL)
+        if type(step) is int and step >= 0:
+            return step
+        frame = frame.f_back
+    return None
 
 
 def _attach(span: Any) -> Any:
@@ -423,13 +462,14 @@ def _worker_init(self: Any, *args: Any, **kwargs: Any) -> None:
 def _start_worker_tracing(options: Mapping[str, Any]) -> None:
     """This worker's phases as spans of a Telemetry built from ``options`` (once per process: a process may hold
     several workers); it closes at exit, writing the spans it still holds."""
-    global _worker_telemetry, _tracer_provider
+    global _worker_telemetry, _tracer_provider, _run
     with _worker_lock:
         if _worker_telemetry is None:
             import rl_otel
 
             _worker_telemetry = rl_otel.init(**{"role": os.environ.get("CLUSTER_NAME") or "worker", **options})
         _tracer_provider = _worker_telemetry.tracer_provider
+        _run = _worker_telemetry.config.run
 
 
 def _warn_once(what: str, message: str) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 
 from rl_otel.catalog.concepts import concept
@@ -63,6 +64,7 @@ ON_DEMAND = frozenset({"rank"})
 class Query:
     expr: str
     legend: str = ""
+    exemplar: bool = False  # draw the series' exemplars (a phase's trace ID: a click opens it in Tempo)
 
 
 @dataclass(frozen=True)
@@ -95,10 +97,11 @@ class Dashboard:
     description: str
     panels: tuple[Panel, ...] = field(default_factory=tuple)
     thresholds: Thresholds = DEFAULT  # the windows a panel's "no data" text names (a baseline's age)
+    traces: bool = False  # a link to the run's step traces in Tempo (docs/tracing.md)
 
 
-def _q(expr: str, legend: str = "") -> Query:
-    return Query(expr, legend)
+def _q(expr: str, legend: str = "", exemplar: bool = False) -> Query:
+    return Query(expr, legend, exemplar)
 
 
 def _heat(metric: str, title: str, sel: str = RUN) -> Panel:
@@ -171,13 +174,15 @@ _IDLE = ("no phase ran in the rate window (training ended or the run lingers: La
 def phases(t: Thresholds) -> Dashboard:
     sel = PHASE
     return Dashboard("rl-otel-phases", "RL phases", "Where a step's time goes: every cluster's phases and their "
-                     "onload / execute / offload split (ROLL's state_offload_manager).", (
+                     "onload / execute / offload split (ROLL's state_offload_manager).", traces=True, panels=(
         Panel("Phase duration p95 (total)", (
             _q("histogram_quantile(0.95, sum by (le, cluster, phase) "
                f'(rate(rl_phase_duration_seconds_bucket{{{sel}, part="total"}}[{RATE}]))) and on (cluster, phase) '
-               f'{_RUNNING}', "{{cluster}}/{{phase}}"),),
+               f'{_RUNNING}', "{{cluster}}/{{phase}}", exemplar=True),),
             description="95th percentile of a phase's duration over the rate window; no line where the phase did "
-                        "not run in the window (after training ends).", when_empty=_IDLE),
+                        "not run in the window (after training ends). With tracing on and Prometheus' exemplar "
+                        "storage, the dots are phases' exemplars: a click opens the step's trace in Tempo.",
+            when_empty=_IDLE),
         Panel("Phase duration mean (total)", (
             _q(f'sum by (cluster, phase) (rate(rl_phase_duration_seconds_sum{{{sel}, part="total"}}[{RATE}])) / '
                f'{_RUNNING}', "{{cluster}}/{{phase}}"),), unit="s",
@@ -598,6 +603,8 @@ def _panel_json(panel: Panel, panel_id: int, x: int, y: int, t: Thresholds) -> d
     for i, query in enumerate(panel.queries):
         target: dict[str, object] = {"refId": chr(ord("A") + i), "datasource": DS, "expr": query.expr,
                                      "legendFormat": query.legend or "__auto", "range": True}
+        if query.exemplar:
+            target["exemplar"] = True
         if panel.kind == "heatmap" and not panel.rows:
             target["format"] = "heatmap"
         elif panel.kind in ("stat", "bargauge", "piechart"):
@@ -639,6 +646,14 @@ def _panel_json(panel: Panel, panel_id: int, x: int, y: int, t: Thresholds) -> d
     return out
 
 
+# Explore on the Tempo data source (uid "tempo", grafana/provisioning), a TraceQL search of the run's step spans
+_TRACEQL = '{ name = "step" && resource.rl.run =~ "${run:regex}" }'
+TRACES_URL = "/explore?schemaVersion=1&panes=" + urllib.parse.quote(json.dumps({"traces": {
+    "datasource": "tempo", "queries": [{"refId": "A", "datasource": {"type": "tempo", "uid": "tempo"},
+                                        "queryType": "traceql", "query": _TRACEQL, "limit": 50}],
+    "range": {"from": "now-1h", "to": "now"}}}, separators=(",", ":")), safe="${}:")
+
+
 def to_json(dashboard: Dashboard) -> dict[str, object]:
     panels, x, y = [], 0, 0
     for i, panel in enumerate(dashboard.panels, start=1):
@@ -648,6 +663,10 @@ def to_json(dashboard: Dashboard) -> dict[str, object]:
         x += panel.width
     links = [{"title": "RL dashboards", "type": "dashboards", "tags": ["rl_otel"], "asDropdown": True,
               "includeVars": True, "keepTime": True}]
+    if dashboard.traces:
+        links.append({"title": "Step traces (Tempo)", "type": "link", "url": TRACES_URL, "keepTime": True,
+                      "targetBlank": True, "tooltip": "The run's steps in Tempo: one trace per step, every "
+                                                     "process's phases under it (docs/tracing.md)"})
     return {"uid": dashboard.uid, "title": dashboard.title, "description": dashboard.description,
             "tags": ["rl_otel"], "timezone": "browser", "editable": True, "graphTooltip": 1,
             "schemaVersion": 39, "version": 1, "refresh": "10s", "time": {"from": "now-1h", "to": "now"},

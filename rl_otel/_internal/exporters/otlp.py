@@ -259,15 +259,16 @@ def span_exporter(signal: SignalConfig) -> Any:
 
 
 def span_processor(config: OtlpConfig, on_error: Callable[[str], None] | None = None) -> Any:
-    """A BatchSpanProcessor sending the phase spans to ``config.traces``; ``None`` when spans are not pushed."""
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    """A BatchSpanProcessor sending the phase spans to ``config.traces`` as they end; ``None`` when spans are not
+    pushed."""
+    from rl_otel._internal.tracing.tracing import prompt_processor
 
     if config.traces is None:
         return None
     exporter = span_exporter(config.traces)
     if on_error is not None:
         exporter = counted_span_exporter(exporter, on_error)
-    return BatchSpanProcessor(exporter, export_timeout_millis=config.traces.timeout_s * 1000)
+    return prompt_processor(exporter, export_timeout_millis=config.traces.timeout_s * 1000)
 
 
 def counted_span_exporter(inner: Any, on_error: Callable[[str], None]) -> Any:

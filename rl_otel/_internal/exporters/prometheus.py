@@ -27,6 +27,7 @@ registry that is not a :class:`ScrapeRegistry`.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import logging
@@ -115,6 +116,8 @@ class ScrapeRegistry:
         # more GET paths, each answered with the text its function returns (which must never raise), behind the
         # endpoint's TLS and basic auth as /metrics is: ``/debug/stacks`` (probes/hangs.py)
         self.routes: dict[str, Callable[[], str]] = {}
+        # the phases' latest exemplars (exporters/exemplars.py), written into OpenMetrics renderings only
+        self.exemplars: Callable[[], dict] | None = None
 
     def _after_fork(self) -> None:
         self._scrape_lock = threading.Lock()  # the parent's may have been held by its scrape thread at the fork
@@ -214,6 +217,10 @@ class ScrapeRegistry:
             return cached
         try:
             rendering = self._rendered(snapshot, fmt)
+            if fmt == OPENMETRICS and self.exemplars is not None:
+                from rl_otel._internal.exporters.exemplars import with_exemplars
+
+                rendering = dataclasses.replace(rendering, text=with_exemplars(rendering.text, self.exemplars()))
             try:
                 body = rendering.text.encode()
             except UnicodeEncodeError:  # not expected (labels are escaped): leave out the families that fail

@@ -41,7 +41,9 @@ from rl_otel.catalog import Catalog, meta
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
 
+    from rl_otel._internal.exporters.exemplars import Exemplars
     from rl_otel._internal.tracing.phase import PhaseRuntime
+    from rl_otel._internal.tracing.steps import StepSpans
 
 
 _NOTHING_HELD = contextlib.nullcontext()
@@ -76,6 +78,8 @@ class Components:
         self.hangs: HangWatch | None = None
         self.cpu: CpuProbe | None = None
         self._phases: PhaseRuntime | None = None
+        self.exemplars: Exemplars | None = None  # the phases' trace IDs for OpenMetrics scrapes
+        self.step_spans: StepSpans | None = None  # this process writes the steps' root spans (tracing/steps.py)
         self._user_meter_provider: Any = None
         self._providers: list[tuple[str, Any]] = []  # OTel providers rl_otel shuts down (see _shutdown_providers)
         self._user_meter_lock = threading.Lock()
@@ -108,6 +112,7 @@ class Components:
         stack.callback(self._shutdown_providers)
         if config.tracing is not None:  # spans exported from the start; else the provider is built when needed
             self.tracer_provider  # noqa: B018 (builds it)
+        self._step_spans()
         self.cpu = cpu = CpuProbe()
         self._closing(stack, "cpu_probe", cpu)
         recorder.goodput.begin(process_start_time())  # start-up: from the process's start to its first phase/step
@@ -117,6 +122,9 @@ class Components:
         if config.prometheus is not None:
             self.registry = scrape_registry(recorder.collect, lambda reason: diag.count("prometheus", reason),
                                             recorder.store.clock)
+            pending = getattr(self._tracer_provider, "pending", None)  # rl_otel's own provider, built for tracing=
+            if pending is not None:
+                pending.on_root = self._exemplars().note
         pushes = config.otlp is not None and self._otlp(stack, config)
         if self.registry is not None or pushes:
             self.live = LiveGauges(recorder.add_collector, cpu, lambda reason: diag.count("live", reason))
@@ -133,8 +141,48 @@ class Components:
         # a signal handler when a SIGTERM would leave something behind: steps buffered for the trackers, or a
         # file_sd target that would keep a "target down" alert firing after the rank is gone
         # (built last, so no failure follows it here; close() itself puts the previous handlers back, at its end)
-        if config.handle_sigterm and (self.bridge.active or self.targets is not None):
+        # (or spans not yet sent: a Ray worker gets a SIGTERM ~5 s before it is killed, with Ray's own handler)
+        if config.handle_sigterm and (self.bridge.active or self.targets is not None or self._spans_exported()):
             self.signals = SignalFlush(on_term=on_term, on_int=on_int, timeout_s=config.close_timeout_s)
+
+    def _spans_exported(self) -> bool:
+        """Whether rl_otel's own tracer provider exports spans (``tracing=``, or an OTLP span push)."""
+        config = self.config
+        return config.tracer_provider is None and (
+            config.tracing is not None or (config.otlp is not None and config.otlp.traces is not None))
+
+    def _step_spans(self) -> None:
+        """The steps' root spans, written by one process of the run (``tracing/steps.py``), on rl_otel's own
+        provider only: the step span's IDs are chosen by its ID generator."""
+        config = self.config
+        from rl_otel._internal.tracing.steps import emits_step_spans
+
+        if not (self._spans_exported() and emits_step_spans(config.role, config.rank)):
+            return
+        from rl_otel._internal.tracing.steps import StepSpans
+        from rl_otel._internal.tracing.tracing import ChosenIdGenerator
+
+        ids = self.tracer_provider.id_generator
+        if not isinstance(ids, ChosenIdGenerator):
+            return
+        self.step_spans = StepSpans(lambda: self.tracer_provider.get_tracer("rl_otel", __version__), ids.chosen,
+                                    config.run, {"rank": config.rank},
+                                    lambda reason: self.diagnostics.count("tracing", reason))
+
+    def logged(self) -> None:
+        """A step was logged: the spans of phases that started before any step was known go to its trace, and
+        the process that writes the step spans writes this one (``tracing/pending.py``, ``tracing/steps.py``)."""
+        last = self.recorder.steps.last
+        if last is None or self._tracer_provider is None:
+            return
+        pending = getattr(self._tracer_provider, "pending", None)
+        if pending is not None and pending.waiting:
+            from rl_otel._internal.tracing.steps import step_ids
+
+            pending.resolve(last, *step_ids(self.config.run, last))
+        spans = self.step_spans
+        if spans is not None:
+            spans.logged(last)
 
     def _watch_hangs(self, stack: contextlib.ExitStack) -> None:
         """Stack dumps (``probes/hangs.py``): the progress hook, the series, ``/debug/stacks``, the signal; the
@@ -172,9 +220,21 @@ class Components:
                     diag = self.diagnostics
                     provider = build_tracer_provider(self.config.tracing, self.resource,
                                                      on_error=lambda reason: diag.count("tracing", reason))
+                    if self.registry is not None:  # the phases' trace IDs as exemplars on the endpoint
+                        provider.pending.on_root = self._exemplars().note
                     self._providers.append(("tracer_provider", provider))
                     self._tracer_provider = provider
         return self._tracer_provider
+
+    def _exemplars(self) -> Exemplars:
+        """The phases' latest exemplars, served by the scrape registry in OpenMetrics renderings."""
+        from rl_otel._internal.exporters.exemplars import Exemplars
+
+        if self.exemplars is None:
+            self.exemplars = Exemplars()
+        if self.registry is not None:
+            self.registry.exemplars = self.exemplars.current
+        return self.exemplars
 
     def built_tracer_provider(self) -> Any:
         """The TracerProvider if it exists (the user's, or rl_otel's once built), else ``None``: then no span
@@ -192,8 +252,10 @@ class Components:
             with self._lazy_lock:
                 if self._phases is None:
                     assert self.cpu is not None  # built by build()
+                    steps = self.recorder.steps
                     tracer = PhaseTracer(self.built_tracer_provider, lambda: self.tracer_provider, "rl_otel",
-                                         __version__)
+                                         __version__, run=self.config.run, step_spans=self.step_spans,
+                                         known_step=lambda: None if steps.last is None else steps.next())
                     self._phases = PhaseRuntime(
                         tracer=tracer, rank=self.config.rank, gpu=GpuProbe(), cpu=self.cpu,
                         next_step=self.recorder.steps.next, record=self.recorder.record_phase,
@@ -225,7 +287,20 @@ class Components:
 
         ran = self.recorder.worker.flush(timeout_s)
         timed = True if self._phases is None else self._phases.flush(left())
-        return self.bridge.flush(left()) and ran and timed
+        written = self.bridge.flush(left())
+        return self._flush_spans(left()) and written and ran and timed
+
+    def _flush_spans(self, timeout_s: float | None) -> bool:
+        """Send the spans ended so far (rl_otel's own provider, if built; a user's provider is the user's)."""
+        provider = self._tracer_provider
+        if provider is None or self.config.tracer_provider is not None:
+            return True
+        try:
+            millis = 30_000 if timeout_s is None else max(1, int(timeout_s * 1000))
+            return bool(provider.force_flush(millis))
+        except Exception:
+            self.diagnostics.count("tracing", "flush_failed")
+            return False
 
     def _otlp(self, stack: contextlib.ExitStack, config: TelemetryConfig) -> bool:
         """The OTLP push: a reader on an SDK MeterProvider exporting the store's families, and a span processor

@@ -13,17 +13,21 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from time import time_ns
 from typing import Any, cast
 
 from opentelemetry.context import Context
 from opentelemetry.trace import (
     INVALID_SPAN_CONTEXT,
+    Link,
     NonRecordingSpan,
     Span,
     SpanContext,
     TraceFlags,
     get_current_span,
 )
+
+from rl_otel._internal.tracing.steps import StepSpans, step_parent, step_span_context
 
 
 class PhaseTracer:
@@ -36,13 +40,49 @@ class PhaseTracer:
     to the provider at any time, so :meth:`recording` is asked at every phase.
     """
 
-    __slots__ = ("_get", "_name_version", "_peek", "_recording", "_tracer")
+    __slots__ = ("_get", "_name_version", "_peek", "_recording", "_tracer", "known_step", "run", "step_spans")
 
-    def __init__(self, peek: Callable[[], Any], get: Callable[[], Any], name: str, version: str) -> None:
+    def __init__(self, peek: Callable[[], Any], get: Callable[[], Any], name: str, version: str, *,
+                 run: str | None = None, known_step: Callable[[], int | None] | None = None,
+                 step_spans: StepSpans | None = None) -> None:
         self._peek, self._get = peek, get
         self._tracer: Any = None
         self._recording: Callable[[], bool] | None = None
         self._name_version = (name, version)
+        self.run = run  # None: phases are not put in their step's trace (no run to derive its IDs from)
+        self.known_step = known_step  # the step a phase without step= is in; None when no step is known yet
+        self.step_spans = step_spans  # this process writes the steps' root spans (``tracing/steps.py``)
+
+    def start_root(self, name: str, parent: Context | None, step: int | None, attributes: dict[str, Any],
+                   policy_step: int | None = None) -> tuple[Span, Context | None]:
+        """Start a recorded phase's root span; return it and its parent context. The parent: the carrier's context
+        if one was given; else the current one when a span is current (an enclosing phase, the user's span); else
+        the ``step`` span of the phase's step (``step=``, else the step the next ``log()`` gets once one was
+        logged), so that the phases of every process of the run share its trace (``tracing/steps.py``). A phase
+        whose step is not known yet starts a provisional trace, moved into its step's at the next ``log()``
+        (``tracing/pending.py``). ``policy_step``: the step whose policy made the phase's data (an async
+        rollout): a link to that step's ``step`` span."""
+        if step is None and self.known_step is not None:
+            step = self.known_step()
+        if step is not None:
+            attributes["step"] = step
+        links = None
+        if policy_step is not None and self.run is not None:
+            attributes["policy_step"] = policy_step
+            links = [Link(step_span_context(self.run, policy_step), {"rl.link": "policy"})]
+        if parent is None and self.run is not None and not get_current_span().get_span_context().is_valid:
+            spans = self.step_spans
+            if spans is not None:
+                spans.phase_started(step, time_ns())
+            if step is not None:
+                parent = step_parent(self.run, step)
+            else:
+                root = self.tracer.start_span(name, context=None, attributes=attributes, links=links)
+                pending = getattr(self._peek(), "pending", None)
+                if pending is not None:
+                    pending.hold(root.get_span_context().trace_id)
+                return root, None
+        return self.tracer.start_span(name, context=parent, attributes=attributes, links=links), parent
 
     @property
     def tracer(self) -> Any:

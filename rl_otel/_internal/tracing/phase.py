@@ -133,11 +133,11 @@ class PhaseRuntime:
 
     def open(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
              offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None,
-             bucket: str | None = None, memory: bool | None = None) -> Phase:
+             bucket: str | None = None, memory: bool | None = None, policy_step: int | None = None) -> Phase:
         """A :class:`Phase` of this runtime (the facade reaches the class through here: importing it, and the
         OTel API with it, waits for the first phase)."""
         return Phase(self, cluster, phase, onload=onload, offload=offload, step=step, parent=parent, bucket=bucket,
-                     memory=self.memory if memory is None else memory)
+                     memory=self.memory if memory is None else memory, policy_step=policy_step)
 
 
 class Phase:
@@ -153,6 +153,7 @@ class Phase:
         "_onload",
         "_parent",
         "_peak_device",
+        "_policy_step",
         "_recording",
         "_root",
         "_root_ctx",
@@ -171,13 +172,14 @@ class Phase:
 
     def __init__(self, runtime: PhaseRuntime, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
                  offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None,
-                 bucket: str | None = None, memory: bool = True) -> None:
+                 bucket: str | None = None, memory: bool = True, policy_step: int | None = None) -> None:
         self._rt = runtime
         self._memory = memory  # memory snapshots (ROLL's memory/ keys); False: times and events only
         self._peak_device: int | None = None  # the device whose peaks this phase reset (the outermost phase)
         self.cluster, self.phase = cluster, phase
         self._onload, self._offload = onload, offload
         self._step, self._parent = step, parent
+        self._policy_step = policy_step  # the step whose policy made this phase's data (a link to its trace)
         self.metrics: dict[str, float] = {}  # ROLL keys of this phase, complete once the block exits cleanly
         self._attrs: dict[str, Any] = {}
         self._root: Span | None = None
@@ -358,11 +360,9 @@ class Phase:
         tracer = self._rt.tracer
         parent = extract(self._parent) if self._parent else None
         self._recording = recording = tracer.recording()
-        if recording:
-            attrs = {"cluster": self.cluster, "phase": self.phase, "rank": self._rt.rank,
-                     "step": self._step if self._step is not None else self._rt.next_step()}
-            self._attrs = attrs
-            self._root = tracer.tracer.start_span(self.infix, context=parent, attributes=attrs)
+        if recording:  # under its step's span (tracing/steps.py), unless a parent or a span is given
+            self._attrs = {"cluster": self.cluster, "phase": self.phase, "rank": self._rt.rank}
+            self._root, parent = tracer.start_root(self.infix, parent, self._step, self._attrs, self._policy_step)
         else:  # the parent is read now: the deferred IDs must not depend on what is current when they are made
             self._root = tracer.context_only(self.infix, parent if parent is not None else otel_context.get_current())
         self._root_ctx = trace.set_span_in_context(self._root, parent)
