@@ -23,6 +23,8 @@ from rl_otel.ops.rules import recording_rules
 from rl_otel.ops.thresholds import DEFAULT
 from tests.promtools import free_port, require_binary
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

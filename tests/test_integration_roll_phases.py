@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 pytest.importorskip("cloudpickle")
 pytest.importorskip("opentelemetry.sdk.trace")
 

@@ -14,6 +14,8 @@ from rl_otel._internal.tracing.carriers import extract, inject
 from rl_otel._internal.tracing.config import tracing_config
 from rl_otel._internal.tracing.tracing import UrandomIdGenerator
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 
 @pytest.mark.parametrize("bad, words", [
     ("zipkin", "tracing exporter must be one of"),
