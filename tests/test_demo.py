@@ -125,7 +125,9 @@ def test_cli_serves_every_family_and_mirrors_to_tensorboard(tmp_path):
     # the stdout tracker: a short summary line per step (steps // 10 = 1: every step), never the whole dict
     summary = [line for line in out.splitlines() if line.startswith("step ")]
     assert [int(line.split()[1]) for line in summary] == list(range(10)), out
-    assert all(len(line) < 100 and "reward=" in line and "kl=" in line for line in summary), summary
+    # both KLs by name: to the reference (what a PPO/GRPO user watches drift) and old -> new policy
+    assert all(len(line) < 100 and "reward=" in line and "kl_ref=" in line and "kl_old=" in line
+               for line in summary), summary
     assert "metrics_tag" not in out
     (run_dir,) = (tmp_path / "logs").iterdir()  # TensorBoard names the run after its folder, never "."
     assert run_dir.name.startswith("demo-0-"), run_dir

@@ -33,7 +33,7 @@ def test_bad_tracing_config_fails_at_init(bad, words):
 
 def test_otlp_missing_is_a_clear_configuration_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
-    with pytest.raises(rl_otel.ConfigurationError, match=r"pip install 'rl-otel\[otlp\]'"):
+    with pytest.raises(rl_otel.ConfigurationError, match=r"pip install -e '\.\[otlp\]' in the rl_otel checkout"):
         tracing_config({"exporter": "otlp"})
 
 
