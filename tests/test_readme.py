@@ -75,6 +75,9 @@ def test_the_quick_start_shows_a_served_series():
     served = samples(proc.stdout, "rl_critic_score")
     labels = frozenset({("run", "exp1"), ("role", "trainer"), ("rank", "0"), ("stat", "mean")})
     assert served == {labels: 0.41}, proc.stdout + proc.stderr
+    # the line the README quotes as the output is the line printed, character for character
+    quoted = re.search(r"It prints `(rl_critic_score[^`]*)`", README)
+    assert quoted is not None and quoted.group(1) in proc.stdout.splitlines(), (quoted, proc.stdout)
 
 
 def test_yaml_snippets_parse():
