@@ -425,3 +425,20 @@ def test_a_ctrl_c_lost_in_a_finalizer_still_stops_the_demo():
         with pytest.raises(KeyboardInterrupt):
             ctrl_c.check()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_pruning_deletes_only_this_user_s_own_demo_invocations(tmp_path, monkeypatch):
+    """A cache directory several users share: the demo deletes its own old invocations (this user's, named as it
+    names them), never another user's runs nor anything else put there (before: every directory but the newest
+    five)."""
+    from rl_otel.demo.cli import prune_invocations
+
+    made = []
+    for i, name in enumerate(["20240101-000000", "20240102-000000", "20240103-000000-2", "someone-elses-notes"]):
+        made.append(tmp_path / name)
+        made[-1].mkdir()
+        os.utime(made[-1], (1_700_000_000 + i, 1_700_000_000 + i))
+    assert sorted(prune_invocations(tmp_path, keep=1)) == made[:2]  # the newest invocation and the other dir stay
+    assert sorted(tmp_path.iterdir()) == made[2:]
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(tmp_path).st_uid + 1)  # the directories: another user's
+    assert prune_invocations(tmp_path, keep=0) == [] and sorted(tmp_path.iterdir()) == made[2:]

@@ -9,7 +9,7 @@ It serves on loopback unless ``--host`` asks for more.
 The demo writes nothing into the current directory: each run's TensorBoard files go in a directory of its own,
 ``<run>-<time>``. Without ``--log-dir``, every invocation gets a new parent under the user's cache directory
 (``$XDG_CACHE_HOME/rl_otel/demo/<time>``, else ``~/.cache/...``), the only ones its TensorBoard command shows, and
-only the newest :data:`KEPT_INVOCATIONS` are kept; with ``--log-dir DIR`` the runs go in ``DIR`` and nothing is
+only the newest :data:`KEPT_INVOCATIONS` of this user's are kept (nothing else there is deleted); with ``--log-dir DIR`` the runs go in ``DIR`` and nothing is
 deleted.
 """
 
@@ -19,6 +19,7 @@ import argparse
 import itertools
 import math
 import os
+import re
 import shutil
 import signal
 import sys
@@ -64,11 +65,17 @@ def invocation_dir(log_dir: str | os.PathLike | None) -> Path:
     return _unique(parent / time.strftime("%Y%m%d-%H%M%S"))
 
 
+_INVOCATION = re.compile(r"\d{8}-\d{6}(-\d+)?")  # the names invocation_dir() gives
+
+
 def prune_invocations(parent: Path, keep: int) -> list[Path]:
-    """Delete the directories in ``parent`` (the demo's own cache directory) but the ``keep`` newest; return them.
-    Files are left alone: the demo writes only directories there."""
+    """Delete the demo's own invocations in ``parent`` but the ``keep`` newest; return them. Its own: a directory
+    named as :func:`invocation_dir` names them and owned by this user - a cache directory shared by several users
+    (``XDG_CACHE_HOME`` on a common disk) keeps everyone else's runs, and anything else put there stays."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
     try:
-        dirs = [p for p in parent.iterdir() if p.is_dir() and not p.is_symlink()]
+        dirs = [p for p in parent.iterdir() if p.is_dir() and not p.is_symlink() and _INVOCATION.fullmatch(p.name)
+                and (uid is None or p.stat().st_uid == uid)]
     except OSError:  # no cache directory yet
         return []
     dirs.sort(key=lambda p: p.stat().st_mtime, reverse=True)
