@@ -9,8 +9,8 @@ It serves on loopback unless ``--host`` asks for more.
 The demo writes nothing into the current directory: each run's TensorBoard files go in a directory of its own,
 ``<run>-<time>``. Without ``--log-dir``, every invocation gets a new parent under the user's cache directory
 (``$XDG_CACHE_HOME/rl_otel/demo/<time>``, else ``~/.cache/...``), the only ones its TensorBoard command shows, and
-only the newest :data:`KEPT_INVOCATIONS` of this user's are kept (nothing else there is deleted); with ``--log-dir DIR`` the runs go in ``DIR`` and nothing is
-deleted.
+only the newest :data:`KEPT_INVOCATIONS` of this user's are kept (nothing else there is deleted); with
+``--log-dir DIR`` the runs go in ``DIR`` and nothing is deleted.
 """
 
 from __future__ import annotations
