@@ -17,6 +17,10 @@ pytest.importorskip("torch.distributed")
 
 from tests.straggler_ranks import start_ranks
 
+# four spawned torch processes: the slow layer (the accounting it checks, with a fake clock, is in the fast layer:
+# tests/test_goodput.py::test_phases_count_exclusive_time_parts_collectives_and_the_time_between)
+pytestmark = pytest.mark.slow
+
 STEPS = 30
 SLOW = 2
 
