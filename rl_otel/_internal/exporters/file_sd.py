@@ -104,7 +104,7 @@ def reap_dead(directory: Path, host: str, keep: Path | None = None) -> list[Path
     """Remove the ``rl_otel-*`` targets files in ``directory`` whose owner labels name ``host`` and a process that
     no longer runs (killed, so its ``close()`` never ran); the files removed. Never raises: a file that cannot be
     read or removed stays."""
-    reaped = []
+    reaped: list[Path] = []
     try:
         candidates = sorted(directory.glob("rl_otel-*"))
     except OSError:
