@@ -43,11 +43,18 @@ def pytest_configure(config):
 
 
 @pytest.fixture(autouse=True)
-def _hermetic_environment(monkeypatch):
-    """None of the variables above leaks from one test into the next (a test that sets one with os.environ
-    directly, a library that exports one): each test starts without them."""
+def _hermetic_environment():
+    """None of the variables above leaks from one test into the next: each test starts without them, and what a
+    test set (with os.environ directly, or a library that exports one) is gone after it - not restored, as
+    monkeypatch would restore what it removed: the machine's own values went at configure time."""
+    _clear_hermetic()
+    yield
+    _clear_hermetic()
+
+
+def _clear_hermetic() -> None:
     for name in [n for n in os.environ if _hermetic(n) and n not in KEEP_IN_SESSION]:
-        monkeypatch.delenv(name)
+        del os.environ[name]
 
 
 @pytest.fixture
