@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rl_otel._internal.runtime.options import UNSET, args_doc
 from rl_otel._version import __version__
 from rl_otel.errors import ConfigurationError, PortInUseError
+from rl_otel.errors import MissingExtraError as _MissingExtraError
 from rl_otel.sinks.base import Sink, register_sink
 
 if TYPE_CHECKING:
@@ -81,6 +82,8 @@ def init(
     gc.disable()
     try:
         return _init(locals())
+    except _MissingExtraError as exc:  # one line saying what to install, not the frames that found it missing
+        raise _MissingExtraError(str(exc)) from None
     finally:
         if collecting:
             gc.enable()

@@ -70,13 +70,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command")
     cat = sub.add_parser("catalog", help="print the metric catalog, or resolve keys against it")
-    cat.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    cat.add_argument("--format", choices=("table", "json", "markdown"), default="table",
+                     help="a table to read, JSON for a program, or the markdown of docs/metrics.md (default table)")
     cat.add_argument("--framework", default=None, metavar="NAME",
                      help="the catalog a run of this framework resolves its keys in (default: every framework's "
                           "entries; for resolve, the catalog of a run that names no framework)")
     cat_sub = cat.add_subparsers(dest="catalog_command")
     resolve = cat_sub.add_parser("resolve", help="print one JSON object per key: what the key becomes")
-    resolve.add_argument("keys", nargs="+", metavar="KEY")
+    resolve.add_argument("keys", nargs="+", metavar="KEY",
+                         help="keys as your training logs them (critic/score/mean, actor/approxkl, ...): the "
+                              "Prometheus name, labels and catalog entry each becomes")
     trk = sub.add_parser("trackers", help="print the tracker configuration init() would use (secrets redacted)")
     trk.add_argument("--list", action="store_true", help="list the registered tracker sinks")
     add_tracker_arguments(trk)
@@ -90,7 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     from rl_otel.watch.command import add_backfill_arguments, add_watch_arguments  # light: argparse only
 
     add_watch_arguments(sub.add_parser("watch", help="serve the TensorBoard event files and JSONL metric files a "
-                                                     "training writes, as they grow (one endpoint per run)"))
+                                                     "training writes, as they grow (one endpoint for every run; "
+                                                     "--port-per-run: one per run and rank)"))
     add_backfill_arguments(sub.add_parser("backfill", help="write finished runs' files as OpenMetrics with their "
                                                            "timestamps, for promtool tsdb create-blocks-from"))
     return parser

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,38 +10,51 @@ from tests.skip_policy import import_skip_problem
 
 DATA = Path(__file__).parent / "data"
 
-# The fast layer a developer runs after every edit: ``pytest -m "not slow"`` (under a minute on 2 cores). These
-# modules start real servers, subprocesses, frameworks or promtool, or run long property tests: all their tests
-# are marked slow here, as is every test marked ``prometheus``; a slow test in another module carries
-# ``@pytest.mark.slow`` itself. The full suite runs them all (CI).
-SLOW_MODULES = frozenset({
-    "test_alert_corpus", "test_bridge", "test_budget", "test_collector", "test_demo", "test_endpoint_hardening",
-    "test_failure_promises", "test_faults", "test_memory", "test_otlp", "test_readme", "test_stats_trinity",
-    "test_tracing", "test_uniform_histogram", "test_deploy", "test_e2e_prometheus",
-    "test_endpoint_attacks", "test_fleet", "test_fork", "test_frameworks_e2e", "test_integration_accelerate",
-    "test_integration_nemo_rl", "test_integration_ports_and_options", "test_integration_roll",
-    "test_integration_roll_phases", "test_integration_skyrl", "test_integration_slime", "test_integration_transformers",
-    "test_integration_trinity", "test_integration_verl", "test_load", "test_multinode", "test_ops_demo_panels",
-    "test_ops_e2e", "test_ops_rules", "test_ray", "test_setup_commands", "test_sinks_crash", "test_watch_e2e",
-    "test_watch_scale", "test_webconfig",
-})
+# The fast layer a developer runs after every edit: ``pytest -m "not slow"`` (under 90 s of wall on 2 idle cores).
+# A slow test says so itself: a module whose every test starts real servers, subprocesses, frameworks or
+# promtool carries ``pytestmark = pytest.mark.slow``, a single slow test ``@pytest.mark.slow``; every test marked
+# ``prometheus`` (it needs the binaries) is slow too. A module that moves a test to the slow layer keeps a fast
+# test of the same promise. The full suite runs them all (CI).
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
-        if module in SLOW_MODULES or item.get_closest_marker("prometheus") is not None:
+        if item.get_closest_marker("prometheus") is not None:
             item.add_marker(pytest.mark.slow)
 
 
-@pytest.fixture(autouse=True)
-def _no_otel_environment(monkeypatch):
-    """The standard OTEL_* variables change what init() does (rl_otel honours them): a test sets the ones it
-    means, none leak in from the machine running the suite."""
-    import os
+# Variables that change what the library, its trackers or Ray do. The machine running the suite may have any of
+# them set (a user's OTEL_EXPORTER_OTLP_ENDPOINT, WANDB_API_KEY, RAY_ADDRESS of a cluster they run): none leaks
+# into a test, which sets the ones it means. RL_OTEL_TEST_* configure the suite itself and stay.
+HERMETIC_PREFIXES = ("OTEL_", "WANDB_", "RL_OTEL_")
+HERMETIC_NAMES = frozenset({"PROMETHEUS_MULTIPROC_DIR", "RAY_ADDRESS"})
+# set by a wandb run of this process (an earlier test): the in-process service it names stays usable
+KEEP_IN_SESSION = frozenset({"WANDB_SERVICE"})
 
-    for name in [n for n in os.environ if n.startswith("OTEL_")]:
-        monkeypatch.delenv(name)
+
+def _hermetic(name: str) -> bool:
+    return (name in HERMETIC_NAMES or name.startswith(HERMETIC_PREFIXES)) and not name.startswith("RL_OTEL_TEST_")
+
+
+def pytest_configure(config):
+    # the machine's own values, WANDB_SERVICE included, are gone before any session fixture starts a child
+    for name in [n for n in os.environ if _hermetic(n)]:
+        del os.environ[name]
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_environment():
+    """None of the variables above leaks from one test into the next: each test starts without them, and what a
+    test set (with os.environ directly, or a library that exports one) is gone after it - not restored, as
+    monkeypatch would restore what it removed: the machine's own values went at configure time."""
+    _clear_hermetic()
+    yield
+    _clear_hermetic()
+
+
+def _clear_hermetic() -> None:
+    for name in [n for n in os.environ if _hermetic(n) and n not in KEEP_IN_SESSION]:
+        del os.environ[name]
 
 
 @pytest.fixture

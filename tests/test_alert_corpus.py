@@ -20,6 +20,8 @@ from tests import alert_corpus
 from tests.frameworks import ALL_FRAMEWORKS
 from tests.promtools import require_binary
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 RULES = Path(__file__).resolve().parent.parent / "prometheus" / "rules"
 
 

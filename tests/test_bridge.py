@@ -18,6 +18,8 @@ from rl_otel.catalog import Kind, default_catalog
 from tests._readers import scrape_series, tensorboard_scalars
 from tests._sinks import Recorder, run_script, tel_errors
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 # rl_otel's own series (liveness, self-monitoring, live gauges sampled at scrape time) are not step values
 META = ("target_info", *(name for spec in default_catalog() if spec.key.startswith("rl_otel/")
                          for name in spec.exposed_names))

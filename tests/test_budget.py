@@ -23,6 +23,8 @@ from rl_otel.ops.thresholds import DEFAULT
 from rl_otel.stats import ppo_stats
 from tests.promtools import PrometheusServer, scrape
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 # CPU: no CUDA, so no live GPU gauges; the GPU memory keys are logged as ROLL logs them
 SHAPE = b.Shape(clusters=3, clusters_per_rank=2, phases=3, devices_per_rank=2, tasksets=2, eval_metrics=2, eval_ks=2,

@@ -106,3 +106,12 @@ def test_every_concept_source_is_a_catalog_family():
             assert spec is not None, (c.name, source.selector)
             for label, _op, _value in source.matchers:
                 assert label in spec.labels, (c.name, source.selector, spec.labels)
+
+
+@pytest.mark.parametrize("cluster", ["sft_train", "actor_train", "student"])
+def test_roll_s_strategy_loss_is_served_as_the_cluster_s_loss(cluster):
+    """ROLL's training strategies log the language-model loss as ``{worker name}/loss@sum`` for whichever training
+    cluster runs them (before: only sft_train's had an entry; actor_train's was served under a generic name)."""
+    resolved = default_catalog("roll").resolve(f"{cluster}/loss@sum")
+    assert resolved.known and resolved.spec.prometheus_name == "rl_cluster_loss", resolved
+    assert dict(resolved.labels) == {"cluster": cluster}

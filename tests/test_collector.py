@@ -20,6 +20,8 @@ import rl_otel
 from rl_otel.ops.rules import JOB_REGEX, NODE_LABEL
 from tests.otlp_receiver import OtlpReceiver
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "deploy/collector/otelcol-agent.yaml"
 # Component types of otelcol-contrib 0.111 this config may use (type = the part of an id before "/").

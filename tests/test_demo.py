@@ -19,11 +19,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 torch = pytest.importorskip("torch")
 
 import rl_otel  # noqa: E402
 from rl_otel.demo import CountingTask, DemoConfig, run  # noqa: E402
 from tests._readers import tensorboard_scalars  # noqa: E402
+from tests._waits import CHILD_ENV, DEADLINE_S, finish, read_line  # noqa: E402
 from tests.promtools import promtool_check, samples, scrape  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +74,7 @@ def test_bad_config_fails_naming_the_value():
 
 
 def _start_demo(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    environ = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    environ = {**os.environ, **CHILD_ENV, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "rl_otel.cli", "demo", "--steps", "10", "--port", "0", "--host", "127.0.0.1",
          "--log-dir", str(tmp_path / "logs"), "--linger", "120", "--no-progress", *extra],
@@ -79,12 +82,11 @@ def _start_demo(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) 
 
 
 def _wait_until_lingering(proc: subprocess.Popen) -> tuple[str, list[str]]:
-    """Read the demo's stderr until it says it is serving after training; return the metrics URL and lines."""
+    """Read the demo's stderr until it says it is serving after training; return the metrics URL and lines. Each
+    line within read_line's bound: a demo that hangs or ends first fails with its stderr and stack."""
     lines = []
-    for line in proc.stderr:
-        lines.append(line.rstrip())
-        if "more (Ctrl-C stops)" in line:
-            break
+    while not lines or "more (Ctrl-C stops)" not in lines[-1]:
+        lines.append(read_line(proc, f"the demo's next line after {lines[-3:]}", stream=proc.stderr).rstrip())
     url = next((m.group(1) for s in lines if (m := re.search(r"metrics:\s+(\S+)", s))), None)
     assert url is not None and "more (Ctrl-C stops)" in lines[-1], "\n".join(lines)
     return url, lines
@@ -118,12 +120,14 @@ def test_cli_serves_every_family_and_mirrors_to_tensorboard(tmp_path):
         assert clusters == {"actor_infer", "reference", "critic", "actor_train"}
     finally:
         proc.send_signal(signal.SIGINT)  # ends the linger; the demo closes its trackers and exits
-        out, err = proc.communicate(timeout=60)
+        out, err = finish(proc, "the demo's end after a Ctrl-C in its linger")
     assert proc.returncode == 0, err
     # the stdout tracker: a short summary line per step (steps // 10 = 1: every step), never the whole dict
     summary = [line for line in out.splitlines() if line.startswith("step ")]
     assert [int(line.split()[1]) for line in summary] == list(range(10)), out
-    assert all(len(line) < 100 and "reward=" in line and "kl=" in line for line in summary), summary
+    # both KLs by name: to the reference (what a PPO/GRPO user watches drift) and old -> new policy
+    assert all(len(line) < 100 and "reward=" in line and "kl_ref=" in line and "kl_old=" in line
+               for line in summary), summary
     assert "metrics_tag" not in out
     (run_dir,) = (tmp_path / "logs").iterdir()  # TensorBoard names the run after its folder, never "."
     assert run_dir.name.startswith("demo-0-"), run_dir
@@ -168,21 +172,15 @@ def test_the_terminal_shows_progress_and_urls_on_one_screen_and_the_cwd_stays_cl
            "COLUMNS": "100", "LINES": "24"}
     leader, follower = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "rl_otel.cli", "demo", "--steps", "30", "--port", "0",
-                             "--host", "127.0.0.1"], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=follower,
-                            stderr=follower)
+                             "--host", "127.0.0.1"], cwd=cwd, env={**env, **CHILD_ENV}, stdin=subprocess.DEVNULL,
+                            stdout=follower, stderr=follower)
     os.close(follower)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(leader)
-    assert proc.wait(timeout=120) == 0
-    screen = [line for line in _screen(b"".join(chunks).decode()) if line.strip()]
+    try:
+        shown = _read_until_closed(leader, proc)
+    finally:
+        os.close(leader)
+    assert proc.returncode == 0, shown
+    screen = [line for line in _screen(shown) if line.strip()]
     # (the TensorBoard line holds a path as long as pytest's temporary directory: not counted for its width)
     assert len(screen) <= 20 and all(len(line) <= 100 for line in screen if str(cache) not in line), \
         "\n".join(screen)
@@ -217,6 +215,34 @@ def _read_until(fd: int, needle: str, deadline_s: float = 300.0) -> str:
     return text
 
 
+def _read_until_closed(fd: int, proc: subprocess.Popen, deadline_s: float = DEADLINE_S) -> str:
+    """What the terminal ``fd`` shows until the demo closes it and ends. A demo still there at the deadline is
+    asked for its threads' stacks (SIGABRT, CHILD_ENV) and the test fails with what the terminal showed."""
+    text, end = "", time.monotonic() + deadline_s
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            os.kill(proc.pid, signal.SIGABRT)
+            time.sleep(2)  # its dump written to the terminal
+            ready, _, _ = select.select([fd], [], [], 5)
+            dump = os.read(fd, 1 << 20).decode(errors="replace") if ready else ""
+            proc.kill()
+            proc.wait(30)
+            raise AssertionError(f"the demo still ran {deadline_s:.0f} s later; the terminal showed:\n{text}{dump}")
+        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        if ready:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                data = b""
+            if data:
+                text += data.decode(errors="replace")
+                continue
+        if ready or proc.poll() is not None:  # closed, or ended (a grandchild may hold the terminal open)
+            proc.wait(30)
+            return text
+
+
 def _listening_addresses(pid: int, port: int) -> set[str]:
     import psutil
 
@@ -232,7 +258,7 @@ def _path_without(directory: str) -> str:
 def test_in_a_terminal_it_serves_until_ctrl_c(tmp_path):
     """A person who runs the README's command (stdin and stderr a terminal): after training the endpoint stays up
     until Ctrl-C, with a line saying so, then the command ends cleanly."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {**os.environ, **CHILD_ENV, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     leader, follower = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "rl_otel.cli", "demo", "--steps", "3", "--port", "0"],
                             cwd=tmp_path, env=env, stdin=follower, stdout=follower, stderr=follower)
@@ -245,7 +271,8 @@ def test_in_a_terminal_it_serves_until_ctrl_c(tmp_path):
             frozenset({("run", "demo-0"), ("role", "trainer"), ("rank", "0")}): 2.0}
         assert proc.poll() is None  # still serving after the scrape: nothing ends it but Ctrl-C
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
-        assert proc.wait(timeout=60) == 0
+        shown = _read_until_closed(leader, proc)
+        assert proc.returncode == 0, shown
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -266,7 +293,7 @@ def test_it_listens_on_loopback_and_prints_a_tensorboard_command_that_runs(tmp_p
         assert url.startswith("http://127.0.0.1:") and _listening_addresses(proc.pid, port) == {"127.0.0.1"}
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
+        finish(proc, "the demo's end after a Ctrl-C in its linger")
     assert proc.returncode == 0
     command = next(line for line in lines if "--logdir" in line).split("tensorboard:", 1)[1].strip()
     assert command.endswith(f"--logdir {tmp_path / 'logs'}"), command
@@ -368,14 +395,50 @@ def test_log_before_init_says_what_to_do():
 def test_ctrl_c_while_training_ends_it_without_a_traceback(tmp_path):
     """A newcomer who stops the demo early sees one line, not a KeyboardInterrupt traceback."""
     proc = subprocess.Popen([sys.executable, "-m", "rl_otel.cli", "demo", "--steps", "200", "--port", "0",
-                             "--no-trackers"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                             "--no-trackers"], cwd=tmp_path, env={**os.environ, **CHILD_ENV, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines = []
-    for line in proc.stderr:  # the progress line of the first step: training is under way
-        lines.append(line)
-        if "step 1/200" in line:
-            break
+    lines: list[str] = []
+    while not lines or "step 1/200" not in lines[-1]:  # the progress line of the first step: training is under way
+        lines.append(read_line(proc, "the demo's first step", stream=proc.stderr))
     proc.send_signal(signal.SIGINT)
-    rest = proc.communicate(timeout=60)[1]
+    rest = finish(proc, "the demo's end after a Ctrl-C while training")[1]
     assert proc.returncode == 130, "".join(lines) + rest
     assert "Traceback" not in rest and rest.strip().endswith("rl-otel demo: stopped (Ctrl-C)"), rest
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_ctrl_c_lost_in_a_finalizer_still_stops_the_demo():
+    """Python runs a signal handler wherever the main thread is; inside a finalizer its KeyboardInterrupt is
+    printed and dropped. The demo remembers the Ctrl-C and raises it again at its next step (and in its linger)."""
+    from rl_otel.demo.cli import CtrlC
+
+    class Finalized:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):  # the handler runs in here: its KeyboardInterrupt goes nowhere
+                pass
+
+    with CtrlC() as ctrl_c:
+        ctrl_c.check()  # nothing seen yet
+        Finalized()  # dropped at once: the Ctrl-C lands in its __del__ and is lost there
+        assert ctrl_c.seen
+        with pytest.raises(KeyboardInterrupt):
+            ctrl_c.check()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_pruning_deletes_only_this_user_s_own_demo_invocations(tmp_path, monkeypatch):
+    """A cache directory several users share: the demo deletes its own old invocations (this user's, named as it
+    names them), never another user's runs nor anything else put there (before: every directory but the newest
+    five)."""
+    from rl_otel.demo.cli import prune_invocations
+
+    made = []
+    for i, name in enumerate(["20240101-000000", "20240102-000000", "20240103-000000-2", "someone-elses-notes"]):
+        made.append(tmp_path / name)
+        made[-1].mkdir()
+        os.utime(made[-1], (1_700_000_000 + i, 1_700_000_000 + i))
+    assert sorted(prune_invocations(tmp_path, keep=1)) == made[:2]  # the newest invocation and the other dir stay
+    assert sorted(tmp_path.iterdir()) == made[2:]
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(tmp_path).st_uid + 1)  # the directories: another user's
+    assert prune_invocations(tmp_path, keep=0) == [] and sorted(tmp_path.iterdir()) == made[2:]

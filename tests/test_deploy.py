@@ -23,6 +23,8 @@ from rl_otel.ops.rules import recording_rules
 from rl_otel.ops.thresholds import DEFAULT
 from tests.promtools import free_port, require_binary
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -177,13 +179,25 @@ def test_dockerfile_builds_the_trainer_from_the_repository(compose):
     assert "rl_otel" not in ignored and "pyproject.toml" not in ignored
 
 
-def test_promtool_check_config_is_clean():
-    proc = subprocess.run([require_binary("promtool"), "check", "config", "prometheus/prometheus.yml"], cwd=ROOT,
+@pytest.mark.parametrize("config", ["prometheus/prometheus.yml", "prometheus/prometheus-localhost.yml"])
+def test_promtool_check_config_is_clean(config):
+    """The compose config and the workstation one (docs/without-docker.md): clean, every rule file loaded."""
+    proc = subprocess.run([require_binary("promtool"), "check", "config", config], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "WARNING" not in proc.stdout + proc.stderr
     assert f"SUCCESS: {len(recording_rules())} rules found" in proc.stdout
     assert f"SUCCESS: {_alert_count()} rules found" in proc.stdout
+
+
+def test_the_workstation_config_scrapes_this_machine_only_under_rl_otel_jobs():
+    """docs/without-docker.md's Prometheus: the training processes and watch sidecars of this machine, through
+    the files they write (file_sd: a finished run leaves the scrape), and a process on the default port."""
+    jobs = {j["job_name"]: j for j in _yaml("prometheus/prometheus-localhost.yml")["scrape_configs"]}
+    assert all(name.startswith("rl_otel") and job.get("honor_labels") for name, job in jobs.items()), jobs
+    assert jobs["rl_otel_file_sd"]["file_sd_configs"] == [{"files": ["targets/*.json"], "refresh_interval": "5s"}]
+    assert jobs["rl_otel"]["static_configs"] == [{"targets": ["127.0.0.1:9464"]}]
+    assert "prometheus-localhost.yml" in (ROOT / "docs/without-docker.md").read_text()
 
 
 def test_prometheus_runs_on_the_shipped_config(tmp_path):

@@ -10,6 +10,8 @@ import rl_otel
 from rl_otel.catalog import Kind, default_catalog
 from tests.promtools import PrometheusServer, promtool_check, scrape
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 
 @pytest.fixture
 def fed(seed_keys):

@@ -29,6 +29,8 @@ from rl_otel.catalog import default_catalog, meta
 from tests.certs import make_pki
 from tests.test_endpoint_hardening import auth, host_port
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 PASSWORD = "s3cret-scrape"
 ATTACKS = ("pipeline", "never_read", "slow_read", "handshake")
 GET = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"

@@ -35,6 +35,8 @@ from rl_otel.catalog import default_catalog, meta
 from tests.certs import make_pki
 from tests.promtools import promtool_check, scrape
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 PASSWORD = "s3cret-scrape"
 
 

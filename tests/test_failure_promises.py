@@ -26,7 +26,10 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 import rl_otel
 from rl_otel.sinks import register_sink
 from tests._sinks import Recorder
+from tests._waits import CHILD_ENV, read_line
 from tests.promtools import samples, scrape
+
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -444,16 +447,17 @@ def test_prometheus_connection_limit_accept_out_of_descriptors_is_counted_and_se
     script = tmp_path / "fds.py"
     script.write_text(textwrap.dedent(_FEW_DESCRIPTORS))
     proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                            stderr=subprocess.PIPE, text=True,
+                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", **CHILD_ENV})
     try:
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.poll() is not None else url
+        url = read_line(proc, "its endpoint's URL").strip()
+        assert url.startswith("http://127.0.0.1:"), url
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         client = socket.create_connection(("127.0.0.1", port), timeout=30)
         client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         proc.stdin.write("connected\n")
         proc.stdin.flush()
-        counted = proc.stdout.readline().split()
+        counted = read_line(proc, "the refused accept counted").split()
         assert counted[:1] == ["counted"] and float(counted[1]) >= 1, counted
         answer = b""
         while b"\r\n" not in answer:

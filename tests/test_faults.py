@@ -25,6 +25,8 @@ from tests._sinks import Recorder, run_script, tel_errors
 from tests.gpu_fakes import FakeNvml, wait_for_nvml
 from tests.promtools import promtool_check, samples, scrape
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 
 def test_hung_sink_call_is_counted_as_a_timeout_and_log_never_waits():
     Recorder.instances.clear()

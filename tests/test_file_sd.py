@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
+import subprocess
+import sys
 import urllib.parse
 from pathlib import Path
 
@@ -12,6 +15,9 @@ import pytest
 
 import rl_otel
 from rl_otel._internal.atomic import atomic_write
+from tests._waits import CHILD_ENV, read_line
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _targets(directory) -> dict[str, list[str]]:
@@ -75,3 +81,57 @@ def test_files_are_replaced_and_tfrecords_framed_in_one_place_each():
     framing = {str(p.relative_to(root)) for p in root.rglob("*.py") if "0xA282EAD8" in p.read_text()}
     assert replacing == {"_internal/atomic.py"}
     assert framing == {"_internal/tfrecord.py"}
+
+
+def _dead_pid() -> int:
+    """The id of a process that has ended (and been reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_the_next_process_reaps_the_file_of_a_dead_process_of_its_host_and_nothing_else(tmp_path):
+    """A killed rank ran no close(): its file names a dead target (RLScrapeTargetDown) until removed. The next
+    process publishing in the directory removes the files of this host's processes that are gone, and leaves a
+    live process's file, another host's, and a file without owner labels (an older rl_otel, a user's) alone."""
+    prometheus = {"host": "127.0.0.1", "port": 0, "file_sd": str(tmp_path)}
+    with rl_otel.init(run="live", prometheus=prometheus) as live:
+        host = live.config.host_name
+        dead = _dead_pid()
+
+        def written(name: str, labels: dict[str, str]) -> Path:
+            path = tmp_path / name
+            path.write_text(json.dumps([{"targets": ["127.0.0.1:1"], "labels": {"run": "x", **labels}}]))
+            return path
+
+        killed = written("rl_otel-killed-trainer-rank0-0123456789.json",
+                         {"__rl_otel_host": host, "__rl_otel_pid": str(dead)})
+        elsewhere = written("rl_otel-other-trainer-rank1-0123456789.json",
+                            {"__rl_otel_host": f"not-{host}", "__rl_otel_pid": str(dead)})
+        unowned = written("rl_otel-old-trainer-rank2-0123456789.json", {})
+        mine = next(p for p in tmp_path.iterdir() if p.name.startswith("rl_otel-live-"))
+        with rl_otel.init(run="next", prometheus=prometheus):
+            names = {p.name for p in tmp_path.iterdir()}
+            assert killed.name not in names, names
+            assert {elsewhere.name, unowned.name, mine.name} <= names and len(names) == 4, names
+
+
+@pytest.mark.slow
+def test_a_killed_rank_s_target_is_gone_once_the_next_rank_starts(tmp_path):
+    """Real processes: a rank killed with SIGKILL leaves its file; the rank started after it removes it."""
+    script = ("import sys, rl_otel\n"
+              "tel = rl_otel.init(run='r', prometheus={'host': '127.0.0.1', 'port': 0, 'file_sd': sys.argv[1]})\n"
+              "print(tel.metrics_url, flush=True)\n"
+              "sys.stdin.readline()\n")
+    env = {**os.environ, **CHILD_ENV, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        read_line(proc, "the rank serving")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    (left,) = tmp_path.iterdir()  # no close ran: the dead rank's file stays...
+    with rl_otel.init(run="r", rank=1, prometheus={"host": "127.0.0.1", "port": 0, "file_sd": str(tmp_path)}):
+        assert [p.name for p in tmp_path.iterdir() if p.name == left.name] == []  # ...until the next one starts
+    assert list(tmp_path.iterdir()) == []

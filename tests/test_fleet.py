@@ -16,8 +16,11 @@ import pytest
 
 import rl_otel
 from rl_otel import ConfigurationError, PortInUseError
+from tests._waits import CHILD_ENV, read_line
 from tests.promtools import PrometheusServer, samples, scrape
 from tests.rank_worker import expected
+
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 # Recording rules, when the project has them, are loaded into the e2e Prometheus: it refuses to start on a bad one.
@@ -99,8 +102,11 @@ def test_file_sd_target_is_written_atomically_and_removed_on_close(tmp_path):
     tel = rl_otel.init(run="exp/1 a", rank=4, prometheus={"host": "127.0.0.1", "port": 0, "file_sd": str(sd)})
     [path] = sd.iterdir()  # no temporary file left behind
     assert re.fullmatch(r"rl_otel-exp_1_a-trainer-rank4-[0-9a-f]{10}\.json", path.name), path.name
+    # the owner labels (host, process) let the next process reap the file of a killed one; Prometheus drops them
     assert json.loads(path.read_text()) == [{"targets": [f"127.0.0.1:{port_of(tel)}"],
-                                             "labels": {"run": "exp/1 a", "role": "trainer", "rank": "4"}}]
+                                             "labels": {"run": "exp/1 a", "role": "trainer", "rank": "4",
+                                                        "__rl_otel_host": tel.config.host_name,
+                                                        "__rl_otel_pid": str(os.getpid())}}]
     tel.close()
     assert list(sd.iterdir()) == []
 
@@ -155,7 +161,7 @@ def test_unwritable_file_sd_is_a_configuration_error_and_the_endpoint_is_closed(
 def start_ranks(run: str, sd: Path) -> list[subprocess.Popen]:
     procs = []
     for rank in range(WORLD):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD),
+        env = {**os.environ, **CHILD_ENV, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD),
                "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         procs.append(subprocess.Popen([sys.executable, "-m", "tests.rank_worker", run, str(sd)], cwd=ROOT, env=env,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
@@ -168,7 +174,8 @@ def test_eight_ranks_discovered_by_file_sd_and_aggregated(tmp_path):
     procs = start_ranks(run, sd)
     server = None
     try:
-        urls = [p.stdout.readline().split()[1] for p in procs]  # each rank is serving and has published
+        # each rank is serving and has published
+        urls = [read_line(p, f"rank {rank} serving").split()[1] for rank, p in enumerate(procs)]
         assert len(set(urls)) == WORLD
         assert len(list(sd.glob("*.json"))) == WORLD
         server = PrometheusServer(tmp_path, rule_files=RULE_FILES, scrape_configs=[{

@@ -3,6 +3,7 @@ method): the child logs on the inherited Telemetry and never hangs on a lock ano
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import threading
@@ -14,9 +15,12 @@ import rl_otel
 from tests._sinks import Recorder
 from tests.promtools import scrape
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 FORKS = 200
 IN_FLIGHT = 8  # children alive at once
-DEADLINE_S = 15.0  # a child needs milliseconds to log a step and exit; one still there after this has hung
+DEADLINE_S = 60.0  # a child needs milliseconds to log a step and exit; a deadlock lasts forever: a generous
+# bound keeps a child a loaded machine starved (2 CPU hogs, 8 children in flight) from counting as hung
 
 
 def _child(tel) -> None:
@@ -35,7 +39,7 @@ def _child(tel) -> None:
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Python 3.12+ warns about fork() with threads running
-def test_forked_children_logging_under_a_scraper_and_a_logging_thread_never_hang():
+def test_forked_children_logging_under_a_scraper_and_a_logging_thread_never_hang(tmp_path):
     """200 forks while a thread scrapes the endpoint and another logs (every step a new key and a bad value):
     every child logs its step and exits (before: the store's, router's and step counter's locks, held by a
     parent's thread at the fork, stayed held in the child forever - 2 of 40 children hung with only rl_otel's
@@ -67,6 +71,9 @@ def test_forked_children_logging_under_a_scraper_and_a_logging_thread_never_hang
     live: dict[int, float] = {}  # pid -> when it was forked
     exits: list[int] = []
     hung = 0
+    # a hung child says where it waits: SIGUSR2 (its handler inherited through fork) dumps its stack to this file
+    stacks = open(tmp_path / "hung-children.txt", "w+")  # noqa: SIM115 (open while children may write to it)
+    faulthandler.register(signal.SIGUSR2, file=stacks, all_threads=True)
 
     def reap() -> None:
         nonlocal hung
@@ -75,6 +82,10 @@ def test_forked_children_logging_under_a_scraper_and_a_logging_thread_never_hang
             if done:
                 exits.append(os.waitstatus_to_exitcode(status))
             elif time.monotonic() - forked > DEADLINE_S:
+                stacks.write(f"child {pid}, hung {time.monotonic() - forked:.0f} s after its fork:\n")
+                stacks.flush()
+                os.kill(pid, signal.SIGUSR2)
+                time.sleep(1)  # its dump written (a C handler: it needs no lock the child may wait on)
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 hung += 1
@@ -104,6 +115,10 @@ def test_forked_children_logging_under_a_scraper_and_a_logging_thread_never_hang
         for thread in threads:
             thread.join(30)
         tel.close()
-    assert hung == 0, f"{hung} of {FORKS} forked children hung"
+        faulthandler.unregister(signal.SIGUSR2)
+        stacks.seek(0)
+        dumped = stacks.read()
+        stacks.close()
+    assert hung == 0, f"{hung} of {FORKS} forked children hung; where they waited:\n{dumped}"
     assert exits == [0] * FORKS
     assert counts["steps"] > 0 and counts["scrapes"] > 0

@@ -40,7 +40,7 @@ from rl_otel.ops.thresholds import DEFAULT
 from tests.frameworks import ALL_FRAMEWORKS, concept_sources, concepts_logged, load, resolve
 from tests.promtools import PrometheusServer, samples, scrape
 
-pytestmark = pytest.mark.prometheus
+pytestmark = [pytest.mark.slow, pytest.mark.prometheus]
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -341,6 +341,9 @@ def test_start_up_served_during_the_first_step_never_goes_back(clock):
 # ------------------------------------------------------------------------------------------------ the demo
 
 
+# a real demo run (torch, ~10 s on a loaded machine): the slow layer; the fast one keeps the promise with a fake
+# clock (test_no_counter_ever_goes_back_and_the_buckets_always_add_up_to_the_wall)
+@pytest.mark.slow
 def test_the_demo_s_buckets_add_up_to_its_wall_time(tmp_path):
     """A real demo run, read from its endpoint after training: every bucket it serves (start-up, the phases,
     waiting) adds up to the wall time it serves, and that is the process's own, process start to now, within

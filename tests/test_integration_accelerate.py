@@ -18,6 +18,8 @@ from tests._child import finish_ranks
 from tests._readers import tensorboard_scalars
 from tests.promtools import free_port_pair, key_samples, samples, scrape
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = {"prometheus": {"host": "127.0.0.1", "port": 0}}
 

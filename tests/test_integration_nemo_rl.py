@@ -15,6 +15,8 @@ import pytest
 from rl_otel import ConfigurationError
 from tests._sinks import Recorder
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 STANDINS = Path(__file__).resolve().parent / "data" / "standins"
 LOCAL = {"prometheus": {"host": "127.0.0.1", "port": 0}, "trackers": {"recorder": {}}}
 MASTER = {"logger": {"log_dir": "logs/exp7", "wandb_enabled": False, "wandb": {"name": "grpo-llama-exp7"},

@@ -24,7 +24,10 @@ import pytest
 
 from rl_otel import ConfigurationError
 from tests._child import finish_ranks
+from tests._waits import CHILD_ENV, read_line
 from tests.promtools import free_port, samples, scrape
+
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -193,12 +196,11 @@ def test_a_taken_port_moves_only_its_rank_along_its_lane():
         procs, urls = [], []
         try:
             for rank in (0, 1):  # one after the other: rank 0 has moved before rank 1 starts
-                env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(rank), "LOCAL_RANK": str(rank),
-                       "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+                env = {**os.environ, **CHILD_ENV, "PYTHONPATH": str(ROOT), "RANK": str(rank),
+                       "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
                 procs.append(subprocess.Popen([sys.executable, "-c", LANE_RANK, str(base)], env=env, text=True,
                                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-                line = procs[-1].stdout.readline()
-                assert line, f"rank {rank} did not start"
+                line = read_line(procs[-1], f"rank {rank} serving")
                 urls.append(json.loads(line)["url"])
             assert [urlsplit(url).port for url in urls] == [base + 2, base + 1]
             for url in urls:

@@ -19,6 +19,8 @@ from tests._readers import tensorboard_scalars
 from tests._sinks import Recorder
 from tests.promtools import key_samples, samples, scrape
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = {"prometheus": {"host": "127.0.0.1", "port": 0}}
 

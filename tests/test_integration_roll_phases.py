@@ -25,6 +25,8 @@ import pytest
 
 from rl_otel._internal.tracing.steps import step_ids
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 pytest.importorskip("cloudpickle")
 pytest.importorskip("opentelemetry.sdk.trace")
 

@@ -15,6 +15,8 @@ import pytest
 from rl_otel import ConfigurationError
 from tests._sinks import Recorder
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 tracking = pytest.importorskip("skyrl.train.utils.tracking")
 omegaconf = pytest.importorskip("omegaconf")
 

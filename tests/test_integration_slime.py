@@ -16,6 +16,8 @@ import pytest
 
 from rl_otel import ConfigurationError
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 STANDINS = Path(__file__).resolve().parent / "data" / "standins"
 LOCAL = {"prometheus": {"host": "127.0.0.1", "port": 0}}
 HOOK = "rl_otel.integrations.slime.log_rollout_data"

@@ -18,7 +18,11 @@ import pytest
 from rl_otel import default_catalog
 from tests._child import finish_ranks
 from tests._readers import tensorboard_scalars
+from tests._waits import CHILD_ENV
+from tests._waits import read_line as read_line_within
 from tests.promtools import free_port, free_port_pair, samples, scrape
+
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = {"prometheus": {"host": "127.0.0.1", "port": 0}}
@@ -271,12 +275,13 @@ def test_two_ranks_each_serve_base_plus_local_rank_and_rank0_alone_mirrors(tmp_p
     base, tb = free_port_pair(), tmp_path / "tb"
     procs = []
     for rank in (0, 1):
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
+        env = {**os.environ, **CHILD_ENV, "PYTHONPATH": str(ROOT), "RANK": str(rank), "LOCAL_RANK": str(rank),
+               "WORLD_SIZE": "2"}
         procs.append(subprocess.Popen([sys.executable, "-c", RANK_WORKER, str(base), str(tb)], env=env,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
-        lines = [p.stdout.readline() for p in procs]
-        assert all(lines), [p.communicate(timeout=60)[1][-3000:] for p in procs]  # e.g. a PortInUseError
+        # a rank that ended first (e.g. a PortInUseError) or hangs fails with its stderr and stack
+        lines = [read_line_within(p, f"rank {rank}'s endpoint") for rank, p in enumerate(procs)]
         ready = [json.loads(line) for line in lines]
         assert [r["rank"] for r in ready] == [0, 1]
         assert [r["url"] for r in ready] == [f"http://127.0.0.1:{base + rank}/metrics" for rank in (0, 1)]

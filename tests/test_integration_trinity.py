@@ -18,6 +18,8 @@ from rl_otel import ConfigurationError
 from tests._child import Child, port_closed
 from tests.promtools import key_samples, samples, scrape
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 needs_trinity = pytest.mark.skipif(find_spec("trinity") is None and not os.environ.get("RL_OTEL_TEST_ALL"),
                                    reason="trinity-rft is installed by scripts/test.sh (requirements-frameworks.txt)")
 

@@ -22,6 +22,8 @@ from rl_otel import ConfigurationError
 from tests._child import Child, port_closed
 from tests.promtools import key_samples, samples, scrape
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 needs_verl = pytest.mark.skipif(find_spec("verl") is None and not os.environ.get("RL_OTEL_TEST_ALL"),
                                 reason="verl is installed by scripts/test.sh (requirements-frameworks.txt)")
 

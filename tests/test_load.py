@@ -12,11 +12,14 @@ import threading
 import time
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import rl_otel
 from tests._workload import FullStep
 from tests.promtools import promtool_check
+
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
 
 STEPS, CLIENTS, HZ = 1000, 4, 20.0
 BASE = {"run", "role", "rank"}

@@ -10,10 +10,14 @@ import os
 import threading
 import urllib.request
 
+import pytest
+
 import rl_otel
 from rl_otel.sinks import register_sink
 from tests._footprint import Footprint
 from tests._workload import FullStep
+
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
 
 
 class LastStep:

@@ -31,6 +31,8 @@ from rl_otel.ops.thresholds import DEFAULT
 from tests._child import Child
 from tests.promtools import free_port, require_binary
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 NODES = {"node-a": (0, 1, 2, 3), "node-b": (4, 5, 6, 7)}
 WORLD = 8

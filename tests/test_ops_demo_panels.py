@@ -28,7 +28,7 @@ from rl_otel.ops.rules import OUT_OF_RANGE
 from rl_otel.ops.thresholds import DEFAULT
 from tests.promtools import PrometheusServer, scrape
 
-pytestmark = pytest.mark.prometheus
+pytestmark = [pytest.mark.slow, pytest.mark.prometheus]
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = [ROOT / "prometheus/rules/rl_otel_recording.yml", ROOT / "prometheus/rules/rl_otel_alerts.yml"]

@@ -26,6 +26,8 @@ from tests.e2e_training import train
 from tests.gpu_fakes import GIB, FakeCuda, FakeNvml, wait_for_nvml
 from tests.promtools import PrometheusServer
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 RULES = [ROOT / "prometheus/rules/rl_otel_recording.yml", ROOT / "prometheus/rules/rl_otel_alerts.yml"]
 RUN = "e2e-ops"

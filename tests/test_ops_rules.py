@@ -22,6 +22,8 @@ from rl_otel.ops.rules import RunbookLinks
 from rl_otel.ops.thresholds import Thresholds
 from tests.promtools import require_binary
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 CONCEPT_METRICS = {c.record.split(":")[1] for c in CONCEPTS}
 RULE_FILES = ["prometheus/rules/rl_otel_recording.yml", "prometheus/rules/rl_otel_alerts.yml"]

@@ -16,6 +16,8 @@ from rl_otel import ConfigurationError
 from tests.otlp_receiver import GrpcOtlpReceiver, OtlpReceiver
 from tests.promtools import free_port, samples, scrape
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 
 @pytest.fixture
 def receiver():

@@ -13,6 +13,7 @@ import pytest
 from rl_otel import ConfigurationError
 from rl_otel._internal.runtime.ranks import ProcessRanks, env_ranks, launch_identity, port_lane
 from tests._readers import tensorboard_scalars
+from tests._waits import CHILD_ENV, read_line
 from tests.promtools import samples, scrape
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,12 +49,12 @@ def test_two_ranks_label_their_series_and_only_rank0_writes_tensorboard(tmp_path
     tb = tmp_path / "tb"
     procs = []
     for rank in (0, 1):
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
+        env = {**os.environ, **CHILD_ENV, "PYTHONPATH": str(ROOT), "RANK": str(rank), "LOCAL_RANK": str(rank),
+               "WORLD_SIZE": "2"}
         procs.append(subprocess.Popen([sys.executable, "-c", WORKER, str(tb)], env=env, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
-        lines = [p.stdout.readline().split() for p in procs]
-        assert all(lines), [p.stderr.read() for p in procs]
+        lines = [read_line(p, f"rank {rank}'s endpoint and trackers").split() for rank, p in enumerate(procs)]
         (url0, trackers0), (url1, *trackers1) = lines
         assert url0 != url1 and trackers0 == "tensorboard" and trackers1 == []
         for rank, url in ((0, url0), (1, url1)):

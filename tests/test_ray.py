@@ -21,6 +21,8 @@ from rl_otel.errors import ConfigurationError
 from rl_otel.integrations import ray as rl_ray
 from tests.promtools import PrometheusServer
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 RUN = "ray-run"
 ROLES = ("actor_train", "actor_infer")
@@ -68,8 +70,9 @@ def wait_until(what: str, check, timeout: float = DEADLINE_S):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """One Ray cluster for the module (starting one takes seconds): 2 CPUs, no dashboard."""
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False,
+    """One Ray cluster for the module (starting one takes seconds): 2 CPUs, no dashboard. Its own: a cluster another
+    program runs on this machine (Ray's current-cluster file, RAY_ADDRESS) is never joined."""
+    ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     targets = rl_ray.serve_targets(host="127.0.0.1", port=0)
     server = None

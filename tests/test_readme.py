@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 README = (ROOT / "README.md").read_text()
@@ -73,6 +75,9 @@ def test_the_quick_start_shows_a_served_series():
     served = samples(proc.stdout, "rl_critic_score")
     labels = frozenset({("run", "exp1"), ("role", "trainer"), ("rank", "0"), ("stat", "mean")})
     assert served == {labels: 0.41}, proc.stdout + proc.stderr
+    # the line the README quotes as the output is the line printed, character for character
+    quoted = re.search(r"It prints `(rl_critic_score[^`]*)`", README)
+    assert quoted is not None and quoted.group(1) in proc.stdout.splitlines(), (quoted, proc.stdout)
 
 
 def test_yaml_snippets_parse():

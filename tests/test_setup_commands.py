@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "torch_index.py"
 README = (ROOT / "README.md").read_text()
 
-pytestmark = pytest.mark.skipif(platform.system() != "Linux", reason="the CUDA wheel question is Linux's")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(platform.system() != "Linux", reason="the CUDA wheel question is Linux's")]
 
 NO_DRIVER = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
 H100 = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0d2c7a4e-3f1b-4c55-9c8e-1b2a3c4d5e6f)"

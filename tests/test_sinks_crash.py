@@ -20,6 +20,8 @@ from tests._child import Child
 from tests._readers import tensorboard_scalars
 from tests._sinks import REPO
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 STEPS = 200
 KEYS = 20
 

@@ -67,8 +67,9 @@ def test_the_default_on_a_stream_is_a_short_summary_line(capsys):
     sink.log({"rollout/reward/mean": 0.7, "eval/gsm8k/accuracy/mean@4": 0.61, "my/own": 3.0}, 42)  # Trinity-RFT
     sink.close()
     lines = capsys.readouterr().out.splitlines()
-    assert lines == ["step 40  reward=0.41 kl=0.00312 entropy=1.31 loss=-0.0042 clip=0.031 tok/s=8283",
-                     "step 41  reward=0.5 entropy=0.9 loss=0.2 clip=0.1",
+    # the KL to the reference (TRL's kl) and the old->new policy KL (ROLL's approxkl) each by its own name
+    assert lines == ["step 40  reward=0.41 kl_old=0.00312 entropy=1.31 loss=-0.0042 tok/s=8283",
+                     "step 41  reward=0.5 kl_ref=0.01 entropy=0.9 loss=0.2",
                      "step 42  reward=0.7 eval=0.61"]
 
 

@@ -146,3 +146,25 @@ def test_a_full_disk_loses_only_the_steps_it_refused_each_counted_once(tmp_path,
     assert failures[0].reason == "disk_full"
     sink.close()
     assert [s for s, _ in tensorboard_scalars(str(tmp_path / "tb"))["x"]] == list(range(5))
+
+
+def test_a_missing_tracker_package_is_one_line_naming_the_extra_and_the_command_from_a_checkout(monkeypatch,
+                                                                                                 tmp_path):
+    """rl_otel is installed from its checkout (not published): the error names the extra and the command that
+    works from the checkout, in one line, raised from init() without the frames that found the package missing
+    (before: ``pip install 'rl-otel[tensorboard]'``, which looks for a published package, under a 30-line
+    traceback)."""
+    import sys
+
+    import rl_otel
+    from rl_otel.errors import MissingExtraError
+
+    for name in ("tensorboard.compat.proto.event_pb2", "tensorboard.compat.proto.summary_pb2"):
+        monkeypatch.setitem(sys.modules, name, None)  # what an environment without tensorboard imports
+    with pytest.raises(MissingExtraError) as caught:
+        rl_otel.init(run="x", prometheus=False, trackers={"tensorboard": {"log_dir": str(tmp_path)}})
+    message = str(caught.value)
+    assert "\n" not in message and "extra [tensorboard]" in message, message
+    assert "pip install -e '.[tensorboard]' in the rl_otel checkout" in message and "rl-otel[" not in message
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    assert [entry.name for entry in caught.traceback] == [caught.traceback[0].name, "init"]  # the caller, init()

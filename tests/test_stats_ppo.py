@@ -440,3 +440,17 @@ def test_public_names():
                                              "task_metrics"]
     for name in rl_otel.stats.__all__:
         assert getattr(rl_otel.stats, name) is not None
+
+
+def test_exclude_leaves_out_keys_the_user_logs_and_refuses_a_key_never_returned():
+    """``names="verl"`` returns ``actor/pg_loss``, which a loop logging its own loss under that key overlaps:
+    ``exclude`` leaves it out and every other key as it was; a key the call never returns (a typo) is refused
+    naming it, so nothing is silently kept."""
+    batch = make_batch(5, 4, 6)
+    whole = ppo_stats(**batch, names="verl")
+    assert "actor/pg_loss" in whole
+    fewer = ppo_stats(**batch, names="verl", exclude={"actor/pg_loss"})
+    assert fewer.keys() == whole.keys() - {"actor/pg_loss"}
+    assert all(fewer[k] == whole[k] or (math.isnan(fewer[k]) and math.isnan(whole[k])) for k in fewer)
+    with pytest.raises(ValueError, match="actor/pg_los'"):
+        ppo_stats(**batch, names="verl", exclude=["actor/pg_los"])

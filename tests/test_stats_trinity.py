@@ -17,6 +17,8 @@ from rl_otel.catalog import default_catalog
 from rl_otel.stats import bootstrap_best_worst, eval_step_metrics, rollout_step_metrics, run_metrics, task_metrics
 from rl_otel.stats import trinity as rl_trinity
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def ref():

@@ -17,6 +17,10 @@ pytest.importorskip("torch.distributed")
 
 from tests.straggler_ranks import start_ranks
 
+# four spawned torch processes: the slow layer (the accounting it checks, with a fake clock, is in the fast layer:
+# tests/test_goodput.py::test_phases_count_exclusive_time_parts_collectives_and_the_time_between)
+pytestmark = pytest.mark.slow
+
 STEPS = 30
 SLOW = 2
 
@@ -34,7 +38,11 @@ def _phase_mean(text: str) -> float:
                                                                          **labels)
 
 
-def test_the_slow_rank_computes_longest_the_others_wait_for_it_and_every_rank_s_time_adds_up():
+ATTEMPTS = 3  # a run whose timings a loaded machine skewed is measured again before the test fails
+
+
+def _measure() -> tuple[list[str], list[float]]:
+    """One 4-rank run: what each rank serves at its end, and each process's age when it was scraped."""
     with start_ranks(4, slow_rank=SLOW, slow_factor=2.0, compute_s=0.05, steps=STEPS) as ranks:
         ranks.wait_for_step(STEPS - 1)  # every rank done: their counters cover the same steps
         texts, elapsed = [], []
@@ -43,7 +51,10 @@ def test_the_slow_rank_computes_longest_the_others_wait_for_it_and_every_rank_s_
             before = time.time()
             texts.append(scrape(url))
             elapsed.append((before + time.time()) / 2 - started)
-    assert promtool_check(texts[0]) == ""
+    return texts, elapsed
+
+
+def _check(texts: list[str], elapsed: list[float]) -> None:
     compute = [_one(t, "rl_rank_compute_seconds_total") for t in texts]
     wait = [_one(t, "rl_collective_wait_seconds_total", point="allreduce") for t in texts]
     median = statistics.median(compute)
@@ -67,3 +78,19 @@ def test_the_slow_rank_computes_longest_the_others_wait_for_it_and_every_rank_s_
         assert buckets["startup"] > 0 and buckets["training"] > 0 and buckets["waiting"] > 0, (rank, buckets)
         # a collective inside a phase is waiting, not the phase's work: training is the compute
         assert buckets["training"] == pytest.approx(compute[rank], rel=1e-6), (rank, buckets, compute[rank])
+
+
+def test_the_slow_rank_computes_longest_the_others_wait_for_it_and_every_rank_s_time_adds_up():
+    """The ratios compare ranks of one run, side by side; a run that another process's load skewed (a rank
+    descheduled for part of a step stretches its phases) is run again, up to ATTEMPTS times, before it fails.
+    The served text is checked once whatever the timings (a wrong exposition is no timing)."""
+    failures = []
+    for attempt in range(ATTEMPTS):
+        texts, elapsed = _measure()
+        assert promtool_check(texts[0]) == ""
+        try:
+            _check(texts, elapsed)
+            return
+        except AssertionError as e:
+            failures.append(f"attempt {attempt + 1}: {e}")
+    raise AssertionError(f"every one of {ATTEMPTS} runs failed:\n" + "\n".join(failures))

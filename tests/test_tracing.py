@@ -14,6 +14,8 @@ from rl_otel._internal.tracing.carriers import extract, inject
 from rl_otel._internal.tracing.config import tracing_config
 from rl_otel._internal.tracing.tracing import UrandomIdGenerator
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 
 @pytest.mark.parametrize("bad, words", [
     ("zipkin", "tracing exporter must be one of"),
@@ -31,7 +33,7 @@ def test_bad_tracing_config_fails_at_init(bad, words):
 
 def test_otlp_missing_is_a_clear_configuration_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
-    with pytest.raises(rl_otel.ConfigurationError, match=r"pip install 'rl-otel\[otlp\]'"):
+    with pytest.raises(rl_otel.ConfigurationError, match=r"pip install -e '\.\[otlp\]' in the rl_otel checkout"):
         tracing_config({"exporter": "otlp"})
 
 

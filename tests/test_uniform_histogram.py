@@ -12,6 +12,8 @@ from hypothesis.extra import numpy as hnp
 
 from rl_otel._internal.pipeline.uniform_histogram import uniform_histogram
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 FLOAT_DTYPES = st.sampled_from([np.float64, np.float32, np.float16])
 
 

@@ -357,6 +357,12 @@ def test_framework_names_and_inference():
     assert frameworks.infer(["actor/pg_loss", "critic/score/mean", "timing_s/gen", "actor/entropy"]) == "verl"
     assert frameworks.infer(["objective/kl", "objective/entropy", "ppo/loss/policy"]) == "trl"
     assert frameworks.infer(["my/own"]) == "unknown"
+    # keys veRL and ROLL share say nothing of which it is: no guess (before: "roll", the first in the list, named a
+    # veRL loop's run); one key of its own decides
+    shared = ["actor/pg_loss", "critic/score/mean", "actor/kl_loss"]
+    assert frameworks.infer(shared) == "unknown"
+    assert frameworks.infer([*shared, "actor/ppo_kl"]) == "verl"
+    assert frameworks.infer([*shared, "actor/approxkl"]) == "roll"
     # a key string two frameworks log resolves in the run's framework's catalog
     assert frameworks.catalog_for("unknown") is default_catalog()
     assert frameworks.catalog_for("slime") is default_catalog("slime")

@@ -17,6 +17,8 @@ import pytest
 from tests.promtools import OPENMETRICS, PrometheusServer, key_samples, require_binary, samples, scrape
 from tests.test_watch_support import ThreadedWatcher, served, wait_for
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 pytest.importorskip("tensorboard")
 torch_tb = pytest.importorskip("torch.utils.tensorboard")
 

@@ -9,9 +9,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from bench_watch_scale import measure
+
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
 
 
 def test_hundreds_of_runs_hold_a_few_threads_and_descriptors_and_a_new_run_is_served():

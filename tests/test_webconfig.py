@@ -21,6 +21,8 @@ from tests.certs import Pki, make_pki
 from tests.promtools import PrometheusServer, promtool_check, samples
 from tests.test_endpoint_hardening import wait_until
 
+pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
+
 PASSWORD = "s3cret-scrape"
 
 

@@ -337,9 +337,13 @@ SPECS = (
     gauge("actor/positive_sft_loss", "rl_actor_positive_sft_loss", "SFT loss on positive samples.", _S),
     gauge("actor/negative_sft_loss", "rl_actor_negative_sft_loss", "SFT loss on negative samples.", _S),
     # SFT, distillation and the cluster-named training keys of the strategies ({cluster}/grad_norm, ...)
-    gauge("{cluster:sft_train}/loss", "rl_cluster_loss",
-          "SFT: token-mean language-model loss of the step (per micro-batch over the global label-token count, "
-          "summed over micro-batches and ranks).", _S),
+    # every training strategy logs it as {worker_config.name}/loss@sum (op_compute_language_loss of the megatron,
+    # deepspeed and fsdp2 strategies): SFT's main loss, and the loss of any training cluster whose loss is the
+    # language-model loss, so every cluster that runs optimizer steps, not only sft_train
+    gauge(f"{{cluster:{TRAIN_CLUSTERS}}}/loss", "rl_cluster_loss",
+          "Token-mean language-model loss of a training cluster's step (the strategies' {cluster}/loss@sum: per "
+          "micro-batch over the global label-token count, summed over micro-batches and ranks); SFT's main loss.",
+          _S),
     gauge("{cluster:sft_train|student}/val_loss", "rl_cluster_val_loss",
           "SFT or distillation: validation language-model loss.", _S),
     gauge("student/lr", "rl_student_learning_rate", "Distillation: learning rate of the student.", _S),

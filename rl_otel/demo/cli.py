@@ -9,8 +9,8 @@ It serves on loopback unless ``--host`` asks for more.
 The demo writes nothing into the current directory: each run's TensorBoard files go in a directory of its own,
 ``<run>-<time>``. Without ``--log-dir``, every invocation gets a new parent under the user's cache directory
 (``$XDG_CACHE_HOME/rl_otel/demo/<time>``, else ``~/.cache/...``), the only ones its TensorBoard command shows, and
-only the newest :data:`KEPT_INVOCATIONS` are kept; with ``--log-dir DIR`` the runs go in ``DIR`` and nothing is
-deleted.
+only the newest :data:`KEPT_INVOCATIONS` of this user's are kept (nothing else there is deleted); with
+``--log-dir DIR`` the runs go in ``DIR`` and nothing is deleted.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ import argparse
 import itertools
 import math
 import os
+import re
 import shutil
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -62,11 +65,17 @@ def invocation_dir(log_dir: str | os.PathLike | None) -> Path:
     return _unique(parent / time.strftime("%Y%m%d-%H%M%S"))
 
 
+_INVOCATION = re.compile(r"\d{8}-\d{6}(-\d+)?")  # the names invocation_dir() gives
+
+
 def prune_invocations(parent: Path, keep: int) -> list[Path]:
-    """Delete the directories in ``parent`` (the demo's own cache directory) but the ``keep`` newest; return them.
-    Files are left alone: the demo writes only directories there."""
+    """Delete the demo's own invocations in ``parent`` but the ``keep`` newest; return them. Its own: a directory
+    named as :func:`invocation_dir` names them and owned by this user - a cache directory shared by several users
+    (``XDG_CACHE_HOME`` on a common disk) keeps everyone else's runs, and anything else put there stays."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
     try:
-        dirs = [p for p in parent.iterdir() if p.is_dir() and not p.is_symlink()]
+        dirs = [p for p in parent.iterdir() if p.is_dir() and not p.is_symlink() and _INVOCATION.fullmatch(p.name)
+                and (uid is None or p.stat().st_uid == uid)]
     except OSError:  # no cache directory yet
         return []
     dirs.sort(key=lambda p: p.stat().st_mtime, reverse=True)
@@ -197,6 +206,35 @@ class ProgressBar:
         self.stream.flush()
 
 
+class CtrlC:
+    """Ctrl-C remembered: Python runs a signal handler wherever the main thread is, and a ``KeyboardInterrupt``
+    raised inside a finalizer (a ``__del__``, a weakref callback, a garbage collection) is printed as "Exception
+    ignored" and lost, so training went on to its end (seen once on a loaded machine: step 120 of 200 41 s after
+    the Ctrl-C). The demo raises a Ctrl-C it saw again at the next step and in its linger."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._previous: Any = None
+
+    def __enter__(self) -> CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        """Raise the Ctrl-C seen (and possibly lost) since the demo started."""
+        if self.seen:
+            raise KeyboardInterrupt
+
+
 def main(args: argparse.Namespace, tracker_options: dict[str, Any]) -> int:
     """Run the demo as the command line asked: print where to look, train, linger; ``--repeat`` runs again."""
     from rl_otel.demo.ppo import DemoConfig
@@ -213,21 +251,27 @@ def main(args: argparse.Namespace, tracker_options: dict[str, Any]) -> int:
     parent = invocation_dir(args.log_dir)
     runs = itertools.count() if args.repeat == 0 else range(args.repeat)
     try:
-        for i in runs:
-            # one run: a fresh Telemetry (its series leave the endpoint when it closes, so a finished run never
-            # looks stalled), the next seed, the run name numbered when runs repeat
-            label = base if args.repeat == 1 else f"{base}-{i + 1}"
-            code = _one_run(args, tracker_options, label, args.seed + i, parent, linger_after(args, i))
-            if code is not None:
-                return code
+        with CtrlC() as ctrl_c:
+            return _runs(args, tracker_options, base, parent, runs, ctrl_c)
     except KeyboardInterrupt:  # Ctrl-C while training: the Telemetry has closed its trackers; no traceback
         print("\nrl-otel demo: stopped (Ctrl-C)", file=sys.stderr)
         return 130
+
+
+def _runs(args: argparse.Namespace, tracker_options: dict[str, Any], base: str, parent: Path, runs: Any,
+          ctrl_c: CtrlC) -> int:
+    for i in runs:
+        # one run: a fresh Telemetry (its series leave the endpoint when it closes, so a finished run never
+        # looks stalled), the next seed, the run name numbered when runs repeat
+        label = base if args.repeat == 1 else f"{base}-{i + 1}"
+        code = _one_run(args, tracker_options, label, args.seed + i, parent, linger_after(args, i), ctrl_c)
+        if code is not None:
+            return code
     return 0
 
 
 def _one_run(args: argparse.Namespace, tracker_options: dict[str, Any], label: str, seed: int, parent: Path,
-             linger: float) -> int | None:
+             linger: float, ctrl_c: CtrlC) -> int | None:
     """Train and linger once; an exit code to stop with (an error, or Ctrl-C while lingering), else None."""
     import rl_otel
     from rl_otel.demo.ppo import DemoConfig, run
@@ -256,8 +300,14 @@ def _one_run(args: argparse.Namespace, tracker_options: dict[str, Any], label: s
         print(f"  trackers:    {', '.join(tel.trackers) or 'none'} (rank {tel.config.rank})", file=err)
         err.flush()
         bar = None if args.no_progress else ProgressBar(args.steps, err)
+
+        def on_step(report: Any) -> None:
+            ctrl_c.check()
+            if bar is not None:
+                bar(report)
+
         started = time.perf_counter()
-        result = run(config, telemetry=tel, on_step=bar)
+        result = run(config, telemetry=tel, on_step=on_step)
         tel.flush(timeout_s=10.0)
         first, last = _window_mean(result.scores, 10, head=True), _window_mean(result.scores, 10, head=False)
         print(f"rl-otel demo: done in {time.perf_counter() - started:.1f}s; mean reward {first:.3f} (first 10 steps)"
@@ -270,16 +320,17 @@ def _one_run(args: argparse.Namespace, tracker_options: dict[str, Any], label: s
                 else:
                     print(f"rl-otel demo: serving {tel.metrics_url} for {linger:g}s more (Ctrl-C stops)", file=err)
                 err.flush()
-                _sleep(linger)
+                _sleep(linger, ctrl_c)
             except KeyboardInterrupt:
                 return 0
     return None
 
 
-def _sleep(seconds: float) -> None:
-    """``time.sleep`` that also takes ``inf`` (which ``time.sleep`` refuses)."""
+def _sleep(seconds: float, ctrl_c: CtrlC) -> None:
+    """``time.sleep`` that also takes ``inf`` (which ``time.sleep`` refuses), ended by a Ctrl-C."""
     while seconds > 0:
-        chunk = min(seconds, 3600.0)
+        ctrl_c.check()
+        chunk = min(seconds, 1.0)
         time.sleep(chunk)
         seconds -= chunk
 

@@ -377,7 +377,27 @@ def budget(shape: Shape, *, scrape_interval_s: float = 15.0, evaluation_interval
 
 # -- the command ------------------------------------------------------------------------------------------------
 
-_HELP = {f.name: f.name.replace("_", " ") for f in fields(Shape)}
+# each option's help: what the count is, in the words of the Shape field's comment
+_HELP = {
+    "gpus_per_node": "GPUs per node",
+    "ranks_per_gpu": "processes serving an endpoint per GPU (ROLL colocated: one per cluster)",
+    "clusters": "clusters of the job (ROLL: actor_train, actor_infer, reference, critic, reward)",
+    "clusters_per_rank": "clusters whose phases one worker times (veRL's hybrid worker: actor+rollout+ref)",
+    "phases": "phases per cluster (train_step, generate, compute_log_probs, ...)",
+    "devices_per_rank": "GPUs whose memory one worker reports (device_id label values)",
+    "step_ranks": "processes logging the training step's statistics (the driver; or every rank)",
+    "distributions": "ppo_stats(distributions=True): 8 histograms",
+    "rollout_metrics": "rollout metrics, each rollout/{metric}/{mean,max,min}",
+    "tasksets": "eval task sets, each eval/{taskset}/{metric}/{mean,std,best,worst}@{k}",
+    "eval_metrics": "eval metrics per task set",
+    "eval_ks": "eval k values (the @k of eval keys)",
+    "live_gpu": "live GPU gauges (torch: 2, NVML: 3 per device)",
+    "user_keys": "the user's own keys without a catalog entry (fallback gauges)",
+    "collective_points": "tel.collective() points a rank waits at (allreduce, barrier, ...)",
+    "drop_phase_buckets": "the agents drop each rank's rl_phase_duration_seconds_bucket (agent.yml)",
+    "max_series_per_metric": "init()'s max_series_per_metric",
+    "max_unknown_keys": "init()'s max_unknown_keys",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -395,9 +415,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 help=f"{_HELP[f.name]} (default {default})")
         else:
             parser.add_argument(flag, type=int, default=default, help=f"{_HELP[f.name]} (default {default})")
-    parser.add_argument("--scrape-interval", type=float, default=15.0, help="seconds (default 15)")
-    parser.add_argument("--evaluation-interval", type=float, default=15.0, help="seconds (default 15)")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument("--scrape-interval", type=float, default=15.0,
+                        help="Prometheus's scrape interval, seconds (default 15)")
+    parser.add_argument("--evaluation-interval", type=float, default=15.0,
+                        help="Prometheus's rule evaluation interval, seconds (default 15)")
+    parser.add_argument("--format", choices=("table", "json"), default="table",
+                        help="a table to read, or JSON for a program (default table)")
 
 
 def budgets(args: argparse.Namespace) -> list[Budget]:

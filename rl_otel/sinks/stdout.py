@@ -3,10 +3,12 @@
 Formats (``format=``):
 
 - ``"summary"`` (default when writing to ``stdout``/``stderr``): one line per written step with a few key values,
-  ``step 40  reward=0.512 kl=0.0021 entropy=1.31 loss=-0.0042 clip=0.031 tok/s=8283``. Which keys:
-  the first logged key of each training concept (:mod:`rl_otel.catalog.concepts`: reward, policy KL, entropy,
-  loss, ...), so ROLL's ``critic/score/mean``, TRL's ``reward`` and Trinity-RFT's ``rollout/reward/mean`` all show
-  as ``reward``; ``keys=[...]`` picks them instead.
+  ``step 40  reward=0.512 kl_ref=0.013 kl_old=0.0021 entropy=1.31 loss=-0.0042 tok/s=8283``. Which
+  keys: the first logged key of each training concept (:mod:`rl_otel.catalog.concepts`: reward, KL to the reference
+  model, KL to the old policy, entropy, loss, ...), so ROLL's ``critic/score/mean``, TRL's ``reward`` and
+  Trinity-RFT's ``rollout/reward/mean`` all show as ``reward``; ``keys=[...]`` picks them instead. The two KLs are
+  named apart: ``kl_ref`` (policy to reference, what GRPO and PPO users watch drift) and ``kl_old`` (the old to
+  the updated policy within one update, about 0 for a single-update GRPO step).
 - ``"json"`` (default when writing to a ``file``, which programs read): the full dict, one line per step,
   ``metrics_tag: {"step": ..., "metrics": {...}}`` like ROLL's stdout tracker;
   ``grep '^metrics_tag: ' train.log | cut -c14- | jq .metrics`` recovers every step.
@@ -33,9 +35,10 @@ TAG = "metrics_tag: "
 FORMATS = ("summary", "json", "table")
 
 # (concept, short label) in the order the summary shows them (see rl_otel.catalog.concepts)
+# (the clip fraction gave its place to the second KL: a line fits 100 columns; keys=[...] shows it again)
 SUMMARY_CONCEPTS = (
-    ("reward", "reward"), ("eval_score", "eval"), ("policy_kl", "kl"), ("entropy", "entropy"),
-    ("policy_loss", "loss"), ("clip_ratio", "clip"), ("throughput", "tok/s"),
+    ("reward", "reward"), ("eval_score", "eval"), ("ref_kl", "kl_ref"), ("policy_kl", "kl_old"),
+    ("entropy", "entropy"), ("policy_loss", "loss"), ("throughput", "tok/s"),
 )
 _CLEAR_LINE = "\r\033[K"
 

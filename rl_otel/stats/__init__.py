@@ -37,4 +37,7 @@ def __getattr__(name: str) -> Any:
     try:
         return getattr(importlib.import_module(module), name)
     except ImportError as exc:
-        raise ImportError(f"rl_otel.stats.{name} needs torch: pip install 'rl-otel[torch]'") from exc
+        from rl_otel.errors import MissingExtraError, install_hint
+
+        raise MissingExtraError(f"rl_otel.stats.{name} needs torch (rl_otel's extra [torch]): "
+                                f"{install_hint('torch')}") from exc

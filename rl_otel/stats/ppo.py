@@ -95,6 +95,7 @@ def ppo_stats(
     loss_agg_mode: str = "token-mean",
     importance_sampling: str = "token",
     names: str | Iterable[str] = "roll",
+    exclude: Iterable[str] = (),
     distributions: bool | Literal["tensors"] = False,
     catalog: Catalog | None = None,
     _compact: bool | None = None,
@@ -197,7 +198,10 @@ def ppo_stats(
             which keys follow it is listed above.
         importance_sampling: ROLL's ``importance_sampling``: ``token`` ratios, or ``seq``: one ratio a sequence,
             ``exp`` of the mean log-ratio over ``final_response_mask``, broadcast to its tokens (ROLL keys only).
-        names: some of ``"roll"``, ``"trl"``, ``"verl"``: which keys to return.
+        names: some of ``"roll"``, ``"trl"``, ``"verl"``: which keys to return (each set's keys: above, and
+            ``sorted(ppo_stats(...))`` of one call).
+        exclude: keys of those sets to leave out, e.g. ``{"actor/pg_loss"}`` when the loop logs its own loss
+            under that key (``names="verl"`` returns it); a key this call would not return raises ValueError.
         distributions: ``True`` adds histograms (``actor/ratio_dist``, ``ppo/policy/ratio``, ...; ROLL and TRL
             keys) as :class:`BucketCounts` against the catalog's buckets, read back in the same single transfer
             (Prometheus histograms; trackers get no values to draw from); ``"tensors"`` adds them as 1-d tensors
@@ -245,8 +249,11 @@ def ppo_stats(
     if final_response_mask is response_mask:
         final_response_mask = None
 
+    left_out = frozenset(exclude)
+    if not all(isinstance(key, str) for key in left_out):
+        raise ValueError(f"exclude must be keys (strings), got {exclude!r}")
     with torch.no_grad():
-        return _compute(inputs={
+        out = _compute(inputs={
             "log_probs": log_probs, "old_log_probs": old_log_probs, "response_mask": response_mask,
             "final_response_mask": final_response_mask, "advantages": advantages, "ref_log_probs": ref_log_probs,
             "values": values, "returns": returns, "vpreds": vpreds, "rewards": rewards, "scores": scores,
@@ -255,6 +262,12 @@ def ppo_stats(
             kl_penalty=kl_penalty, kl_coef=kl_coef, seq_mean=loss_agg_mode == "seq-mean-token-mean",
             seq_is=importance_sampling == "seq", roll="roll" in sets, trl="trl" in sets, verl="verl" in sets,
             distributions=distributions, catalog=catalog or default_catalog(), compact=_compact)
+    if left_out:
+        unknown = sorted(left_out - out.keys())
+        if unknown:
+            raise ValueError(f"exclude: {unknown} are not keys this call returns; it returns {sorted(out)}")
+        out = {key: value for key, value in out.items() if key not in left_out}
+    return out
 
 
 # -- host-side arithmetic, in Python floats: IEEE results for a zero denominator (0/0 = NaN, x/0 = +-inf) ----------

@@ -19,10 +19,13 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> None:
     """``rl-otel watch PATH... [--host H] [--port P] [--file-sd DIR] [--state FILE] [--framework F] ...``"""
     parser.add_argument("paths", nargs="+", metavar="PATH",
                         help="TensorBoard log directories, event files or JSONL metric files to follow")
-    parser.add_argument("--host", default="0.0.0.0", help="address the endpoint binds (default 0.0.0.0)")
+    parser.add_argument("--host", default="0.0.0.0",
+                        help="address the endpoint binds (default 0.0.0.0, every interface: what Prometheus scrapes "
+                             "binds every interface, as rl_otel.init() does; only the demo, a toy on your own "
+                             "machine, binds 127.0.0.1. Pass 127.0.0.1 to keep it to this machine)")
     parser.add_argument("--port", type=int, default=9464,
-                        help="the port every run is served on (0: any free port; with --port-per-run the first "
-                             "port, each run and rank taking the next free one)")
+                        help="the port every run is served on (default 9464; 0: any free port; with --port-per-run "
+                             "the first port, each run and rank taking the next free one)")
     parser.add_argument("--port-search", type=int, default=100, help="ports tried after --port (default 100)")
     parser.add_argument("--port-per-run", action="store_true",
                         help="an endpoint (and a file_sd target) per run and rank instead of one for all")

@@ -4,7 +4,9 @@ With ten frameworks one key string can mean different things, so a run's keys re
 (:func:`rl_otel.catalog.default_catalog`), and the framework is stated on the target: it becomes the resource
 attribute ``rl.framework`` (served in ``target_info``). ``auto`` scores each framework by the keys of the run's
 first values that its own catalog entries explain (an entry shared by several frameworks counts for each in
-part); a run whose keys no framework places is ``unknown`` and resolves in the default catalog.
+part); a run whose keys no framework places, or whose keys two frameworks explain equally (veRL's and ROLL's
+shared ``actor/pg_loss``, ``critic/score/mean``: a guess named ROLL a veRL run), is ``unknown`` and resolves in
+the default catalog, which holds the shared entries; ``--framework`` states it.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ def infer(keys: Iterable[str]) -> str:
                     scores[source] = scores.get(source, 0.0) + 1.0 / len(own)
     if not scores:
         return "unknown"
-    return max(sorted(scores), key=lambda s: (scores[s], -FRAMEWORKS.index(s)))
+    best = max(scores.values())
+    leaders = [s for s, score in scores.items() if score > best - 1e-9]
+    return leaders[0] if len(leaders) == 1 else "unknown"  # a tie is no evidence for either
 
 
 def _canonical(source: str) -> str:

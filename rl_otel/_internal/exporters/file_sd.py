@@ -6,7 +6,11 @@ name and the target itself (host:port), so two processes never write one file - 
 (one run, both rank 0), not two runs whose names read alike (``实验`` and ``测试``), not two ranks of one host.
 Prometheus reads them all with ``files: [<dir>/*.json]``. A file is replaced atomically
 (:mod:`rl_otel._internal.atomic`): Prometheus watches the directory and must never read half a file. ``close()``
-removes it, so a finished run's targets disappear instead of turning ``up == 0``. The target group's labels ``run``
+removes it, so a finished run's targets disappear instead of turning ``up == 0``. A killed process runs no
+``close()``: its file would name a dead target (``up == 0``, RLScrapeTargetDown) until someone deleted it, so the
+next process that publishes in the directory reaps it - a file whose hidden owner labels (``__rl_otel_host``,
+``__rl_otel_pid``: Prometheus drops ``__`` labels after relabelling) name this host and a process that no longer
+exists. Files of other hosts, and files without owner labels, are left alone. The target group's labels ``run``
 and ``rank`` make ``up`` (which the endpoint cannot label itself) per rank; scrape with ``honor_labels: true`` so
 the series' own run/rank (the same values) are kept as they are.
 """
@@ -45,11 +49,16 @@ def _readable(text: str) -> str:
 class TargetsFile:
     """The targets file of one endpoint; written at construction, removed by the idempotent ``close()``."""
 
-    def __init__(self, path: Path, target: str, labels: dict[str, str]) -> None:
+    def __init__(self, path: Path, target: str, labels: dict[str, str], owner: str | None = None) -> None:
         """Raises :class:`ConfigurationError` naming the file when it cannot be written (read-only directory, no
         permission, a file where a directory should be): ``init()`` fails with a configuration error, not a bare
-        ``OSError``."""
+        ``OSError``. ``owner``: this host's name; a file of its own in a directory (``rl_otel-*``, not a file the
+        user named) then records it and this process's id, and the files of this host's dead processes in the
+        directory are removed."""
         self.path = path
+        owner = owner if path.name.startswith("rl_otel-") else None
+        if owner is not None:
+            labels = {**labels, OWNER_HOST: owner, OWNER_PID: str(os.getpid())}
         groups = [{"targets": [target], "labels": labels}]
         text = json.dumps(groups, indent=2) + "\n" if path.suffix == ".json" else _yaml(groups)
         try:
@@ -62,6 +71,9 @@ class TargetsFile:
         self._identity = _identity(path)
         self._closed = False
         self._pid = os.getpid()  # a forked child's close() leaves the file to the process that serves the target
+        if owner is not None:
+            for reaped in reap_dead(path.parent, owner, keep=path):
+                _log.info("rl_otel: removed %s: the process that served its target is gone", reaped)
 
     def _write(self, text: str) -> None:
         """Replace the file with ``text`` atomically (Prometheus never reads half a file), readable by the
@@ -83,6 +95,51 @@ class TargetsFile:
                 self.path.unlink()
         except OSError as exc:
             _log.debug("rl_otel: targets file %s not removed: %s", self.path, exc)
+
+
+OWNER_HOST, OWNER_PID = "__rl_otel_host", "__rl_otel_pid"
+
+
+def reap_dead(directory: Path, host: str, keep: Path | None = None) -> list[Path]:
+    """Remove the ``rl_otel-*`` targets files in ``directory`` whose owner labels name ``host`` and a process that
+    no longer runs (killed, so its ``close()`` never ran); the files removed. Never raises: a file that cannot be
+    read or removed stays."""
+    reaped: list[Path] = []
+    try:
+        candidates = sorted(directory.glob("rl_otel-*"))
+    except OSError:
+        return reaped
+    for path in candidates:
+        if path.suffix not in _SUFFIXES or path == keep:
+            continue
+        try:
+            before = _identity(path)
+            groups = json.loads(path.read_text()) if path.suffix == ".json" else _yaml_load(path.read_text())
+            labels = groups[0]["labels"]
+            if labels.get(OWNER_HOST) != host or _alive(int(labels[OWNER_PID])):
+                continue
+            if _identity(path) == before:  # not replaced meanwhile by a restarted rank of the same name
+                path.unlink()
+                reaped.append(path)
+        except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+            continue
+    return reaped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _yaml_load(text: str) -> list:
+    import yaml
+
+    return yaml.safe_load(text)
 
 
 def _identity(path: Path) -> tuple[int, int]:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from rl_otel._internal.checks import boolean, check_known, positive_seconds
 from rl_otel._internal.exporters import otel_env
 from rl_otel._internal.exporters.otel_env import SignalConfig
-from rl_otel.errors import ConfigurationError
+from rl_otel.errors import ConfigurationError, install_hint
 
 if TYPE_CHECKING:  # the SDK's metrics package costs ~100 ms to import: only a process that pushes loads it
     from opentelemetry.sdk.metrics.export import AggregationTemporality, Metric, MetricExporter
@@ -162,7 +162,7 @@ def exporter_class(signal: SignalConfig) -> Any:
         else:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as cls
     except ImportError as exc:
-        raise ConfigurationError(f"OTLP over {signal.protocol} needs its exporter: pip install 'rl-otel[otlp]' "
+        raise ConfigurationError(f"OTLP over {signal.protocol} needs its exporter: {install_hint('otlp')} "
                                  f"({package})") from exc
     return cls
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_otel._internal.checks import read_yaml
-from rl_otel.errors import ConfigurationError
+from rl_otel.errors import ConfigurationError, install_hint
 
 _TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
                  "TLS13": ssl.TLSVersion.TLSv1_3}
@@ -352,7 +352,7 @@ def load_web_config(path: str | os.PathLike) -> WebConfig:
         try:
             import bcrypt  # noqa: F401
         except ImportError as exc:
-            raise ConfigurationError("web config basic_auth_users needs bcrypt: pip install 'rl-otel[security]'") \
+            raise ConfigurationError(f"web config basic_auth_users needs bcrypt: {install_hint('security')}") \
                 from exc
     return WebConfig(path=str(file), tls=tls, auth=BasicAuth(users) if users else None,
                      headers=tuple((k, str(v)) for k, v in headers.items()), allowed_sans=sans,

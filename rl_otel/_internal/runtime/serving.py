@@ -27,7 +27,7 @@ def publish(prom: PrometheusConfig, endpoint: ScrapeEndpoint, *, host_name: str,
     host = f"[{host}]" if ":" in host else host
     target = f"{host}:{endpoint.port}"
     path = targets_path(prom.file_sd, run, rank, role=role, host=host_name, target=target)
-    return TargetsFile(path, target, dict(labels))
+    return TargetsFile(path, target, dict(labels), owner=host_name)
 
 
 class Served:

@@ -108,8 +108,12 @@ def registered_sinks() -> tuple[str, ...]:
 
 
 def missing_dependency(package: str, extra: str) -> ImportError:
-    """The error a sink raises when its optional package is not installed (chain it ``from e``)."""
-    return ImportError(f"the {extra} sink needs the {package!r} package: pip install 'rl-otel[{extra}]'")
+    """The error a sink raises when its optional package is not installed (chain it ``from e``): one line naming
+    the package, rl_otel's extra and the command that works from a checkout."""
+    from rl_otel.errors import MissingExtraError, install_hint
+
+    return MissingExtraError(f"the {extra} sink needs the {package!r} package (rl_otel's extra [{extra}]): "
+                             f"{install_hint(extra)}")
 
 
 def _lazy(module: str, attr: str) -> SinkFactory:
