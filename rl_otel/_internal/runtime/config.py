@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rl_otel._internal.exporters.engines import EnginesConfig
     from rl_otel._internal.exporters.otlp import OtlpConfig
     from rl_otel._internal.exporters.webconfig import WebConfig
     from rl_otel._internal.tracing.config import TracingConfig
@@ -64,6 +65,7 @@ class TelemetryConfig:
     stack_dump_signal: int | None = None  # the signal number of on-demand dumps (None: none)
     stack_dump_dir: str = "rl_otel_dumps"  # absolute once resolved by build_config
     stack_dump_http: bool = True  # GET /debug/stacks on the scrape endpoint
+    engines: EnginesConfig | None = None  # the engine families served (None: none), exporters/engines.py
 
     @property
     def base_labels(self) -> dict[str, str]:

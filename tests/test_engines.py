@@ -1,0 +1,187 @@
+"""The rollout engine beside the trainer: an in-process engine's families served on rl_otel's endpoint with the
+run's labels (``exporters/engines.py``), a multiprocess directory served once, and an engine server published as a
+scrape target (``tel.engine``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+import rl_otel
+from rl_otel._internal.exporters.engines import LOCK_NAME, EngineFamilies, EnginesConfig
+from rl_otel.errors import ConfigurationError
+from tests.engine_families import VLLM_TTFT_BUCKETS, sglang_engine, vllm_engine
+
+LOCAL = {"host": "127.0.0.1", "port": 0}
+
+
+@contextmanager
+def in_process_registry() -> Iterator[CollectorRegistry]:
+    """A registry of an engine's families, hung in prometheus_client's global REGISTRY for the block (where an
+    in-process vLLM or SGLang puts its families), taken out again after it."""
+    registry = CollectorRegistry()
+    REGISTRY.register(registry)
+    try:
+        yield registry
+    finally:
+        REGISTRY.unregister(registry)
+
+
+def _scrape(tel) -> str:
+    with urllib.request.urlopen(tel.metrics_url, timeout=10) as response:
+        return response.read().decode()
+
+
+def _samples(text: str) -> dict[tuple[str, frozenset], float]:
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_an_in_process_vllm_engines_families_are_served_with_the_runs_labels_and_its_own():
+    """vLLM's gauges, counters and histograms reach rl_otel's endpoint under their own names, with run, role,
+    rank and replica added and model_name and engine kept; the exposition parses (before: nothing of the engine
+    was served)."""
+    with in_process_registry() as registry:
+        engine = vllm_engine(registry)
+        engine.step(running=3, waiting=1, kv=0.5, prompt=100, generated=40, preempted=2, ttft=0.03, itl=0.02,
+                    finished=[(0.4, 2.0, 40)])
+        with rl_otel.init(run="r", role="rollout", rank=2, prometheus=LOCAL) as tel:
+            text = _scrape(tel)
+    samples = _samples(text)
+    base = {"run": "r", "role": "rollout", "rank": "2", "replica": "2", "model_name": "Qwen/Qwen2.5-0.5B",
+            "engine": "0"}
+    assert samples[("vllm:num_requests_running", frozenset(base.items()))] == 3
+    assert samples[("vllm:kv_cache_usage_perc", frozenset(base.items()))] == 0.5
+    assert samples[("vllm:generation_tokens_total", frozenset(base.items()))] == 40
+    assert samples[("vllm:num_preemptions_total", frozenset(base.items()))] == 2
+    assert samples[("vllm:time_to_first_token_seconds_count", frozenset(base.items()))] == 1
+    assert samples[("vllm:time_to_first_token_seconds_bucket", frozenset({**base, "le": "0.04"}.items()))] == 1
+    assert samples[("vllm:time_to_first_token_seconds_bucket", frozenset({**base, "le": "0.02"}.items()))] == 0
+    buckets = [k for k in samples if k[0] == "vllm:time_to_first_token_seconds_bucket"]
+    assert len(buckets) == len(VLLM_TTFT_BUCKETS) + 1  # the engine's own buckets, +Inf
+    assert not any(name.endswith("_created") for name, _ in samples)
+    assert "# TYPE vllm:generation_tokens_total counter" in text
+
+
+def test_an_engine_label_named_like_a_base_label_is_renamed_not_dropped_and_replica_is_configurable():
+    registry = CollectorRegistry()
+    from prometheus_client import Gauge
+
+    Gauge("sglang:num_running_reqs", "running", ["rank", "replica", "tp_rank"], registry=registry).labels(
+        "7", "x", "1").set(4)
+    counted: list[str] = []
+    engines = EngineFamilies(EnginesConfig(replica="dp3"), rank=0, max_series_per_metric=100,
+                             count=counted.append, registry=registry)
+    [(spec, labels, value)] = engines.collect()
+    assert spec.name == "sglang:num_running_reqs" and value == 4
+    assert dict(labels) == {"replica": "dp3", "engine_rank": "7", "engine_replica": "x", "tp_rank": "1"}
+    assert counted == []
+
+
+def test_engines_false_serves_none_and_prefixes_choose_the_families():
+    with in_process_registry() as registry:
+        vllm_engine(registry).step(running=1, waiting=0, kv=0.1)
+        sglang_engine(registry).step(running=2, queued=0, usage=0.2)
+        with rl_otel.init(run="off", prometheus=LOCAL, engines=False) as tel:
+            assert "vllm:" not in _scrape(tel)
+        with rl_otel.init(run="some", prometheus=LOCAL, engines=["sglang:"]) as tel:
+            text = _scrape(tel)
+            assert "sglang:num_running_reqs{" in text and "vllm:" not in text
+            assert tel.value("sglang:num_running_reqs", replica="0", model_name="Qwen/Qwen2.5-0.5B",
+                             engine_type="unified", tp_rank="0", pp_rank="0", moe_ep_rank="0") == 2
+
+
+def test_an_engine_family_is_capped_like_any_family_and_what_is_left_out_is_counted():
+    with in_process_registry() as registry:
+        from prometheus_client import Gauge
+
+        gauge = Gauge("vllm:num_requests_running", "running", ["model_name", "engine"], registry=registry)
+        for i in range(5):
+            gauge.labels("m", str(i)).set(i)
+        with rl_otel.init(run="cap", prometheus=LOCAL, max_series_per_metric=3) as tel:
+            text = _scrape(tel)
+            assert text.count("vllm:num_requests_running{") == 3
+            assert tel.value("rl_telemetry_errors_total", sink="live", reason="engine_series_cap") >= 1
+
+
+@pytest.mark.parametrize("bad", ["vllm:", 3, {"prefix": ["vllm:"]}, {"prefixes": []}, {"prefixes": ["rl_"]},
+                                 {"replica": ""}, {"replica": True}])
+def test_a_bad_engines_option_fails_at_init_naming_it(bad):
+    with pytest.raises(ConfigurationError, match="engines"):
+        rl_otel.init(run="bad", prometheus=False, engines=bad)
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from prometheus_client import Counter, Gauge
+    tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.", ["model_name", "engine"])
+    running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+                    ["model_name", "engine"], multiprocess_mode="mostrecent")
+    tokens.labels("m", "0").inc(float(sys.argv[1]))
+    running.labels("m", "0").set(float(sys.argv[1]))
+""")
+
+
+def test_a_multiprocess_directory_shared_by_two_ranks_is_served_once_and_taken_over_when_its_server_leaves(
+        tmp_path):
+    """Two engine worker processes write PROMETHEUS_MULTIPROC_DIR (as SGLang's and vLLM's multiprocess front ends
+    do); two ranks of the node read it: one serves the directory's sum, the other nothing, so a sum over ranks
+    counts each token once. When the serving rank closes, the other serves it at its next collection."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for tokens in ("30", "12"):
+        subprocess.run([sys.executable, "-c", _WRITER, tokens], env=env, check=True, timeout=60)
+    config = EnginesConfig(multiprocess_dir=str(tmp_path))
+    first = EngineFamilies(config, rank=0, max_series_per_metric=100, count=lambda r: None)
+    second = EngineFamilies(config, rank=1, max_series_per_metric=100, count=lambda r: None)
+    try:
+        served = first.collect()
+        assert second.collect() == []
+        tokens = {dict(labels)["replica"]: value for spec, labels, value in served
+                  if spec.name == "vllm:generation_tokens"}
+        assert tokens == {"0": 42.0}  # the two writers' sum, once
+        assert (tmp_path / LOCK_NAME).exists()
+        first.close()
+        assert {spec.name for spec, _, _ in second.collect()} == {"vllm:generation_tokens",
+                                                                    "vllm:num_requests_running"}
+    finally:
+        first.close()
+        second.close()
+
+
+def test_tel_engine_publishes_an_engine_server_as_a_file_sd_target_with_the_runs_labels(tmp_path):
+    prometheus = {**LOCAL, "file_sd": str(tmp_path)}
+    tel = rl_otel.init(run="prime", role="orchestrator", rank=0, prometheus=prometheus)
+    try:
+        path = tel.engine("http://10.0.0.5:8000", name="rollout-0")
+        tel.engine("https://[fd00::1]:30000/metrics/", name="rollout-1")
+        assert path is not None
+        [group] = json.loads(Path(path).read_text())
+        assert group == {"targets": ["10.0.0.5:8000"],
+                         "labels": {"run": "prime", "role": "orchestrator", "rank": "0", "replica": "rollout-0",
+                                    "rl_target": "engine", "__scheme__": "http", "__metrics_path__": "/metrics"}}
+        assert len(list(tmp_path.iterdir())) == 3  # the process's own target, two engines
+        again = tel.engine("http://10.0.0.6:8000", name="rollout-0")  # the engine moved: its target replaced
+        assert len(list(tmp_path.iterdir())) == 3
+        assert json.loads(Path(again).read_text())[0]["targets"] == ["10.0.0.6:8000"]
+        with pytest.raises(ValueError, match="host and a port"):
+            tel.engine("http://no-port", name="x")
+    finally:
+        tel.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tel_engine_without_a_file_sd_directory_publishes_nothing_and_says_so(caplog):
+    with rl_otel.init(run="nofsd", prometheus=LOCAL) as tel:
+        assert tel.engine("http://127.0.0.1:8000", name="e") is None
+    assert any("file_sd" in r.getMessage() for r in caplog.records)
