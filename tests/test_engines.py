@@ -185,3 +185,19 @@ def test_tel_engine_without_a_file_sd_directory_publishes_nothing_and_says_so(ca
     with rl_otel.init(run="nofsd", prometheus=LOCAL) as tel:
         assert tel.engine("http://127.0.0.1:8000", name="e") is None
     assert any("file_sd" in r.getMessage() for r in caplog.records)
+
+
+def test_prometheus_client_writes_an_engine_servers_colon_names_with_underscores_to_a_prometheus_2_scrape():
+    """Why the engine rules also read ``vllm_*``/``sglang_*`` (rl_otel/ops/engines.py, ``_spellings``): asked for
+    OpenMetrics without an escaping scheme (Prometheus 2's Accept header), prometheus_client (pinned 0.26) writes
+    the samples of a family named ``sglang:generation_tokens`` as ``sglang_generation_tokens_total`` (its HELP and
+    TYPE keep the colon). When this fails, the engines' servers are scraped under their own names again and the
+    underscore spellings can go."""
+    from prometheus_client.openmetrics.exposition import generate_latest
+
+    registry = CollectorRegistry()
+    sglang_engine(registry).step(running=1, queued=0, usage=0.1, generated=5)
+    text = generate_latest(registry).decode()
+    assert 'sglang_generation_tokens_total{model_name="Qwen/Qwen2.5-0.5B"} 5.0' in text
+    assert "# TYPE sglang:generation_tokens counter" in text
+    assert "sglang:generation_tokens_total{" not in text

@@ -4,7 +4,8 @@ The engines' families reach Prometheus two ways, with the same labels: an in-pro
 endpoint (``_internal/exporters/engines.py``: ``run``, ``role``, ``rank``, ``replica`` added, the engine's labels
 kept), an engine server as a target of its own (``tel.engine``: the same labels on the target, and
 ``rl_target="engine"``). Each rule takes whichever name an engine serves (:data:`SOURCES`: vLLM V1's names, the
-names they replaced, SGLang's); the first one a replica reports wins.
+names they replaced, SGLang's, and each with its colon written as an underscore, as prometheus_client writes them
+to a Prometheus 2 scraping an engine server); the first one a replica reports wins.
 
 Replicas. An engine's series are per ``replica``. Within one, the rules sum over vLLM's ``engine`` label (the
 data-parallel engine cores of one front end) and take the largest over everything else: the ranks of one
@@ -29,7 +30,7 @@ REPLICA = "job, run, role, replica"
 TARGET_LABEL = "rl_target"  # on an engine server's target (exporters/engine_targets.py)
 
 # what each engine calls a quantity, newest first (vllm/v1/metrics/loggers.py, sglang/srt/metrics/collector.py)
-SOURCES: dict[str, tuple[str, ...]] = {
+_NAMES: dict[str, tuple[str, ...]] = {
     "generation_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
     "prompt_tokens": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total"),
     # SGLang retracts a request where vLLM preempts it (its KV cache is freed, it is run again later)
@@ -44,6 +45,18 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "itl": ("vllm:inter_token_latency_seconds_bucket", "vllm:time_per_output_token_seconds_bucket",
             "sglang:inter_token_latency_seconds_bucket"),
 }
+
+
+
+def _spellings(names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names``, then each with its colon as an underscore: how an engine server's prometheus_client (0.26 here)
+    writes a sample name in OpenMetrics when the scraper asks for no escaping scheme, as Prometheus 2 does
+    (``vllm_generation_tokens_total`` under ``# TYPE vllm:generation_tokens counter``; pinned by
+    tests/test_engines.py). rl_otel's own endpoint serves the colon names."""
+    return (*names, *(n.replace(":", "_") for n in names))
+
+
+SOURCES: dict[str, tuple[str, ...]] = {quantity: _spellings(names) for quantity, names in _NAMES.items()}
 
 # the recorded series (level:metric:operations)
 GENERATION = "run_role_replica:rl_engine_generation_tokens:rate1m"
