@@ -2,8 +2,8 @@
 
 Seven dashboards: training overview, phases, memory, rollout/eval (Trinity-RFT), fleet, where the time goes
 (goodput, stragglers, hangs), and the rollout engines (vLLM, SGLang). The template variables form a tree:
-datasource -> job -> run, then cluster -> phase -> device_id, or role -> rank (or role -> replica); a dashboard shows the branch up to the last variable its panels use (no dropdown that
-changes nothing), and every query filters on the variables it depends on. ``python3 -m rl_otel.ops`` writes them
+datasource -> job -> run, then cluster -> phase -> device_id, or role -> rank (or role -> replica); a dashboard
+shows the branch up to the last variable its panels use (no dropdown that changes nothing), and every query filters on the variables it depends on. ``python3 -m rl_otel.ops`` writes them
 to ``grafana/dashboards/*.json``.
 
 No data: every panel says why it may be empty, in Grafana's "no data" text and at the end of its description
