@@ -2,8 +2,9 @@
 the ranks' processes (its families in prometheus_client's registry, served by each rank's rl_otel endpoint), and an
 SGLang server (prometheus_client's own HTTP server on a loopback port, standing in for ``sglang.launch_server
 --enable-metrics``; like the real one it writes ``sglang_*`` sample names to a Prometheus 2) that rank 0 published
-with ``tel.engine()``; every target found through rl_otel's file_sd files. The engines' families reach
-Prometheus with the run's labels, the engine rules record (a TP group's tokens counted once), and every query of the "Rollout engines" dashboard returns data."""
+with ``tel.engine()``; every target found through rl_otel's file_sd files. The engines' families reach Prometheus
+with the run's labels, the engine rules record (a TP group's tokens counted once), and every query of the "Rollout
+engines" dashboard returns data."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Grafana dashboards as plain data, generated from the catalog (units, descriptions) and the thresholds.
 
 Seven dashboards: training overview, phases, memory, rollout/eval (Trinity-RFT), fleet, where the time goes
-(goodput, stragglers, hangs), and the rollout engines (vLLM, SGLang). The template variables form a tree:
-datasource -> job -> run, then cluster -> phase -> device_id, or role -> rank (or role -> replica); a dashboard
-shows the branch up to the last variable its panels use (no dropdown that changes nothing), and every query filters on the variables it depends on. ``python3 -m rl_otel.ops`` writes them
-to ``grafana/dashboards/*.json``.
+(goodput, stragglers, hangs), and the rollout engines (vLLM, SGLang). The template variables form a tree: datasource
+-> job -> run, then cluster -> phase -> device_id, or role -> rank (or role -> replica); a dashboard shows the
+branch up to the last variable its panels use (no dropdown that changes nothing), and every query filters on the
+variables it depends on. ``python3 -m rl_otel.ops`` writes them to ``grafana/dashboards/*.json``.
 
 No data: every panel says why it may be empty, in Grafana's "no data" text and at the end of its description
 (:func:`no_data`), derived from what it reads: the frameworks whose keys feed its series (the catalog entries'
