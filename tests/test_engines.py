@@ -201,3 +201,19 @@ def test_prometheus_client_writes_an_engine_servers_colon_names_with_underscores
     assert 'sglang_generation_tokens_total{model_name="Qwen/Qwen2.5-0.5B"} 5.0' in text
     assert "# TYPE sglang:generation_tokens counter" in text
     assert "sglang:generation_tokens_total{" not in text
+
+
+def test_verls_backend_says_once_which_setting_turns_its_vllm_rollouts_metrics_on(caplog):
+    """verl builds its vLLM engines with disable_log_stats=True by default: no engine family at all. Its rl_otel
+    backend names the setting, and stays quiet once it is set (or for an SGLang rollout)."""
+    from rl_otel.integrations.verl import RLOtelBackend, engine_stats_hint
+
+    config = {"trainer": {"rl_otel": {"prometheus": False}},
+              "actor_rollout_ref": {"rollout": {"name": "vllm", "disable_log_stats": True}}}
+    backend = RLOtelBackend("p", "verl-engines", config=config)
+    backend.finish()
+    said = [r.getMessage() for r in caplog.records if "disable_log_stats" in r.getMessage()]
+    assert len(said) == 1 and "actor_rollout_ref.rollout.disable_log_stats=False" in said[0]
+    assert engine_stats_hint({"actor_rollout_ref": {"rollout": {"name": "vllm", "disable_log_stats": False}}}) is None
+    assert engine_stats_hint({"actor_rollout_ref": {"rollout": {"name": "sglang"}}}) is None
+    assert engine_stats_hint({"actor_rollout_ref": {"rollout": {"name": "vllm"}}}) is not None  # verl's default

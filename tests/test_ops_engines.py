@@ -118,3 +118,13 @@ def test_engine_thresholds_flow_into_rules_and_tests(tmp_path):
     root = _tree(tmp_path, files)
     proc = _promtool("test", "rules", Path(TEST_FILE).name, cwd=root / "prometheus" / "tests")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_generation_panels_of_the_phases_and_goodput_boards_link_to_the_engines_board():
+    import json
+
+    boards = {p.stem: json.loads(p.read_text()) for p in (ROOT / "grafana" / "dashboards").glob("rl-otel-*.json")}
+    assert "rl-otel-engines" in boards
+    for uid in ("rl-otel-phases", "rl-otel-goodput"):
+        links = [link for panel in boards[uid]["panels"] for link in panel.get("links", [])]
+        assert links and all(link["url"].startswith("/d/rl-otel-engines/") for link in links), uid

@@ -60,6 +60,8 @@ PARENTS = {"run": "job", "cluster": "run", "phase": "cluster", "device_id": "pha
            "replica": "role"}
 # Variables whose "All" is not the default: one rank at first (a role may have a thousand), more on demand.
 ON_DEMAND = frozenset({"rank"})
+# where a generation phase's engine is shown (the rollout engines' dashboard, rollout_engines())
+ENGINES_LINK = (("Rollout engines: what the engine did meanwhile", "rl-otel-engines"),)
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ class Panel:
     repeat: str = ""  # a variable: one panel per selected value of it (Grafana's panel repeat)
     rows: bool = False  # a heatmap whose rows are its series (one per rank), not histogram buckets
     unstacked: tuple[str, ...] = ()  # legends of a stacked panel's series drawn as a line over the stack
+    links: tuple[tuple[str, str], ...] = ()  # (title, dashboard uid): panel links to another dashboard
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,7 @@ def phases(t: Thresholds) -> Dashboard:
                f'(rate(rl_phase_duration_seconds_bucket{{{sel}, part="total"}}[{RATE}]))) and on (cluster, phase) '
                f'{_RUNNING}', "{{cluster}}/{{phase}}"),),
             description="95th percentile of a phase's duration over the rate window; no line where the phase did "
-                        "not run in the window (after training ends).", when_empty=_IDLE),
+                        "not run in the window (after training ends).", when_empty=_IDLE, links=ENGINES_LINK),
         Panel("Phase duration mean (total)", (
             _q(f'sum by (cluster, phase) (rate(rl_phase_duration_seconds_sum{{{sel}, part="total"}}[{RATE}])) / '
                f'{_RUNNING}', "{{cluster}}/{{phase}}"),), unit="s",
@@ -432,7 +435,7 @@ def goodput(t: Thresholds) -> Dashboard:
                      "against the median rank); progress and stack dumps of hung processes.", (
         Panel("Where the time goes: $role (share of wall time per bucket)",
               _bucket_share(f'avg by (bucket) ({share}{{{ROLE}, bucket="{_BUCKET}"}})'),
-              unit="percentunit", stack=True, repeat="role", width=24,
+              unit="percentunit", stack=True, repeat="role", width=24, links=ENGINES_LINK,
               description="Seconds per second of wall time in each bucket, summed over the role's ranks and "
                           "divided by their wall time (recording rule run_role_bucket:rl_goodput_bucket_seconds:"
                           "share_rate5m; averaged over the selected runs): the shares stack to 1. Productive: "
@@ -703,6 +706,9 @@ def _panel_json(panel: Panel, panel_id: int, x: int, y: int, t: Thresholds) -> d
                               "datasource": DS, "gridPos": {"h": 8, "w": panel.width, "x": x, "y": y},
                               "fieldConfig": {"defaults": defaults, "overrides": overrides}, "options": options,
                               "targets": targets}
+    if panel.links:  # the same run, roles and time range on the other dashboard
+        out["links"] = [{"title": title, "url": f"/d/{uid}/{uid}?${{__url_time_range}}&${{__all_variables}}"}
+                        for title, uid in panel.links]
     if panel.repeat:  # side by side, two a row (the panel's full width shared among them)
         out.update(repeat=panel.repeat, repeatDirection="h", maxPerRow=2)
     if panel.kind == "table":  # the dump's labels as columns, its constant value and timestamp hidden
