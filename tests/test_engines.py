@@ -217,3 +217,43 @@ def test_verls_backend_says_once_which_setting_turns_its_vllm_rollouts_metrics_o
     assert engine_stats_hint({"actor_rollout_ref": {"rollout": {"name": "vllm", "disable_log_stats": False}}}) is None
     assert engine_stats_hint({"actor_rollout_ref": {"rollout": {"name": "sglang"}}}) is None
     assert engine_stats_hint({"actor_rollout_ref": {"rollout": {"name": "vllm"}}}) is not None  # verl's default
+
+
+def test_the_budget_counts_the_lines_a_served_vllm_engine_makes():
+    """``rl-otel budget --engines-per-worker 1`` adds what rl_otel serves for one vLLM V1 engine: its families
+    (rl_otel/ops/engines.py's table, checked against tests/engine_families.py's separate transcription of the same
+    source) served through the endpoint, counted line by line."""
+    from prometheus_client import Counter, Gauge, Histogram
+
+    from rl_otel.ops import budget, engines
+    from tests.engine_families import build_1_2_5_buckets
+
+    table = {name: (kind, buckets) for name, kind, buckets in engines.VLLM_FAMILIES}
+    transcribed = CollectorRegistry()
+    vllm_engine(transcribed, new_names=False)
+    for metric in transcribed.collect():
+        if metric.name in table:  # the transcription's names, kinds and bucket counts are the table's
+            kind, buckets = table[metric.name]
+            assert metric.type == kind, metric.name
+            if kind == "histogram":
+                bounds = {s.labels["le"] for s in metric.samples if s.name.endswith("_bucket")} - {"+Inf"}
+                assert len(bounds) == (len(build_1_2_5_buckets(4096)) if buckets == "1-2-5" else buckets), metric.name
+    with in_process_registry() as registry:
+        labels = ["model_name", "engine"]
+        for name, kind, buckets in engines.VLLM_FAMILIES:
+            if kind == "histogram":
+                bounds = build_1_2_5_buckets(4096) if buckets == "1-2-5" else [float(i + 1) for i in range(int(buckets))]
+                Histogram(name, name, labels, registry=registry, buckets=bounds).labels("m", "0").observe(1)
+            elif kind == "counter":
+                Counter(name, name, labels, registry=registry).labels("m", "0").inc()
+            else:
+                Gauge(name, name, labels, registry=registry).labels("m", "0").set(1)
+        success = Counter("vllm:request_success", "requests", [*labels, "finished_reason"], registry=registry)
+        for reason in engines.VLLM_FINISH_REASONS:
+            success.labels("m", "0", reason).inc()
+        with rl_otel.init(run="budget", prometheus=LOCAL) as tel:
+            served = [line for line in _scrape(tel).splitlines() if line.startswith("vllm:")]
+    assert len(served) == engines.vllm_lines(4096)
+    plain, with_engine = budget.budget(budget.Shape()), budget.budget(budget.Shape(engines_per_worker=1))
+    assert with_engine.worker_series - plain.worker_series == len(served)
+    assert with_engine.job_recorded > plain.job_recorded

@@ -58,6 +58,39 @@ def _spellings(names: tuple[str, ...]) -> tuple[str, ...]:
 
 SOURCES: dict[str, tuple[str, ...]] = {quantity: _spellings(names) for quantity, names in _NAMES.items()}
 
+# vLLM V1's families as its PrometheusStatLogger registers them for one engine (vllm/v1/metrics/loggers.py at
+# vllm-project/vllm@005a810bc40faa25b8870fbc8559c3462581eee3; labels model_name, engine): (name, kind, buckets:
+# their count, or "1-2-5" for build_1_2_5_buckets(max_model_len)). What `rl-otel budget --engines-per-worker` counts.
+VLLM_FAMILIES: tuple[tuple[str, str, int | str], ...] = (
+    ("vllm:num_requests_running", "gauge", 0), ("vllm:num_requests_waiting", "gauge", 0),
+    ("vllm:gpu_cache_usage_perc", "gauge", 0), ("vllm:kv_cache_usage_perc", "gauge", 0),
+    ("vllm:cache_config_info", "gauge", 0),
+    ("vllm:gpu_prefix_cache_queries", "counter", 0), ("vllm:gpu_prefix_cache_hits", "counter", 0),
+    ("vllm:prefix_cache_queries", "counter", 0), ("vllm:prefix_cache_hits", "counter", 0),
+    ("vllm:num_preemptions", "counter", 0), ("vllm:prompt_tokens", "counter", 0),
+    ("vllm:generation_tokens", "counter", 0),
+    ("vllm:request_prompt_tokens", "histogram", "1-2-5"), ("vllm:request_generation_tokens", "histogram", "1-2-5"),
+    ("vllm:iteration_tokens_total", "histogram", 13), ("vllm:request_max_num_generation_tokens", "histogram", "1-2-5"),
+    ("vllm:request_params_n", "histogram", 5), ("vllm:request_params_max_tokens", "histogram", "1-2-5"),
+    ("vllm:time_to_first_token_seconds", "histogram", 22), ("vllm:time_per_output_token_seconds", "histogram", 19),
+    ("vllm:time_per_prefill_token_request_seconds", "histogram", 10),
+    ("vllm:e2e_request_latency_seconds", "histogram", 21), ("vllm:request_queue_time_seconds", "histogram", 21),
+    ("vllm:request_inference_time_seconds", "histogram", 21), ("vllm:request_prefill_time_seconds", "histogram", 21),
+    ("vllm:request_decode_time_seconds", "histogram", 21),
+)
+VLLM_FINISH_REASONS = ("stop", "length", "abort")  # vllm:request_success{finished_reason}: a counter each
+
+
+def vllm_lines(max_model_len: int = 4096) -> int:
+    """The sample lines one vLLM V1 engine's families serve (a histogram: its buckets, +Inf, _sum, _count)."""
+    one_two_five = sum(1 for e in range(20) for m in (1, 2, 5) if m * 10 ** e <= max_model_len)
+    lines = len(VLLM_FINISH_REASONS)
+    for _name, kind, buckets in VLLM_FAMILIES:
+        n = one_two_five if buckets == "1-2-5" else int(buckets)
+        lines += n + 3 if kind == "histogram" else 1
+    return lines
+
+
 # the recorded series (level:metric:operations)
 GENERATION = "run_role_replica:rl_engine_generation_tokens:rate1m"
 PROMPT = "run_role_replica:rl_engine_prompt_tokens:rate1m"
