@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field, fields
 from rl_otel.catalog import Catalog, Kind, default_catalog, live, meta
 from rl_otel.catalog.goodput import bucket_of, is_step_duration
 from rl_otel.ops import contract
-from rl_otel.ops.promql import metric_names
 from rl_otel.ops.engines import vllm_lines as engine_vllm_lines
+from rl_otel.ops.promql import metric_names
 from rl_otel.ops.rules import OUT_OF_RANGE, recording_rules
 
 # ppo_stats(names="roll", distributions=True) given every input (log-probs, masks, advantages, reference log-probs,
