@@ -242,7 +242,8 @@ def test_the_budget_counts_the_lines_a_served_vllm_engine_makes():
         labels = ["model_name", "engine"]
         for name, kind, buckets in engines.VLLM_FAMILIES:
             if kind == "histogram":
-                bounds = build_1_2_5_buckets(4096) if buckets == "1-2-5" else [float(i + 1) for i in range(int(buckets))]
+                bounds = (build_1_2_5_buckets(4096) if buckets == "1-2-5"
+                          else [float(i + 1) for i in range(int(buckets))])
                 Histogram(name, name, labels, registry=registry, buckets=bounds).labels("m", "0").observe(1)
             elif kind == "counter":
                 Counter(name, name, labels, registry=registry).labels("m", "0").inc()
