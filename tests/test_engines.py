@@ -258,3 +258,36 @@ def test_the_budget_counts_the_lines_a_served_vllm_engine_makes():
     plain, with_engine = budget.budget(budget.Shape()), budget.budget(budget.Shape(engines_per_worker=1))
     assert with_engine.worker_series - plain.worker_series == len(served)
     assert with_engine.job_recorded > plain.job_recorded
+
+
+def test_a_forked_child_does_not_keep_the_directory_claim_after_its_parent_leaves(tmp_path):
+    """flock belongs to the open file, which a fork shares: a child that kept its copy (a data loader's worker)
+    would hold the directory after the serving rank exited. The child closes its copy at the fork."""
+    config = EnginesConfig(multiprocess_dir=str(tmp_path))
+    parent = EngineFamilies(config, rank=0, max_series_per_metric=10, count=lambda r: None)
+    other = EngineFamilies(config, rank=1, max_series_per_metric=10, count=lambda r: None)
+    try:
+        assert parent._metrics() is not None and parent._claims[str(tmp_path)].held()
+        read, write = os.pipe()
+        started_read, started_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child (its fork hooks have run): say so, wait until the parent let go, then end
+            os.close(write)
+            os.write(started_write, b"s")
+            os.read(read, 1)
+            os._exit(0)
+        os.close(read)
+        os.close(started_write)
+        assert os.read(started_read, 1) == b"s"  # bounded: the child writes at once or dies (EOF)
+        os.close(started_read)
+        try:
+            parent.close()  # the serving rank leaves while its child lives on
+            assert other._claims.get(str(tmp_path)) is None and list(other._metrics()) == []  # nothing written
+            assert other._claims[str(tmp_path)].held()
+        finally:
+            os.write(write, b"x")
+            os.close(write)
+            os.waitpid(pid, 0)
+    finally:
+        parent.close()
+        other.close()

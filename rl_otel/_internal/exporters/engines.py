@@ -21,11 +21,12 @@ hands them on as rl_otel families:
 - each family is capped at ``max_series_per_metric`` series like a stored one; what is left out is counted
   (``rl_telemetry_errors_total{sink="live", reason="engine_series_cap"}``).
 
-A multiprocess directory is shared by every process that writes it (an engine's workers, several ranks of one
-node): summed once per directory, not once per rank. The process that serves it holds an exclusive ``flock`` on
+A multiprocess directory is shared by every process that writes it (an engine's workers, several ranks of one node):
+summed once per directory, not once per rank. The process that serves it holds an exclusive ``flock`` on
 ``<dir>/rl_otel-engines.lock`` (released by the kernel when it exits, so another rank takes over at its next
-collection); the others serve none of its families. With a directory in use, the in-process registry's engine
-families are not served either: in multiprocess mode they are this process's share of the directory's.
+collection; a forked child closes its copy of the descriptor); the others serve none of its families. With a
+directory in use, the in-process registry's engine families are not served either: in multiprocess mode they are
+this process's share of the directory's.
 
 Nothing here imports prometheus_client: a process that never imported it (no engine) pays one dictionary lookup
 per collection.
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rl_otel._internal.pipeline.records import HistogramValue, Labels
+from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel.catalog import Kind, MetricSpec
 from rl_otel.catalog.spec import built_in
 
@@ -120,6 +122,12 @@ class EngineFamilies:
         self._claims: dict[str, DirectoryClaim] = {}
         self._specs: dict[tuple, MetricSpec] = {}  # one spec per family shape, kept while its shape holds
         self._labels: dict[tuple[tuple[str, str], ...], Labels] = {}
+        reset_in_forked_child(self)
+
+    def _after_fork(self) -> None:
+        """A forked child (a data loader's worker) drops its copy of the claim's descriptor: the lock stays the
+        parent's, and ends with the parent, not with the last of its children."""
+        self.close()
 
     # -- where the families are -------------------------------------------------------------------------------
 
