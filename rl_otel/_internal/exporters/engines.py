@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -109,8 +110,8 @@ class EngineFamilies:
     """A live collector (``Recorder.add_collector``) of the engine families of this process (see the module's doc).
 
     ``count(reason)`` counts what a collection leaves out; ``registry``: a prometheus_client registry to read
-    instead of ``prometheus_client.REGISTRY`` (tests). Never raises from :meth:`collect`; thread-safe enough for
-    the one scrape lock it runs under (the claim is taken once)."""
+    instead of ``prometheus_client.REGISTRY`` (tests). Never raises from :meth:`collect`. Thread-safe: a claim is
+    taken under a lock; the caches are dictionaries read and replaced whole per entry."""
 
     def __init__(self, config: EnginesConfig, *, rank: int, max_series_per_metric: int,
                  count: Callable[[str], None], registry: Any = None) -> None:
@@ -120,6 +121,7 @@ class EngineFamilies:
         self._count = count
         self._registry = registry
         self._claims: dict[str, DirectoryClaim] = {}
+        self._claiming = threading.Lock()  # a scrape, tel.value() and the OTLP push may collect at once
         self._specs: dict[tuple, MetricSpec] = {}  # one spec per family shape, kept while its shape holds
         self._labels: dict[tuple[tuple[str, str], ...], Labels] = {}
         reset_in_forked_child(self)
@@ -127,6 +129,7 @@ class EngineFamilies:
     def _after_fork(self) -> None:
         """A forked child (a data loader's worker) drops its copy of the claim's descriptor: the lock stays the
         parent's, and ends with the parent, not with the last of its children."""
+        self._claiming = threading.Lock()  # the parent's may have been held by another thread at the fork
         self.close()
 
     # -- where the families are -------------------------------------------------------------------------------
@@ -140,10 +143,12 @@ class EngineFamilies:
         holds its claim), else the registry's; nothing where prometheus_client was never imported."""
         directory = self._directory()
         if directory is not None:
-            claim = self._claims.get(directory)
-            if claim is None:
-                claim = self._claims[directory] = DirectoryClaim(directory)
-            if not claim.held():
+            with self._claiming:
+                claim = self._claims.get(directory)
+                if claim is None:
+                    claim = self._claims[directory] = DirectoryClaim(directory)
+                held = claim.held()
+            if not held:
                 return ()
             if claim.unlockable:
                 self._count("engine_directory_unlockable")
@@ -177,9 +182,11 @@ class EngineFamilies:
         return items
 
     def close(self) -> None:
-        for claim in self._claims.values():
-            claim.release()
-        self._claims.clear()
+        """Release the claims this process holds (idempotent)."""
+        with self._claiming:
+            for claim in self._claims.values():
+                claim.release()
+            self._claims.clear()
 
     def _served(self, labels: dict[str, str]) -> Labels:
         key = tuple(labels.items())
