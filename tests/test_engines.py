@@ -291,3 +291,21 @@ def test_a_forked_child_does_not_keep_the_directory_claim_after_its_parent_leave
     finally:
         parent.close()
         other.close()
+
+
+def test_skyrls_remote_inference_engines_are_published_as_the_runs_engine_targets(tmp_path):
+    """SkyRL's config names its engine servers when it runs none locally: its rl_otel tracker publishes each."""
+    from rl_otel.integrations.skyrl import remote_engine_urls, rl_otel_tracker
+
+    cfg = {"trainer": {"run_name": "skyrl-engines"},
+           "generator": {"run_engines_locally": False,
+                         "remote_inference_engine_urls": ["127.0.0.1:8001", "10.0.0.7:8001"]}}
+    tracker = rl_otel_tracker(cfg, None, prometheus={**LOCAL, "file_sd": str(tmp_path)})
+    try:
+        groups = [json.loads(p.read_text())[0] for p in tmp_path.iterdir()]
+        engines = {g["labels"]["replica"]: g["targets"] for g in groups if g["labels"].get("rl_target") == "engine"}
+        assert engines == {"engine-0": ["127.0.0.1:8001"], "engine-1": ["10.0.0.7:8001"]}
+    finally:
+        tracker.finish()
+    assert remote_engine_urls({"generator": {"run_engines_locally": True,
+                                             "remote_inference_engine_urls": ["127.0.0.1:8001"]}}) == []
