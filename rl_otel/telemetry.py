@@ -167,6 +167,9 @@ class Telemetry:
         the same ``name`` replaces the target; ``close()`` removes it. Returns the file's path, or ``None`` (said
         once) when no file_sd directory is set. Raises ``ValueError`` for a URL without a host and port.
         Details: ``docs/engines.md``."""
+        if self._closed:  # its file would outlive the process: nothing removes it any more
+            self._recorder.diagnostics.warn_once("closed", "engine", "rl_otel: engine() after close() is ignored")
+            return None
         return self._components.engine_target(url, name)
 
     def flush(self, timeout_s: float | None = None) -> bool:

@@ -179,6 +179,7 @@ def test_tel_engine_publishes_an_engine_server_as_a_file_sd_target_with_the_runs
     finally:
         tel.close()
     assert list(tmp_path.iterdir()) == []
+    assert tel.engine("http://10.0.0.5:8000", name="late") is None and list(tmp_path.iterdir()) == []
 
 
 def test_tel_engine_without_a_file_sd_directory_publishes_nothing_and_says_so(caplog):
