@@ -133,6 +133,7 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # subprocesses
 def test_a_multiprocess_directory_shared_by_two_ranks_is_served_once_and_taken_over_when_its_server_leaves(
         tmp_path):
     """Two engine worker processes write PROMETHEUS_MULTIPROC_DIR (as SGLang's and vLLM's multiprocess front ends
@@ -261,6 +262,7 @@ def test_the_budget_counts_the_lines_a_served_vllm_engine_makes():
     assert with_engine.job_recorded > plain.job_recorded
 
 
+@pytest.mark.slow  # a forked child
 def test_a_forked_child_does_not_keep_the_directory_claim_after_its_parent_leaves(tmp_path):
     """flock belongs to the open file, which a fork shares: a child that kept its copy (a data loader's worker)
     would hold the directory after the serving rank exited. The child closes its copy at the fork."""
