@@ -64,6 +64,7 @@ def init(
     phase_memory: bool = UNSET,
     phase_peaks: bool = UNSET,
     phase_gpu_time: bool = UNSET,
+    engines: bool | list[str] | dict[str, Any] | None = UNSET,
 ) -> Telemetry:
     """Create the process's :class:`Telemetry`, start its scrape endpoint and its tracker sinks.
 
@@ -106,7 +107,7 @@ if init.__doc__:  # the options' documentation is defined once, with the options
 
 # Telemetry's methods, which a user coming from wandb (``wandb.log``) may look for on the module
 _TELEMETRY_METHODS = frozenset({"log", "phase", "submit", "flush", "close", "value", "metrics_url", "step", "span",
-                                "catalog", "trackers", "meter_provider"})
+                                "catalog", "trackers", "meter_provider", "engine"})
 
 
 def __getattr__(name: str) -> Any:

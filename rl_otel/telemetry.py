@@ -164,6 +164,22 @@ class Telemetry:
         compute time (the rank the others wait for computes longest). Details: ``docs/goodput.md``."""
         return self._recorder.goodput.collective(str(point))
 
+    def engine(self, url: str, *, name: str) -> str | None:
+        """Publish a rollout engine server (vLLM, SGLang) as a Prometheus scrape target, with this run's labels::
+
+            tel.engine("http://10.0.0.5:8000", name="rollout-0")
+
+        Writes a file_sd targets file beside this process's (``prometheus={'file_sd': DIR}``) naming the engine's
+        ``/metrics`` (the URL's path, default ``/metrics``), labelled ``run``, ``role``, ``rank``,
+        ``replica=name`` and ``rl_target="engine"``; Prometheus scrapes the engine itself. Calling it again with
+        the same ``name`` replaces the target; ``close()`` removes it. Returns the file's path, or ``None`` (said
+        once) when no file_sd directory is set. Raises ``ValueError`` for a URL without a host and port.
+        Details: ``docs/engines.md``."""
+        if self._closed:  # its file would outlive the process: nothing removes it any more
+            self._recorder.diagnostics.warn_once("closed", "engine", "rl_otel: engine() after close() is ignored")
+            return None
+        return self._components.engine_target(url, name)
+
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every submitted job has run, the phases' GPU times are known and the trackers have written
         every logged step. True if all of it finished within the timeout."""

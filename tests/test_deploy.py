@@ -222,7 +222,8 @@ def test_prometheus_runs_on_the_shipped_config(tmp_path):
             time.sleep(0.3)
         assert proc.poll() is None
         assert jobs == {"rl_otel"}  # the file_sd job lists nothing until a targets file is added
-        assert sum(len(g["rules"]) for g in rules) == _alert_count() + len(recording_rules())
+        engine_rules = sum(len(g["rules"]) for g in _yaml("prometheus/rules/rl_otel_engines.yml")["groups"])
+        assert sum(len(g["rules"]) for g in rules) == _alert_count() + len(recording_rules()) + engine_rules
     finally:
         proc.terminate()
         proc.wait(10)

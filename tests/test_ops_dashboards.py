@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from rl_otel.ops import contract
+from rl_otel.ops import contract, engines
 from rl_otel.ops.dashboards import ON_DEMAND, PARENTS, VARIABLES, chain, dashboards, render, spec_for
 from rl_otel.ops.promql import check_expressions, metric_names, substitute
 from rl_otel.ops.rules import recording_rules
@@ -44,7 +44,8 @@ def test_regenerating_gives_identical_bytes():
 def test_dashboards_are_well_formed():
     files = _files()
     assert set(files) == {"rl-otel-training.json", "rl-otel-phases.json", "rl-otel-memory.json",
-                          "rl-otel-rollout-eval.json", "rl-otel-fleet.json", "rl-otel-goodput.json"}
+                          "rl-otel-rollout-eval.json", "rl-otel-fleet.json", "rl-otel-goodput.json",
+                          "rl-otel-engines.json"}
     for name, board in files.items():
         assert name == f"{board['uid']}.json" and board["title"] and board["schemaVersion"] >= 36
         ids = [p["id"] for p in board["panels"]]
@@ -59,17 +60,18 @@ def test_dashboards_are_well_formed():
 
 ORDER = ["datasource", "job", "run", "cluster", "phase", "device_id"]
 ROLES = ["datasource", "job", "run", "role", "rank"]
+ENGINES = ["datasource", "job", "run", "role", "replica"]  # the rollout engines' replicas, per role
 
 
 def test_variables_are_chained():
     """Each variable narrows on its parent (job -> run, then cluster -> phase -> device_id, or role -> rank), which
     the dashboard shows before it."""
-    assert [n for n, _ in VARIABLES] == ORDER[1:] + ROLES[3:]
+    assert [n for n, _ in VARIABLES] == ORDER[1:] + ROLES[3:] + ENGINES[4:]
     assert chain("device_id") == tuple(ORDER[1:]) and chain("rank") == tuple(ROLES[1:])
     for board in _files().values():
         variables = board["templating"]["list"]
         order = [v["name"] for v in variables]
-        assert order in (ORDER[:len(order)], ROLES[:len(order)]) and len(order) >= 3, order
+        assert order in (ORDER[:len(order)], ROLES[:len(order)], ENGINES[:len(order)]) and len(order) >= 3, order
         assert variables[0]["type"] == "datasource" and variables[0]["query"] == "prometheus"
         for i, var in enumerate(variables[1:], start=1):
             used = set(re.findall(r"\$(\w+)", var["query"]))
@@ -92,7 +94,8 @@ def test_a_dashboard_shows_only_the_dropdowns_its_panels_use():
     role and rank only where the goodput panels use them."""
     shown = {uid[:-5]: [v["name"] for v in b["templating"]["list"]] for uid, b in _files().items()}
     assert shown == {"rl-otel-training": ORDER[:3], "rl-otel-rollout-eval": ORDER[:3], "rl-otel-fleet": ORDER[:3],
-                     "rl-otel-phases": ORDER[:5], "rl-otel-memory": ORDER, "rl-otel-goodput": ROLES}
+                     "rl-otel-phases": ORDER[:5], "rl-otel-memory": ORDER, "rl-otel-goodput": ROLES,
+                     "rl-otel-engines": ENGINES}
     for board in _files().values():
         exprs = " ".join(t["expr"] for p in board["panels"] for t in p["targets"])
         last = board["templating"]["list"][-1]["name"]
@@ -284,7 +287,8 @@ def test_every_expression_parses_with_promtool():
 
 
 def test_every_metric_is_in_the_catalog_or_recorded():
-    recorded = {r.record for r in recording_rules()}
+    core = {r.record for r in recording_rules()}
+    recorded = core | {r.record for r in engines.recording_rules()}  # the engines' file (tests/test_ops_engines.py)
     seen = set()
     for uid, title, expr in _exprs():
         names = metric_names(expr)
@@ -294,7 +298,7 @@ def test_every_metric_is_in_the_catalog_or_recorded():
                 (uid, title, name)
         seen |= names
     # the dashboards use most of the recorded series
-    assert len(recorded & seen) >= len(recorded) - 1
+    assert len(core & seen) >= len(core) - 1
 
 
 def test_the_training_overview_covers_the_basics():

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from rl_otel.catalog.concepts import CONCEPTS
-from rl_otel.ops import contract, generate, promtests, rules
+from rl_otel.ops import contract, engines, generate, promtests, rules
 from rl_otel.ops.dashboards import spec_for
 from rl_otel.ops.promql import metric_names
 from rl_otel.ops.rules import RunbookLinks
@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONCEPT_METRICS = {c.record.split(":")[1] for c in CONCEPTS}
-RULE_FILES = ["prometheus/rules/rl_otel_recording.yml", "prometheus/rules/rl_otel_alerts.yml"]
+RULE_FILES = ["prometheus/rules/rl_otel_recording.yml", "prometheus/rules/rl_otel_alerts.yml",
+              "prometheus/rules/rl_otel_engines.yml"]  # the engines' own, tests/test_ops_engines.py
 TEST_FILE = "prometheus/tests/rl_otel_alerts_test.yml"
 ALERTS = rules.alerts() + rules.fleet_alerts()  # the two groups of the alerts file: every setup's, then the fleet's
 
@@ -149,7 +150,7 @@ def test_alerts_carry_for_severity_and_annotations():
         ann = rule["annotations"]
         assert set(ann) == {"summary", "description", "runbook_url"} and all(ann.values())
         assert rule["alert"].lower() in headings, f"docs/runbook.md has no section ## {rule['alert']}"
-    assert headings == {a["alert"].lower() for a in alerts}
+    assert headings == {a["alert"].lower() for a in alerts} | {a.name.lower() for a in engines.alerts()}
 
 
 def _runbook_urls(files: dict[str, str]) -> dict[str, list[str]]:
@@ -181,7 +182,8 @@ def test_no_runbook_link_points_at_this_machine_and_every_anchor_exists():
 
     committed = {rel: (ROOT / rel).read_text() for rel in generate.render_all()}
     urls = _runbook_urls(committed)
-    assert set(urls) == {RULE_FILES[1], TEST_FILE, "deploy/kubernetes/prometheusrule.yaml"}
+    assert set(urls) == {RULE_FILES[1], TEST_FILE, "deploy/kubernetes/prometheusrule.yaml", RULE_FILES[2],
+                         "prometheus/tests/rl_otel_engines_test.yml"}
     anchors = runbook.anchors()
     by_alert = {a.name: a for a in ALERTS}
     n = 0

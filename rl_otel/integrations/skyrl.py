@@ -149,7 +149,35 @@ def rl_otel_tracker(cfg: Any = None, tracking: Any = None, **options: Any) -> An
             return tracking
     run = config_get(config_get(cfg, "trainer"), "run_name")
     merged = {**options_from_config(cfg), **options}
-    return RLOtelTracking(tracking, str(run) if run else None, **merged)
+    wrapped = RLOtelTracking(tracking, str(run) if run else None, **merged)
+    if wrapped.telemetry is not None:
+        publish_remote_engines(wrapped.telemetry, cfg)
+    return wrapped
+
+
+def remote_engine_urls(cfg: Any) -> list[str]:
+    """The inference engine servers of SkyRL's config (``generator.remote_inference_engine_urls``, ``host:port``
+    each) when it runs none locally (``generator.run_engines_locally: false``); ``[]`` otherwise."""
+    generator = config_get(cfg, "generator")
+    if generator is None or config_get(generator, "run_engines_locally") is not False:
+        return []
+    urls = config_get(generator, "remote_inference_engine_urls") or []
+    if isinstance(urls, str):  # one URL given as a string (an OmegaConf ListConfig iterates like a list)
+        urls = [urls]
+    try:
+        return [str(u) for u in urls]
+    except TypeError:
+        return []
+
+
+def publish_remote_engines(telemetry: Telemetry, cfg: Any) -> None:
+    """Each remote engine server of SkyRL's config as a scrape target of the run (``tel.engine``, named
+    ``engine-<i>``; docs/engines.md). A URL rl_otel cannot read is said and skipped: the trainer goes on."""
+    for i, url in enumerate(remote_engine_urls(cfg)):
+        try:
+            telemetry.engine(url, name=f"engine-{i}")
+        except ValueError as exc:
+            _log.warning("rl_otel: SkyRL's remote inference engine %r is not published for scraping: %s", url, exc)
 
 
 class RLOtelExpMixin:

@@ -77,6 +77,9 @@ class RLOtelBackend:
         merged = {**options_from_config(config), **options}
         self._finished = False
         self.telemetry = telemetry_from_options("verl's trainer.rl_otel", experiment_name, merged)
+        hint = engine_stats_hint(config)
+        if hint is not None:
+            _log.warning("%s", hint)
 
     def log(self, data: dict, step: int | None) -> None:
         """One step's metrics. Never raises."""
@@ -90,6 +93,30 @@ class RLOtelBackend:
             self.telemetry.close()
 
     close = finish
+
+
+def _get(node: Any, *path: str) -> Any:
+    for key in path:
+        getter = getattr(node, "get", None)
+        if getter is None:
+            return None
+        node = getter(key)
+    return node
+
+
+def engine_stats_hint(config: Any) -> str | None:
+    """What to set so that verl's vLLM rollout records its Prometheus families (``docs/engines.md``), or ``None``
+    when nothing is to be said: verl builds its vLLM engines with ``disable_log_stats=True`` unless told
+    otherwise, and an engine with statistics off records no family at all."""
+    rollout = _get(config, "actor_rollout_ref", "rollout")
+    if rollout is None or _get(rollout, "name") not in (None, "vllm"):
+        return None
+    if _get(rollout, "disable_log_stats") is False:
+        return None
+    return ("rl_otel: verl's vLLM rollout records no Prometheus metrics while actor_rollout_ref.rollout."
+            "disable_log_stats is not False (verl's default is True); set "
+            "actor_rollout_ref.rollout.disable_log_stats=False to see the engine on the Rollout engines dashboard "
+            "(docs/engines.md)")
 
 
 def options_from_config(config: Any) -> dict[str, Any]:

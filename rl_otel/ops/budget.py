@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, fields
 from rl_otel.catalog import Catalog, Kind, default_catalog, live, meta
 from rl_otel.catalog.goodput import bucket_of, is_step_duration
 from rl_otel.ops import contract
+from rl_otel.ops.engines import vllm_lines as engine_vllm_lines
 from rl_otel.ops.promql import metric_names
 from rl_otel.ops.rules import OUT_OF_RANGE, recording_rules
 
@@ -90,6 +91,8 @@ class Shape:
     user_keys: int = 0             # the user's own keys (fallback gauges)
     collective_points: int = 0     # tel.collective() points a rank waits at (allreduce, barrier, ...)
     drop_phase_buckets: bool = False  # the agents drop each rank's rl_phase_duration_seconds_bucket (agent.yml)
+    engines_per_worker: int = 0    # in-process vLLM engines a worker serves (engines=; docs/engines.md), each a replica
+    engine_max_model_len: int = 4096  # sets the count of vLLM's token-count histogram buckets
     max_series_per_metric: int = 10_000
     max_unknown_keys: int = 1_000
 
@@ -367,12 +370,25 @@ def budget(shape: Shape, *, scrape_interval_s: float = 15.0, evaluation_interval
     per_target = len(PER_TARGET)
     step_extra = step.lines - worker_endpoint(shape, 0, catalog).lines
     steps = min(shape.step_ranks, shape.workers)
+    engine_lines = shape.engines_per_worker * engine_vllm_lines(shape.engine_max_model_len)
+    worker_lines += engine_lines
     job_scraped = shape.workers * (worker_lines + per_target) + steps * step_extra
     node = shape.workers_per_node * (worker_lines + per_target) + min(steps, shape.workers_per_node) * step_extra
     union = set().union(*(w.series() for w in workers), step.series() if steps else set())
     rec = recorded(union, ranks=shape.workers)
-    return Budget(shape, worker_lines, step.lines, per_target, node, job_scraped, sum(rec.values()),
+    return Budget(shape, worker_lines, step.lines + engine_lines, per_target, node, job_scraped,
+                  sum(rec.values()) + engine_recorded(shape.workers * shape.engines_per_worker),
                   scrape_interval_s, evaluation_interval_s)
+
+
+def engine_recorded(replicas: int) -> int:
+    """The engines' recorded series (``rl_otel/ops/engines.py``) of one role with ``replicas`` engine replicas:
+    a ``run_role_replica:`` rule one per replica, a ``run_role:`` rule one; none without an engine."""
+    if replicas == 0:
+        return 0
+    from rl_otel.ops.engines import recording_rules as engine_rules
+
+    return sum(replicas if r.record.startswith("run_role_replica:") else 1 for r in engine_rules())
 
 
 # -- the command ------------------------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """Grafana dashboards as plain data, generated from the catalog (units, descriptions) and the thresholds.
 
-Six dashboards: training overview, phases, memory, rollout/eval (Trinity-RFT), fleet, and where the time goes
-(goodput, stragglers, hangs). The template variables form a tree: datasource -> job -> run, then cluster -> phase ->
-device_id, or role -> rank; a dashboard shows the branch up to the last variable its panels use (no dropdown that
-changes nothing), and every query filters on the variables it depends on. ``python3 -m rl_otel.ops`` writes them
-to ``grafana/dashboards/*.json``.
+Seven dashboards: training overview, phases, memory, rollout/eval (Trinity-RFT), fleet, where the time goes
+(goodput, stragglers, hangs), and the rollout engines (vLLM, SGLang). The template variables form a tree: datasource
+-> job -> run, then cluster -> phase -> device_id, or role -> rank (or role -> replica); a dashboard shows the
+branch up to the last variable its panels use (no dropdown that changes nothing), and every query filters on the
+variables it depends on. ``python3 -m rl_otel.ops`` writes them to ``grafana/dashboards/*.json``.
 
 No data: every panel says why it may be empty, in Grafana's "no data" text and at the end of its description
 (:func:`no_data`), derived from what it reads: the frameworks whose keys feed its series (the catalog entries'
@@ -54,10 +54,15 @@ VARIABLES = (
     ("device_id", f"label_values(rl_gpu_memory_bytes{{{PHASE}}}, device_id)"),
     ("role", f"label_values({_WALL}{{{RUN}}}, role)"),
     ("rank", f"label_values({_WALL}{{{ROLE}}}, rank)"),
+    # a rollout engine's replicas (in-process engines and engine servers alike), from the engines' recorded gauge
+    ("replica", f"label_values(run_role_replica:rl_engine_requests_running:max{{{ROLE}}}, replica)"),
 )
-PARENTS = {"run": "job", "cluster": "run", "phase": "cluster", "device_id": "phase", "role": "run", "rank": "role"}
+PARENTS = {"run": "job", "cluster": "run", "phase": "cluster", "device_id": "phase", "role": "run", "rank": "role",
+           "replica": "role"}
 # Variables whose "All" is not the default: one rank at first (a role may have a thousand), more on demand.
 ON_DEMAND = frozenset({"rank"})
+# where a generation phase's engine is shown (the rollout engines' dashboard, rollout_engines())
+ENGINES_LINK = (("Rollout engines: what the engine did meanwhile", "rl-otel-engines"),)
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,7 @@ class Panel:
     repeat: str = ""  # a variable: one panel per selected value of it (Grafana's panel repeat)
     rows: bool = False  # a heatmap whose rows are its series (one per rank), not histogram buckets
     unstacked: tuple[str, ...] = ()  # legends of a stacked panel's series drawn as a line over the stack
+    links: tuple[tuple[str, str], ...] = ()  # (title, dashboard uid): panel links to another dashboard
 
 
 @dataclass(frozen=True)
@@ -182,7 +188,7 @@ def phases(t: Thresholds) -> Dashboard:
             description="95th percentile of a phase's duration over the rate window; no line where the phase did "
                         "not run in the window (after training ends). With tracing on and Prometheus' exemplar "
                         "storage, the dots are phases' exemplars: a click opens the step's trace in Tempo.",
-            when_empty=_IDLE),
+            when_empty=_IDLE, links=ENGINES_LINK),
         Panel("Phase duration mean (total)", (
             _q(f'sum by (cluster, phase) (rate(rl_phase_duration_seconds_sum{{{sel}, part="total"}}[{RATE}])) / '
                f'{_RUNNING}', "{{cluster}}/{{phase}}"),), unit="s",
@@ -434,7 +440,7 @@ def goodput(t: Thresholds) -> Dashboard:
                      "against the median rank); progress and stack dumps of hung processes.", (
         Panel("Where the time goes: $role (share of wall time per bucket)",
               _bucket_share(f'avg by (bucket) ({share}{{{ROLE}, bucket="{_BUCKET}"}})'),
-              unit="percentunit", stack=True, repeat="role", width=24,
+              unit="percentunit", stack=True, repeat="role", width=24, links=ENGINES_LINK,
               description="Seconds per second of wall time in each bucket, summed over the role's ranks and "
                           "divided by their wall time (recording rule run_role_bucket:rl_goodput_bucket_seconds:"
                           "share_rate5m; averaged over the selected runs): the shares stack to 1. Productive: "
@@ -497,7 +503,78 @@ def goodput(t: Thresholds) -> Dashboard:
     ))
 
 
-BUILDERS = (training, phases, memory, rollout_eval, fleet, goodput)
+REPLICA = ROLE + ', replica=~"$replica"'
+# why an engine panel is empty: the engine serves no metrics to this run (docs/engines.md, per framework)
+_NO_ENGINE = ("no rollout engine metrics reach this run: an in-process vLLM needs disable_log_stats=False (veRL: "
+              "actor_rollout_ref.rollout.disable_log_stats=False), SGLang --enable-metrics (slime forces it); an "
+              "engine server is scraped once published with tel.engine(url, name=...); see docs/engines.md")
+
+
+def rollout_engines(t: Thresholds) -> Dashboard:
+    """The rollout engines (vLLM, SGLang) of the selected runs, per role and replica, from the engines' recording
+    rules (rl_otel/ops/engines.py), beside the role's generation time."""
+    from rl_otel.ops import engines as e
+
+    def panel(title: str, queries: tuple[Query, ...], description: str, **kw: object) -> Panel:
+        return Panel(title, queries, description=description, when_empty=_NO_ENGINE, **kw)  # type: ignore[arg-type]
+
+    legend = "{{run}} {{role}} {{replica}}"
+    return Dashboard("rl-otel-engines", "Rollout engines",
+                     "vLLM and SGLang engines of the selected runs, per role and replica: tokens per second (per "
+                     "GPU, per second of generation), KV cache and preemptions, requests running and waiting, "
+                     "queue time, time to first token, inter-token latency; in-process engines served by the "
+                     "rank's rl_otel endpoint and engine servers published with tel.engine() alike.", (
+        panel("Generation tokens/s per replica", (
+            _q(f"{e.GENERATION}{{{REPLICA}}}", legend), _q(f"{e.PROMPT}{{{REPLICA}}}", legend + " prompt")),
+            "Tokens generated (and prompt tokens prefilled) per second by each replica, over 1 minute; a "
+            "replica's tensor-parallel ranks are counted once.", unit="short"),
+        panel("Generation tokens/s per GPU", (_q(f"{e.PER_GPU}{{{REPLICA}}}", legend),),
+              "A replica's generation tokens/s over its GPUs: the ranks and SGLang tp_rank series it shows (1 for a "
+              "server that shows none: per replica then).", unit="short"),
+        panel("Generation tokens per second of generation (role)", (
+            _q(f"{e.PER_GENERATION_SECOND}{{{ROLE}}}", "{{run}} {{role}}"),),
+            "The role's generation tokens over the seconds its ranks spent in generation phases (rl_otel's goodput "
+            "bucket generation), over 5 minutes: a colocated engine's speed while it generates.", unit="short"),
+        panel("KV cache usage", (_q(f"{e.KV}{{{REPLICA}}}", legend),),
+              f"vLLM's kv_cache_usage_perc (gpu_cache_usage_perc before 0.9), SGLang's token_usage; "
+              f"RLEngineKVCacheSaturated fires above {t.engine_kv_usage_max:g} while requests are preempted.",
+              unit="percentunit", threshold=t.engine_kv_usage_max),
+        panel("Preemptions per second", (_q(f"{e.PREEMPTIONS}{{{REPLICA}}}", legend),),
+              "Requests preempted (vLLM) or retracted (SGLang) per second, over 5 minutes: their KV cache was "
+              "freed and they run again.", unit="short", threshold=t.engine_preemptions_min),
+        panel("Requests running and waiting", (
+            _q(f"{e.RUNNING}{{{REPLICA}}}", legend + " running"), _q(f"{e.WAITING}{{{REPLICA}}}", legend + " waiting")),
+            "Requests in the engine's batch and in its queue (seen every scrape: a shorter gap is invisible).",
+            unit="short"),
+        panel("Time to first token p50 / p95", (
+            _q(f"{e.TTFT.format(q='50')}{{{REPLICA}}}", legend + " p50"),
+            _q(f"{e.TTFT.format(q='95')}{{{REPLICA}}}", legend + " p95")),
+            "From the engine's own histogram over 5 minutes.", unit="s"),
+        panel("Queue time p50 / p95", (
+            _q(f"{e.QUEUE.format(q='50')}{{{REPLICA}}}", legend + " p50"),
+            _q(f"{e.QUEUE.format(q='95')}{{{REPLICA}}}", legend + " p95")),
+            "Time a request waited before it ran (vLLM request_queue_time_seconds, SGLang queue_time_seconds).",
+            unit="s"),
+        panel("Inter-token latency p50 / p95", (
+            _q(f"{e.ITL.format(q='50')}{{{REPLICA}}}", legend + " p50"),
+            _q(f"{e.ITL.format(q='95')}{{{REPLICA}}}", legend + " p95")),
+            "vLLM inter_token_latency_seconds (time_per_output_token_seconds before), SGLang "
+            "inter_token_latency_seconds.", unit="s"),
+        panel("Generation share of wall time vs requests running (role)", (
+            _q(f"sum without (bucket) ({e.GENERATION_SHARE.replace('{', '{' + ROLE + ', ', 1)})",
+               "{{run}} {{role}} in generation"),
+            _q(f"{e.ROLE_RUNNING}{{{ROLE}}} > bool 0", "{{run}} {{role}} engines busy")),
+            "The share of the role's wall time in generation phases beside whether any of its engines runs a "
+            "request (1) or none (0): a generation share near 1 with idle engines is the tail "
+            f"(RLEngineIdleDuringGeneration, after {t.engine_idle_for}).", unit="percentunit"),
+        panel("Engine targets up", (
+            _q(f'up{{{RUN}, {e.TARGET_LABEL}="engine"}}', "{{run}} {{replica}} {{instance}}"),),
+            "Engine servers published with tel.engine(): 1 while Prometheus scrapes them (RLEngineTargetDown "
+            "fires at 0 while the run lives).", unit="short"),
+    ))
+
+
+BUILDERS = (training, phases, memory, rollout_eval, fleet, goodput, rollout_engines)
 
 
 def dashboards(t: Thresholds = DEFAULT) -> tuple[Dashboard, ...]:
@@ -636,6 +713,9 @@ def _panel_json(panel: Panel, panel_id: int, x: int, y: int, t: Thresholds) -> d
                               "datasource": DS, "gridPos": {"h": 8, "w": panel.width, "x": x, "y": y},
                               "fieldConfig": {"defaults": defaults, "overrides": overrides}, "options": options,
                               "targets": targets}
+    if panel.links:  # the same run, roles and time range on the other dashboard
+        out["links"] = [{"title": title, "url": f"/d/{uid}/{uid}?${{__url_time_range}}&${{__all_variables}}"}
+                        for title, uid in panel.links]
     if panel.repeat:  # side by side, two a row (the panel's full width shared among them)
         out.update(repeat=panel.repeat, repeatDirection="h", maxPerRow=2)
     if panel.kind == "table":  # the dump's labels as columns, its constant value and timestamp hidden

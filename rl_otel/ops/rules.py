@@ -95,7 +95,9 @@ class RunbookLinks:
 
 @functools.lru_cache(maxsize=1)
 def _alert_names() -> tuple[str, ...]:
-    return tuple(a.name for a in (*alerts(DEFAULT), *fleet_alerts(DEFAULT)))
+    from rl_otel.ops import engines  # it builds on this module's records
+
+    return tuple(a.name for a in (*alerts(DEFAULT), *fleet_alerts(DEFAULT), *engines.alerts(DEFAULT)))
 
 
 def alert_names() -> list[str]:
@@ -563,7 +565,10 @@ def fleet_alerts(t: Thresholds = DEFAULT, window: str = NODE_SILENT_WINDOW,
 
 def rule_files(t: Thresholds = DEFAULT, links: RunbookLinks | None = None) -> dict[str, dict[str, object]]:
     """``{file name under prometheus/rules/: rule-file document}``. The alerts file holds two groups: the alerts
-    of every setup, then :func:`fleet_alerts` (meaningful where agents label their series with ``node``)."""
+    of every setup, then :func:`fleet_alerts` (meaningful where agents label their series with ``node``); the
+    rollout engines' rules and alerts are a file of their own (:mod:`rl_otel.ops.engines`)."""
+    from rl_otel.ops import engines
+
     return {
         "rl_otel_recording.yml": {"groups": [{"name": "rl_otel_recording",
                                               "rules": [r.to_dict() for r in recording_rules(t)]}]},
@@ -571,4 +576,5 @@ def rule_files(t: Thresholds = DEFAULT, links: RunbookLinks | None = None) -> di
                                            "rules": [a.to_dict(links) for a in alerts(t)]},
                                           {"name": "rl_otel_fleet",
                                            "rules": [a.to_dict(links) for a in fleet_alerts(t)]}]},
+        "rl_otel_engines.yml": engines.rule_file(t, links),
     }

@@ -118,6 +118,18 @@ class Thresholds:
     throughput_for: str = "15m"
     telemetry_errors_window: str = "15m"  # errors counted in this window (or since the series appeared)
     telemetry_errors_for: str = "1m"
+    # Rollout engines (vLLM, SGLang; rl_otel/ops/engines.py)
+    engine_kv_usage_max: float = 0.95     # KV cache usage above this ...
+    engine_preemptions_min: float = 0.05  # ... while requests are preempted (SGLang: retracted) at this rate, /s
+    engine_kv_for: str = "10m"
+    engine_throughput_ratio_min: float = 0.5  # tokens/s while generating below half the run's own baseline ...
+    engine_throughput_smooth: str = "15m"  # ... (its median over this window) ...
+    engine_throughput_baseline_window: str = "1h"  # ... (the median over this window, ending offset ago)
+    engine_throughput_baseline_offset: str = "30m"
+    engine_throughput_min_history: float = 0.5  # the baseline needs tokens in this share of its window's minutes
+    engine_throughput_for: str = "10m"
+    engine_idle_generation_share: float = 0.9  # a role this much in generation (goodput) while its engines idle
+    engine_idle_for: str = "3m"           # longer than a healthy tail of the last requests
 
     def to_dict(self) -> dict[str, float | str]:
         return asdict(self)

@@ -50,7 +50,8 @@ _DURATION_LABELS_LIMIT = 64  # (cluster, phase) pairs whose duration labels are 
 _ORIGINS = itertools.count(1)
 _EMPTY = StoreSnapshot(-1, None, families=())
 Mirror = Callable[[dict[str, Any], int, bool], None]  # (metrics as logged, step, wait): the trackers' bridge
-Collector = Callable[[], Iterable[tuple[MetricSpec, Labels, float]]]
+# a live collector's series: a float, or a histogram's value (an engine's histograms, exporters/engines.py)
+Collector = Callable[[], Iterable[tuple[MetricSpec, Labels, float | HistogramValue]]]
 
 
 class Recorder:

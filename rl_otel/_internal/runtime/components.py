@@ -18,9 +18,10 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rl_otel._internal.exporters.file_sd import TargetsFile
+from rl_otel._internal.exporters.file_sd import TargetsFile, targets_path
 from rl_otel._internal.exporters.otel_env import resolve_resource
 from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.exporters.textformat import target_info_labels
@@ -75,6 +76,8 @@ class Components:
         self.bridge: Bridge | NullBridge = NullBridge()
         self.signals: SignalFlush | None = None
         self.live: LiveGauges | None = None
+        self.engines: Any = None  # exporters.engines.EngineFamilies, when engines= serves some
+        self._engine_targets: dict[str, TargetsFile] = {}  # tel.engine()'s targets files, by engine name
         self.hangs: HangWatch | None = None
         self.cpu: CpuProbe | None = None
         self._phases: PhaseRuntime | None = None
@@ -132,6 +135,8 @@ class Components:
             self._serve(stack, self.registry, config.prometheus)
         if self.live is not None:
             self._closing(stack, "live", self.live)
+        if self.live is not None and config.engines is not None:
+            self._serve_engines(stack, config)
         self.bridge = self._start_bridge()
         self._closing(stack, "trackers", self.bridge)
         if self.bridge.active:
@@ -183,6 +188,44 @@ class Components:
         spans = self.step_spans
         if spans is not None:
             spans.logged(last)
+    def _serve_engines(self, stack: contextlib.ExitStack, config: TelemetryConfig) -> None:
+        """The rollout engine's families of this process (``exporters/engines.py``), a live collector: read at
+        each collection, counted against the series cap, their misses counted as ``sink="live"``."""
+        from rl_otel._internal.exporters.engines import EngineFamilies
+
+        assert config.engines is not None
+        diag = self.diagnostics
+        self.engines = engines = EngineFamilies(config.engines, rank=config.rank,
+                                                max_series_per_metric=config.max_series_per_metric,
+                                                count=lambda reason: diag.count("live", reason))
+        self.recorder.add_collector(engines.collect)
+        self._closing(stack, "engines", engines)
+
+    def engine_target(self, url: str, name: str) -> str | None:
+        """Publish an engine server's ``url`` as a scrape target in the file_sd directory (``tel.engine``): the
+        path of its targets file, or ``None`` (said once) without a file_sd directory to write it in."""
+        from rl_otel._internal.exporters.engine_targets import engine_labels, parse_engine_url
+
+        address, labels = parse_engine_url(url)  # ValueError naming a bad url
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"tel.engine(name=...) must be a non-empty string, got {name!r}")
+        config, prom = self.config, self.config.prometheus
+        if prom is None or prom.file_sd is None or Path(prom.file_sd).expanduser().suffix in (".json", ".yml",
+                                                                                            ".yaml"):
+            self.diagnostics.warn_once("engine", "file_sd", "rl_otel: tel.engine() publishes an engine server in "
+                                       "the file_sd directory (prometheus={'file_sd': DIR}); none is set, so "
+                                       "Prometheus must be told of the engine's /metrics by hand")
+            return None
+        path = targets_path(prom.file_sd, config.run, config.rank, role=config.role, host=config.host_name,
+                            target=f"engine:{name}:{url}")
+        with self._lazy_lock:
+            old = self._engine_targets.pop(name, None)
+            if old is not None:
+                old.close()
+            targets = TargetsFile(path, address, {**config.base_labels, **engine_labels(name), **labels})
+            self._engine_targets[name] = targets
+        self._closing(self._stack, f"engine_target_{name}", targets)
+        return str(path)
 
     def _watch_hangs(self, stack: contextlib.ExitStack) -> None:
         """Stack dumps (``probes/hangs.py``): the progress hook, the series, ``/debug/stacks``, the signal; the

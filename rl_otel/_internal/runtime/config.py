@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rl_otel._internal.exporters.engines import EnginesConfig
     from rl_otel._internal.exporters.otlp import OtlpConfig
     from rl_otel._internal.exporters.webconfig import WebConfig
     from rl_otel._internal.tracing.config import TracingConfig
@@ -67,6 +68,7 @@ class TelemetryConfig:
     phase_memory: bool = True  # phases take memory snapshots (phase(..., memory=) per phase)
     phase_peaks: bool = True  # the outermost phase resets torch's peak memory statistics
     phase_gpu_time: bool = True  # CUDA events at the phases' edges
+    engines: EnginesConfig | None = None  # the engine families served (None: none), exporters/engines.py
 
     @property
     def base_labels(self) -> dict[str, str]:

@@ -261,6 +261,37 @@ def _tracker_dirs(trackers: tuple, run: str) -> list[str]:
 
 
 
+def _engines(value: object, given: Given) -> Any:
+    """``engines=``: True (vLLM's and SGLang's families), False/None (none), a list of family name prefixes, or a
+    dict of ``prefixes``, ``replica`` and ``multiprocess_dir`` (``docs/engines.md``)."""
+    from rl_otel._internal.exporters.engines import DEFAULT_PREFIXES, EnginesConfig
+
+    if value is None or value is False:
+        return None
+    if value is True:
+        return EnginesConfig()
+    if isinstance(value, (list, tuple)):
+        value = {"prefixes": value}
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"engines must be True, False, a list of metric name prefixes or a dict, got "
+                                 f"{value!r}")
+    check_known("engines", value, ("prefixes", "replica", "multiprocess_dir"))
+    prefixes = value.get("prefixes", DEFAULT_PREFIXES)
+    if isinstance(prefixes, str) or not isinstance(prefixes, (list, tuple)) or not prefixes or not all(
+            isinstance(p, str) and p and not p.startswith("rl_") for p in prefixes):
+        raise ConfigurationError(f"engines.prefixes must be a non-empty list of metric name prefixes (such as "
+                                 f"'vllm:'), none of rl_otel's own 'rl_', got {prefixes!r}")
+    replica = value.get("replica")
+    if replica is not None and (not isinstance(replica, (str, int)) or isinstance(replica, bool) or
+                                str(replica) == ""):
+        raise ConfigurationError(f"engines.replica must be a non-empty string or an integer, got {replica!r}")
+    directory = value.get("multiprocess_dir")
+    if directory is not None and not isinstance(directory, (str, os.PathLike)):
+        raise ConfigurationError(f"engines.multiprocess_dir must be a path, got {directory!r}")
+    return EnginesConfig(tuple(prefixes), None if replica is None else str(replica),
+                         None if directory is None else os.fspath(directory))
+
+
 def _dump_dir(value: object, given: Given) -> str:
     """``stack_dump_dir`` checked and resolved: the option, ``$RL_OTEL_DUMP_DIR``, the first tracker's log
     directory, ``./rl_otel_dumps``."""
@@ -363,6 +394,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("phase_gpu_time", True, "phases record CUDA events at their edges for their GPU time (in a process that "
                                    "initialized CUDA); ``False``: none, e.g. where another thread captures CUDA graphs "
                                    "in global capture mode (``docs/gpu.md``).", check=_boolean("phase_gpu_time")),
+    Option("engines", True, "serve the rollout engine's own metric families (vLLM's ``vllm:*``, SGLang's "
+                            "``sglang:*``) from this process's prometheus_client registry or "
+                            "``PROMETHEUS_MULTIPROC_DIR`` on the endpoint, with the run's labels and ``replica``: "
+                            "True, False, a list of name prefixes, or ``{'prefixes': [...], 'replica': ..., "
+                            "'multiprocess_dir': ...}`` (``docs/engines.md``).", check=_engines),
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
