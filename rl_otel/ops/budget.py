@@ -413,6 +413,8 @@ _HELP = {
     "drop_phase_buckets": "the agents drop each rank's rl_phase_duration_seconds_bucket (agent.yml)",
     "max_series_per_metric": "init()'s max_series_per_metric",
     "max_unknown_keys": "init()'s max_unknown_keys",
+    "engines_per_worker": "in-process vLLM engines a worker serves (engines=; docs/engines.md), each a replica",
+    "engine_max_model_len": "the engines' max_model_len (sets the buckets of their token-count histograms)",
 }
 
 
