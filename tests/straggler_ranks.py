@@ -3,9 +3,7 @@ Prometheus (and ``promtool``) with what its ranks serve.
 
 ``start_ranks()`` spawns ``world_size`` processes joined by ``torch.distributed`` (gloo, loopback). Each rank runs
 ``rl_otel.init()`` with its own endpoint (port 0), then, every step, in the phase ``actor_train/train_step``:
-computes (a fixed number of 64x64 matmuls, as many as take ``compute_s`` on this machine, measured once before
-the ranks start; ``slow_factor`` times as many on ``slow_rank``: work, not a wall-clock budget, so a loaded machine
-stretches every rank's step alike and the slow rank stays twice as slow), then
+computes (64x64 matmuls for ``compute_s`` of wall time; ``slow_factor`` times that on ``slow_rank``), then
 all-reduces a gradient inside ``tel.collective("allreduce")``, and logs the step. The all-reduce equalises the
 phase's duration across ranks (the trap: the raw phase times look alike), while the compute and wait counters tell
 the slow rank from the ranks waiting for it::
@@ -103,8 +101,7 @@ def start_ranks(world_size: int = 4, *, slow_rank: int = SLOW_RANK, slow_factor:
         raise ValueError(f"slow_rank must be in [0, {world_size}), got {slow_rank}")
     ctx = mp.get_context("spawn")  # a fresh interpreter per rank, as torchrun would start it
     queue, stop = ctx.Queue(), ctx.Event()
-    conf = {"world_size": world_size, "slow_rank": slow_rank, "slow_factor": slow_factor,
-            "iterations": _iterations_in(compute_s),
+    conf = {"world_size": world_size, "slow_rank": slow_rank, "slow_factor": slow_factor, "compute_s": compute_s,
             "steps": steps, "run": run, "host": host, "file_sd": file_sd, "port": _free_port()}
     processes = [ctx.Process(target=_rank_main, args=(rank, conf, queue, stop), name=f"rank{rank}", daemon=True)
                  for rank in range(world_size)]
@@ -134,27 +131,6 @@ def start_ranks(world_size: int = 4, *, slow_rank: int = SLOW_RANK, slow_factor:
                  processes, stop)
 
 
-def _iterations_in(seconds: float) -> int:
-    """How many of a rank's matmul steps take ``seconds`` here (one thread, the best of three short rounds: a
-    round the machine's load slowed counts less)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        weights, x = torch.randn(64, 64) / 8, torch.randn(64, 64)
-        best = 0.0
-        for _ in range(3):
-            n, started = 0, time.perf_counter()
-            while time.perf_counter() - started < 0.1:
-                x = torch.tanh(x @ weights)
-                n += 1
-            best = max(best, n / (time.perf_counter() - started))
-    finally:
-        torch.set_num_threads(threads)
-    return max(1, round(best * seconds))
-
-
 def _rank_main(rank: int, conf: dict[str, Any], queue: Any, stop: Any) -> None:
     """One rank (in a spawned process)."""
     world_size = conf["world_size"]
@@ -172,15 +148,16 @@ def _rank_main(rank: int, conf: dict[str, Any], queue: Any, stop: Any) -> None:
         prometheus["file_sd"] = conf["file_sd"]
     tel = rl_otel.init(run=conf["run"], prometheus=prometheus, handle_sigterm=False)
     queue.put((rank, tel.metrics_url, os.getpid()))
-    work = round(conf["iterations"] * (conf["slow_factor"] if rank == conf["slow_rank"] else 1.0))
+    budget = conf["compute_s"] * (conf["slow_factor"] if rank == conf["slow_rank"] else 1.0)
     weights = torch.randn(64, 64) / 8
     grad = torch.zeros(256)
     step, steps = 0, conf["steps"]
     try:
         while steps is None or step < steps:
             with tel.phase("actor_train", "train_step", step=step):
+                deadline = time.perf_counter() + budget
                 x = torch.randn(64, 64)
-                for _ in range(work):  # the slow rank's work is simply more
+                while time.perf_counter() < deadline:  # busy: the slow rank's work simply takes longer
                     x = torch.tanh(x @ weights)
                 grad.fill_(float(x.mean()))
                 grad[0] = 1.0 if stop.is_set() else 0.0  # every rank learns of a stop at the same step

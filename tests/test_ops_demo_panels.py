@@ -131,6 +131,9 @@ def test_every_empty_panel_on_the_demo_says_a_true_reason(demo):
                 "until the run's first evaluation": False,  # the demo evaluated at steps 10 and 20
                 "needs tel.phase() blocks": False,  # the demo runs phases
                 "no selected run is scraped": False,
+                # the demo runs no rollout engine: a panel of the engines' families (or their recording rules)
+                "no rollout engine metrics reach this run": not any(n.startswith(("vllm", "sglang")) for n in exposed)
+                and any(re.search(r"vllm|sglang|rl_engine|rl_target=.engine.", e) for e in exprs),
                 # the issue-33 families: the panel reads one the demo's endpoint does not serve (a stack dump, a
                 # collective wait; or any of them where this rl_otel's catalog lacks it)
                 **{f.empty: any(g.empty == f.empty and g in got.contracted
