@@ -51,3 +51,38 @@ def test_the_engines_request_span_is_a_child_of_the_generation_phase_in_its_step
 def test_no_headers_outside_a_span():
     """No phase, no span: nothing to send (the engine starts a trace of its own)."""
     assert engine_headers() == {}
+
+
+def test_inside_a_roll_phase_the_headers_are_its_execute_span_in_the_global_steps_trace():
+    """ROLL's ``state_offload_manger`` made a phase by ``roll_phases`` (its ``execute`` span current in the block),
+    the worker method's ``global_step`` read as ROLL's are: ``engine_headers()`` in the block, where ROLL's
+    strategy calls vLLM, parents the engine's request under ``execute`` in the step's trace."""
+    from contextlib import contextmanager
+
+    from rl_otel.integrations import roll_phases
+
+    @contextmanager
+    def state_offload_manger(strategy, metrics, metric_infix, is_offload_states=True, load_kwargs={}):  # noqa: B006
+        yield  # ROLL's shape (its parameters: check_state_offload_manager)
+
+    phases, requests = InMemorySpanExporter(), InMemorySpanExporter()
+    mine = TracerProvider()
+    mine.add_span_processor(SimpleSpanProcessor(phases))
+    engine = TracerProvider()
+    engine.add_span_processor(SimpleSpanProcessor(requests))
+    roll_phases.use_tracing(mine, run="roll_engine")
+    try:
+        def generate(global_step: int) -> None:  # a ROLL worker method: step from data.meta_info["global_step"]
+            with roll_phases.wrap(state_offload_manger)(None, {}, "actor_infer/generate"):
+                _engine_request(engine_headers(), engine)
+
+        generate(7)
+    finally:
+        roll_phases.use_tracing(None)
+    execute = next(s for s in phases.get_finished_spans() if s.name == "execute")
+    (request,) = requests.get_finished_spans()
+    assert request.parent is not None
+    assert (request.context.trace_id, request.parent.span_id) == (step_ids("roll_engine", 7)[0],
+                                                                 execute.context.span_id)
+    engine.shutdown()
+    mine.shutdown()
