@@ -68,29 +68,60 @@ def test_two_torchrun_jobs_at_once_one_resumed_each_step_is_one_trace(receiver):
     assert len(spans) == 2 * 3 * 17  # nothing else, nothing twice
 
 
-def test_ray_actors_spans_reach_the_steps_trace_when_the_driver_just_exits(receiver):
-    """A Ray driver started on this machine (``ray.init(address="local")``), two actors told their step by the
-    driver's call; the driver returns without closing them and Ray ends them: every one of the actors' 16 spans
-    (2 actors x 2 steps x 4) arrives, each step one trace under the driver's step span."""
+def _ray_job(receiver, run: str, *mode: str) -> None:
+    """Run ``tests/trace_ray_driver.py`` (its own local Ray cluster) and wait, bounded, until Ray has ended its
+    actors: what they sent is then all that arrives."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
     driver = subprocess.run([sys.executable, str(ROOT / "tests" / "trace_ray_driver.py"), f"{receiver.url}/v1/traces",
-                             "ray_run"], env=env, capture_output=True, text=True, timeout=300)
+                             run, *mode], env=env, capture_output=True, text=True, timeout=300)
     assert driver.returncode == 0, driver.stdout[-3000:] + driver.stderr[-3000:]
     pids = [int(p) for p in driver.stdout.split("actor pids", 1)[1].split()]
-    deadline = time.monotonic() + 30  # the actors end after the driver: what they sent is what arrives
+    deadline = time.monotonic() + 30
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not any(_alive(pid) for pid in pids), "Ray did not end the actors within 30 s"
-    spans = received(receiver)
-    workers = [s for s in spans if s.resource["rl.role"] == "actor_infer"]
-    assert len(workers) == 16, sorted((s.resource["rl.rank"], s.attributes.get("step"), s.name) for s in workers)
+    assert not any(_alive(pid) for pid in pids), f"{run}: Ray did not end the actors within 30 s"
+
+
+def _assert_steps_of(spans, run: str) -> None:
+    """Each of the driver's two steps is one trace: the driver's step span over its phase and each actor's."""
     for step in range(2):
-        trace_id, step_span = step_ids("ray_run", step)
+        trace_id, step_span = step_ids(run, step)
         root, rest = one_trace(spans, trace_id)
         assert (root.name, root.span_id, root.resource["rl.role"]) == ("step", step_span, "trainer")
         assert sorted((s.resource["rl.role"], s.resource["rl.rank"], s.name) for s in rest if s.parent_id ==
                       step_span) == [("actor_infer", 0, "actor_infer/generate"), ("actor_infer", 1,
                                      "actor_infer/generate"), ("trainer", 0, "driver/rollout")]
+
+
+def test_ray_actors_spans_reach_the_steps_trace_when_the_driver_just_exits(receiver):
+    """A Ray driver started on this machine (``ray.init(address="local")``), two actors told their step by the
+    driver's call; the driver returns without closing them and Ray ends them: every one of the actors' 16 spans
+    (2 actors x 2 steps x 4) arrives, each step one trace under the driver's step span."""
+    _ray_job(receiver, "ray_run")
+    spans = received(receiver)
+    workers = [s for s in spans if s.resource["rl.role"] == "actor_infer"]
+    assert len(workers) == 16, sorted((s.resource["rl.rank"], s.attributes.get("step"), s.name) for s in workers)
+    _assert_steps_of(spans, "ray_run")
+
+
+ROLL_RUNS = 10
+
+
+def test_roll_shaped_workers_lose_no_span_at_the_normal_end_of_a_run(receiver):
+    """The issue's ROLL defect, 10 runs: workers with the Telemetry ROLL's get (``handle_sigterm=False``), never
+    closed, whose exit skips the exit handlers registered before their own teardown (the OTel SDK's, rl_otel's);
+    each driver exits right after its last step, and Ray ends the workers as it does at a driver's exit. Every
+    run: 16 of 16 worker spans, in their steps' traces. (The same driver with the code before phases were
+    flushed at their end - 3effae0, the SDK's 5 s batch delay - got 0 of 16 in each of 3 runs.)"""
+    written = {}
+    for i in range(ROLL_RUNS):
+        run = f"roll_end_{i}"
+        _ray_job(receiver, run, "roll")
+        spans = [s for s in received(receiver) if s.resource["rl.run"] == run]
+        written[run] = len([s for s in spans if s.resource["rl.role"] == "actor_infer"])
+        if written[run] == 16:
+            _assert_steps_of(spans, run)
+    assert written == {f"roll_end_{i}": 16 for i in range(ROLL_RUNS)}
 
 
 def _alive(pid: int) -> bool:

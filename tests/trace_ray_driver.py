@@ -5,10 +5,16 @@ closing the actors: Ray ends them, as it does when a training driver returns. Sp
 test's receiver.
 
 The actors are threaded (``max_concurrency=2``, as ROLL's are): their methods do not run on the main thread.
-Run as ``python tests/trace_ray_driver.py <traces URL> <run>``."""
+``roll`` as a third argument makes the actors' Telemetry the one ROLL's workers get (``roll_phases``: no signal
+handler, ``handle_sigterm=False``), never closed, whose exit skips the exit handlers registered before the
+worker's own teardown (the issue's ROLL workers: killed by Ray mid-exit, rl_otel's and the OTel SDK's handlers never
+ran; here a handler registered last ends the process at once).
+
+Run as ``python tests/trace_ray_driver.py <traces URL> <run> [roll]``."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import time
@@ -22,9 +28,13 @@ ACTORS = 2
 
 
 class Rollout:
-    def __init__(self, run: str, url: str, rank: int) -> None:
+    def __init__(self, run: str, url: str, rank: int, roll: bool) -> None:
+        # roll: the options integrations.roll gives a worker's Telemetry (trace_roll_phases), never closed
+        extra = {"handle_sigterm": False} if roll else {}
         self.tel = rl_otel.init(run=run, role="actor_infer", rank=rank, prometheus=False,
-                                tracing={"exporter": "otlp", "endpoint": url})
+                                tracing={"exporter": "otlp", "endpoint": url}, **extra)
+        if roll:  # ends the process before the exit handlers registered earlier (the OTel SDK's, rl_otel's) run
+            atexit.register(os._exit, 0)
 
     def generate(self, step: int) -> int:
         with self.tel.phase("actor_infer", "generate", step=step):
@@ -34,10 +44,11 @@ class Rollout:
 
 def main() -> None:
     url, run = sys.argv[1], sys.argv[2]
+    roll = sys.argv[3:] == ["roll"]
     ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
     tel = rl_otel.init(run=run, prometheus=False, tracing={"exporter": "otlp", "endpoint": url})
-    actors = [ray.remote(num_cpus=0, max_concurrency=2)(Rollout).remote(run, url, rank) for rank in range(ACTORS)]
+    actors = [ray.remote(num_cpus=0, max_concurrency=2)(Rollout).remote(run, url, rank, roll) for rank in range(ACTORS)]
     pids: set[int] = set()
     for step in range(STEPS):
         with tel.phase("driver", "rollout"):

@@ -429,14 +429,17 @@ class Components:
             return self._user_meter_provider
 
     def _shutdown_providers(self) -> None:
-        """Shut rl_otel's OTel providers down at once, each on a thread, under one deadline (the longest export
-        timeout, + 1 s): a failure or a timeout is counted (``sink="close"``, ``reason=<provider>``)."""
+        """Shut rl_otel's OTel providers down at once, each on a thread, each under its deadline: the spans'
+        ``close_timeout_s`` (the spans still queued are sent within it, or left to a daemon thread that dies with
+        the process: a collector that never answers cannot hold the close), the metrics' last push its export
+        timeout + 1 s (at least 2 s). A failure or a timeout is counted (``sink="close"``,
+        ``reason=<provider>``)."""
         providers, self._providers = self._providers, []
         if not providers:
             return
         otlp_config = self.config.otlp
-        limit = (otlp_config.timeout_s if otlp_config is not None else 0.0) + 1.0
-        limit = max(limit, 2.0)
+        push_limit = max((otlp_config.timeout_s if otlp_config is not None else 0.0) + 1.0, 2.0)
+        started = time.monotonic()
         threads = []
         for name, provider in providers:
             def shut(name: str = name, provider: Any = provider) -> None:
@@ -447,9 +450,9 @@ class Components:
             thread = threading.Thread(target=shut, name=f"rl_otel-close-{name}", daemon=True)
             thread.start()
             threads.append((name, thread))
-        deadline = time.monotonic() + limit
         for name, thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            limit = self.config.close_timeout_s if name == "tracer_provider" else push_limit
+            thread.join(max(0.0, started + limit - time.monotonic()))
             if thread.is_alive():
                 self._close_failed(name, TimeoutError(f"still shutting down after {limit:g} s"))
 

@@ -346,7 +346,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("submit_queue_size", 4, "jobs ``Telemetry.submit`` may queue (each holds its tensors) before the "
                                    "caller waits for the metrics worker.", check=_positive_int("submit_queue_size")),
     Option("close_timeout_s", 10.0, "how long ``close()`` (or a signal) waits for the trackers to write and "
-                                    "close; a tracker call running longer is counted as hung.",
+                                    "close, and for the spans still queued to be sent; a tracker call running "
+                                    "longer is counted as hung.",
                                     check=_seconds("close_timeout_s")),
     Option("tracing", None,
            "where ``phase()`` spans go: ``None`` (nowhere), ``'console'`` (JSON lines on stderr), ``{'exporter': "
