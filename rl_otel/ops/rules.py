@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from rl_otel.catalog import meta
 from rl_otel.catalog.concepts import NON_FINITE_WATCHED, SANE_RANGES, concept
 from rl_otel.ops import contract, runbook
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
@@ -20,6 +21,9 @@ from rl_otel.ops.thresholds import DEFAULT, Thresholds
 RUN = "job, run"
 # Scrape jobs of rl_otel endpoints all start with this (prometheus/prometheus.yml names them so).
 JOB_REGEX = "rl_otel.*"
+# how long a target whose last scrape said rl_run_finished 1 (its run ended normally, close() ran) is not "down":
+# a static target stays listed after its run, so it would page otherwise; longer windows cost every evaluation more
+FINISHED_QUIET = "1d"
 
 @dataclass(frozen=True)
 class Recording:
@@ -367,10 +371,14 @@ def alerts(t: Thresholds = DEFAULT) -> tuple[Alert, ...]:
               t.stall_for, "critical", f"Run {run} made no training step for {t.stall_seconds:g}s",
               f"No rank of run {run} (job {{{{ $labels.job }}}}) called log() for {value}s: the trainer is hung, "
               "deadlocked in a collective, or finished without exiting."),
-        Alert("RLScrapeTargetDown", f'up{{job=~"{JOB_REGEX}"}} == 0', t.target_down_for, "critical",
+        Alert("RLScrapeTargetDown",
+              f'up{{job=~"{JOB_REGEX}"}} == 0 unless on (job, instance) '
+              f'last_over_time({meta.RUN_FINISHED.name}{{job=~"{JOB_REGEX}"}}[{FINISHED_QUIET}]) == 1',
+              t.target_down_for, "critical",
               "rl_otel endpoint {{ $labels.instance }} is down",
               "Prometheus cannot scrape {{ $labels.instance }} (job {{ $labels.job }}): the process died, the pod "
-              "moved, or the port is not reachable."),
+              "moved, or the port is not reachable (not a run that finished: its last scrape said "
+              f"{meta.RUN_FINISHED.name} 1, which keeps this alert quiet for {FINISHED_QUIET})."),
         Alert("RLScrapeTargetAbsent", f'absent(up{{job=~"{JOB_REGEX}"}})', t.target_absent_for, "warning",
               "No rl_otel scrape target is known to Prometheus",
               f"No target of a job matching {JOB_REGEX} exists: service discovery finds no training pod (wrong "

@@ -8,8 +8,9 @@ A failure while building closes what was built so far (no port, file or thread l
 Close order (the reverse of registration), with the signal handlers around it all: a SIGTERM or SIGINT during the
 close is held until every part is closed, then delivered (see ``signals.py``); the metrics worker drains before
 the trackers close (queued steps reach them); the trackers close before the endpoint stops (a last scrape still
-sees the final step); the OTLP meter provider's shutdown pushes once more; rl_otel's own tracer provider ends last
-(phases may still end while the others close).
+sees the final step); a static target's last scrape sees ``rl_run_finished`` 1 (:meth:`Components._final_scrape`)
+before the endpoint stops; the OTLP meter provider's shutdown pushes once more; rl_otel's own tracer provider ends
+last (phases may still end while the others close).
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
 
 
 _NOTHING_HELD = contextlib.nullcontext()
+# the longest close() waits for a last scrape of rl_run_finished (a scrape interval of Prometheus' default 15 s and
+# more fits; a SIGTERM's grace period, Kubernetes' 30 s, is not spent on it)
+FINAL_SCRAPE_MAX_S = 20.0
 
 
 class Components:
@@ -343,6 +347,28 @@ class Components:
                                role=config.role, labels=config.base_labels)
         if self.targets is not None:
             self._closing(stack, "targets_file", self.targets)
+        else:  # a static target stays listed after the run: its last scrape tells a finished run from a killed one
+            self.recorder.store.write_info(meta.RUN_FINISHED, (), value=0.0)
+            stack.callback(self._final_scrape)
+
+    def _final_scrape(self) -> None:
+        """At close, before the endpoint stops: serve ``rl_run_finished`` 1 and wait for one more scrape, at most
+        1.5 times the interval of the last two scrapes (+0.25 s) and :data:`FINAL_SCRAPE_MAX_S`; no wait when
+        nothing scraped twice (no Prometheus watches). RLScrapeTargetDown stays quiet for a static target whose
+        last scraped value is 1 (the run finished), and fires for one that went down at 0 (killed). A file_sd
+        target needs none of it: its file is removed at close."""
+        registry = self.registry
+        if registry is None:
+            return
+        try:
+            self.recorder.store.write_info(meta.RUN_FINISHED, (), value=1.0)
+            interval = registry.scrape_interval()
+            if interval is not None and registry.wait_next_scrape(min(1.5 * interval + 0.25, FINAL_SCRAPE_MAX_S)):
+                deadline = time.monotonic() + 1.0  # its body handed to the kernel: closing then cuts nothing
+                while self.endpoint is not None and self.endpoint.server.sending and time.monotonic() < deadline:
+                    time.sleep(0.005)
+        except Exception as exc:
+            self._close_failed("final_scrape", exc)
 
     def _start_bridge(self) -> Bridge | NullBridge:
         from rl_otel._internal.runtime.ranks import mirrors_to_trackers
