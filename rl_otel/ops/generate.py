@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import yaml
@@ -19,7 +20,9 @@ def dump_yaml(document: object) -> str:
 
 
 def prometheus_rule(t: Thresholds = DEFAULT, links: rules.RunbookLinks | None = None) -> dict[str, object]:
-    """The same rules as a prometheus-operator ``PrometheusRule`` (for kube-prometheus-stack)."""
+    """The same rules as a prometheus-operator ``PrometheusRule`` (for kube-prometheus-stack); with no base given,
+    its links open the Grafana of the Prometheus' external label ``grafana_url`` (:data:`rules.KUBERNETES_GRAFANA`)."""
+    links = dataclasses.replace(links or rules.RunbookLinks(), kubernetes=True)
     groups = [g for doc in rules.rule_files(t, links).values()
               for g in doc["groups"]]  # type: ignore[attr-defined]  # a rule file's "groups" is a list
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",

@@ -67,16 +67,25 @@ class Alert:
         }
 
 
+# The Grafana whose runbook dashboard the shipped rule files link to when no base is given: docker-compose.yml
+# publishes its Grafana (grafana/dashboards/ provisioned, the runbook dashboard among them) on this machine's port
+# 3000, as docs/without-docker.md's Grafana is; a Kubernetes Prometheus names its team's Grafana in the external
+# label ``grafana_url`` (the Prometheus CR's spec.externalLabels), else a port-forward to 3000 opens it.
+COMPOSE_GRAFANA = "http://localhost:3000"
+KUBERNETES_GRAFANA = ("{{ with $externalLabels.grafana_url }}{{ . }}{{ else }}" + COMPOSE_GRAFANA + "{{ end }}")
+
+
 @dataclass(frozen=True)
 class RunbookLinks:
-    """Where an alert's ``runbook_url`` points (:mod:`rl_otel.ops.runbook`): by default the alert's section of
-    docs/runbook.md in the project's source repository (``[project.urls] Source`` of pyproject.toml); with
-    ``runbook_base``, ``<runbook_base>#<anchor>`` (your fork's or wiki's page of docs/runbook.md); with
-    ``grafana_url``, the alert's panel of the generated runbook dashboard in that Grafana. ``ValueError`` for a
+    """Where an alert's ``runbook_url`` points (:mod:`rl_otel.ops.runbook`): by default the alert's panel of the
+    generated runbook dashboard in the Grafana that ships with the rule file (:data:`COMPOSE_GRAFANA`; with
+    ``kubernetes``, :data:`KUBERNETES_GRAFANA`); with ``runbook_base``, ``<runbook_base>#<anchor>`` (your fork's or
+    wiki's page of docs/runbook.md); with ``grafana_url``, the alert's panel in that Grafana. ``ValueError`` for a
     base that is not an absolute http(s) URL, or for both at once."""
 
     grafana_url: str | None = None
     runbook_base: str | None = None
+    kubernetes: bool = False  # the default Grafana is the one the Kubernetes Prometheus' external label names
 
     def __post_init__(self) -> None:
         if self.grafana_url is not None and self.runbook_base is not None:
@@ -87,14 +96,21 @@ class RunbookLinks:
             runbook.check_url(self.runbook_base, "--runbook-base")
 
     @property
+    def chosen(self) -> bool:
+        """Whether a base was given (else the shipped Grafana's)."""
+        return self.grafana_url is not None or self.runbook_base is not None
+
+    @property
     def base(self) -> str:
         """The URL every link starts with."""
-        return self.grafana_url or self.runbook_base or runbook.default_base()
+        if self.runbook_base is not None:
+            return self.runbook_base
+        return self.grafana_url or (KUBERNETES_GRAFANA if self.kubernetes else COMPOSE_GRAFANA)
 
     def url(self, alert: Alert) -> str:
-        if self.grafana_url is not None:
-            return runbook.panel_url(alert_names(), alert.name, self.grafana_url)
-        return f"{self.base}#{alert.anchor}"
+        if self.runbook_base is not None:
+            return f"{self.runbook_base}#{alert.anchor}"
+        return runbook.panel_url(alert_names(), alert.name, self.base)
 
 
 @functools.lru_cache(maxsize=1)
