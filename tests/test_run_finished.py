@@ -39,9 +39,9 @@ def test_close_serves_run_finished_1_to_one_more_scrape_of_a_watched_static_endp
     try:
         tel.log({"actor/pg_loss": 0.5}, step=1)
         deadline = time.monotonic() + 60
-        while len(seen) < 2 and scraper.is_alive() and time.monotonic() < deadline:
+        while len(seen) < 3 and scraper.is_alive() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(seen) >= 2, f"two scrapes of the training run within 60 s: saw {seen}"
+        assert len(seen) >= 3, f"three scrapes of the training run within 60 s: saw {seen}"
         assert seen[0] == 0
     finally:
         tel.close()
@@ -53,10 +53,15 @@ def test_close_serves_run_finished_1_to_one_more_scrape_of_a_watched_static_endp
 
 
 def test_an_endpoint_nothing_scrapes_closes_without_waiting_and_file_sd_targets_serve_no_finished_series(tmp_path):
-    """No scrape seen: close() does not wait for one (nothing watches). A file_sd target needs no final signal
+    """No regular scrapes seen: close() does not wait for one (nothing watches; a person who looked twice is no
+    Prometheus). A file_sd target needs no final signal
     (close() removes its file, its target leaves discovery), so it serves no rl_run_finished."""
     tel = rl_otel.init(run="unwatched", prometheus={"host": "127.0.0.1", "port": 0})
-    assert tel._components.registry.scrape_interval() is None  # what close() decides on
+    registry = tel._components.registry
+    for _ in range(2):
+        with urllib.request.urlopen(tel.metrics_url, timeout=10):
+            pass
+    assert registry.scrape_interval() is None  # what close() decides on: two scrapes are no rhythm
     tel.close()
     listed = rl_otel.init(run="listed", prometheus={"host": "127.0.0.1", "port": 0, "file_sd": str(tmp_path)})
     try:

@@ -120,7 +120,7 @@ class ScrapeRegistry:
         self.exemplars: Callable[[], dict] | None = None
         # when /metrics was asked (monotonic): close() waits for one scrape of the final state (rl_run_finished)
         self._scraped = threading.Condition()
-        self._scrapes: list[float] = []  # the last two
+        self._scrapes: list[float] = []  # the last three
         self._count = 0  # scrapes begun
         self._scrape_done = 0  # the latest scrape (by its number) that has its body
 
@@ -132,7 +132,7 @@ class ScrapeRegistry:
     def scrape_begins(self) -> int:
         """Record that a scrape of /metrics begins (before it renders); its ticket for :meth:`scrape_rendered`."""
         with self._scraped:
-            self._scrapes = [*self._scrapes[-1:], time.monotonic()]
+            self._scrapes = [*self._scrapes[-2:], time.monotonic()]
             self._count += 1
             return self._count
 
@@ -142,10 +142,18 @@ class ScrapeRegistry:
             self._scrape_done = max(self._scrape_done, ticket)
             self._scraped.notify_all()
 
-    def scrape_interval(self) -> float | None:
-        """Seconds between the last two scrapes; ``None`` before the second (nothing scrapes regularly yet)."""
+    def scrape_interval(self) -> tuple[float, float] | None:
+        """``(interval, the monotonic time of the last scrape)`` when something scrapes regularly (the last three
+        scrapes' two intervals within a factor of 2 of each other, as a Prometheus' are); else ``None`` (a person
+        or a test that looked once or twice)."""
         with self._scraped:
-            return self._scrapes[1] - self._scrapes[0] if len(self._scrapes) == 2 else None
+            if len(self._scrapes) < 3:
+                return None
+            a, b, c = self._scrapes
+            first, second = b - a, c - b
+            if max(first, second) > 2 * min(first, second):
+                return None
+            return second, self._scrapes[-1]
 
     def wait_next_scrape(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for a scrape that began after this call to have its body; whether one did."""

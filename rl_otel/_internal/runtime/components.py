@@ -352,18 +352,23 @@ class Components:
             stack.callback(self._final_scrape)
 
     def _final_scrape(self) -> None:
-        """At close, before the endpoint stops: serve ``rl_run_finished`` 1 and wait for one more scrape, at most
-        1.5 times the interval of the last two scrapes (+0.25 s) and :data:`FINAL_SCRAPE_MAX_S`; no wait when
-        nothing scraped twice (no Prometheus watches). RLScrapeTargetDown stays quiet for a static target whose
-        last scraped value is 1 (the run finished), and fires for one that went down at 0 (killed). A file_sd
-        target needs none of it: its file is removed at close."""
+        """At close, before the endpoint stops: serve ``rl_run_finished`` 1 and wait for one more scrape, until
+        1.5 intervals (+0.25 s) after the last scrape and :data:`FINAL_SCRAPE_MAX_S` at most; no wait unless the
+        endpoint is scraped regularly (its last three scrapes evenly spaced: a Prometheus watches).
+        RLScrapeTargetDown stays quiet for a static target whose last scraped value is 1 (the run finished), and
+        fires for one that went down at 0 (killed). A file_sd target needs none of it: its file is removed at
+        close."""
         registry = self.registry
         if registry is None:
             return
         try:
             self.recorder.store.write_info(meta.RUN_FINISHED, (), value=1.0)
-            interval = registry.scrape_interval()
-            if interval is not None and registry.wait_next_scrape(min(1.5 * interval + 0.25, FINAL_SCRAPE_MAX_S)):
+            regular = registry.scrape_interval()
+            if regular is None:
+                return
+            interval, last = regular
+            wait = min(last + 1.5 * interval + 0.25 - time.monotonic(), FINAL_SCRAPE_MAX_S)  # the next one's due
+            if wait > 0 and registry.wait_next_scrape(wait):
                 deadline = time.monotonic() + 1.0  # its body handed to the kernel: closing then cuts nothing
                 while self.endpoint is not None and self.endpoint.server.sending and time.monotonic() < deadline:
                     time.sleep(0.005)
