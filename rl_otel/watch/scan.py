@@ -6,12 +6,6 @@ name when the files lie in it). A rank is read where the frameworks put it: a di
 name (``metrics_rank3.jsonl``, ``events.out.tfevents.1700000000.host.rank_3``); else rank 0. Event files are
 those with ``tfevents`` in their name, metric lines those ending in ``.jsonl``. Hidden directories are passed
 over. A watched path may also be one file.
-
-Two event files of one rank in one directory are two writers (two processes, or a run restarted into its log
-directory): TensorBoard draws them as one run, which interleaves their values in one series. Here the earliest
-(by the time in its name, ``events.out.tfevents.<time>.<host>...``) is the directory's run and each later one a
-run of its own, ``<run>@<time>`` (``exp1@1700000500``), so no series alternates between two writers; a resumed
-run therefore shows as a new run from its restart on.
 """
 
 from __future__ import annotations
@@ -68,39 +62,7 @@ def classify(path: str, root: str) -> Found | None:
     if m:
         rank = int(m.group(1))
     run = "/".join(kept) or os.path.basename(base.rstrip(os.sep)) or "root"
-    if kind == "tfevents":
-        run += _later_writer(name, directory, m.group(1) if m else None)
     return Found(os.path.abspath(path), kind, run, rank or 0)
-
-
-def _stamp(name: str) -> str:
-    """The writer's start time in an event file's name (``events.out.tfevents.<time>.<host>...``), else the rest of
-    the name after ``tfevents.``."""
-    rest = name.split("tfevents", 1)[1].lstrip(".")
-    first = rest.split(".", 1)[0]
-    return first if first.isdigit() else rest
-
-
-def _rank_in_name(name: str) -> str | None:
-    m = _RANK_IN_NAME.search(name)
-    return m.group(1) if m else None
-
-
-def _later_writer(name: str, directory: str, rank: str | None) -> str:
-    """``""`` for the earliest event file of its rank in ``directory``, else ``"@<time>"`` (see the module)."""
-    def order(file: str) -> tuple[int, str]:
-        stamp = _stamp(file)
-        return (int(stamp) if stamp.isdigit() else 0, file)
-
-    try:
-        siblings = [entry.name for entry in os.scandir(directory)
-                    if kind_of(entry.name) == "tfevents" and entry.is_file()]
-    except OSError:
-        return ""
-    same = [f for f in siblings if _rank_in_name(f) == rank]
-    if not same or min([*same, name], key=order) == name:
-        return ""
-    return "@" + _stamp(name)
 
 
 def scan(roots: Iterable[str], known: set[str] | None = None) -> Iterator[Found]:
