@@ -71,5 +71,11 @@ def test_runbook_links_that_open_only_here_are_warned_about_and_bad_ones_refused
     assert "warning" not in capsys.readouterr().err
     k8s = (root / "deploy/kubernetes/prometheusrule.yaml").read_text()
     assert "runbook_url: https://git.corp.example.com/ml/rl_otel/runbook#rltrainerstalled" in k8s
+    # no base given: the shipped Grafanas' links, local by design (compose's Grafana), no warning, no dead name
+    assert ops_main.main(["--root", str(root)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    alerts = (root / "prometheus/rules/rl_otel_alerts.yml").read_text()
+    assert "runbook_url: http://localhost:3000/d/rl-otel-runbook/rl-otel-runbook?viewPanel=1" in alerts
+    assert "example.invalid" not in alerts + (root / "deploy/kubernetes/prometheusrule.yaml").read_text()
     assert ops_main.main(["--root", str(root), "--runbook-base", "runbook.md"]) == 2
     assert "--runbook-base must be an absolute http(s) URL" in capsys.readouterr().err

@@ -174,45 +174,74 @@ def _runbook_urls(files: dict[str, str]) -> dict[str, list[str]]:
     return found
 
 
-def test_no_runbook_link_points_at_this_machine_and_every_anchor_exists():
-    """Every runbook_url of every generated file (the committed ones: rules, promtool tests, the Kubernetes
-    PrometheusRule) opens the alert's own section of docs/runbook.md in the project's source repository: no
-    loopback host, an anchor docs/runbook.md has. (They were http://localhost:3000/..., the Docker host's Grafana.)"""
+def test_shipped_rule_files_link_to_the_runbook_dashboard_of_their_own_grafana_and_none_to_example_invalid():
+    """Every runbook_url of every committed file (rules, promtool tests, the Kubernetes PrometheusRule) opens the
+    alert's own panel of the runbook dashboard (its section of docs/runbook.md) in the Grafana that ships beside
+    the file: docker-compose.yml's, published on port 3000 with grafana/dashboards/ provisioned; for Kubernetes,
+    the Grafana the Prometheus' external label grafana_url names (a port-forward to 3000 without it). None opens
+    a reserved name (they were https://example.invalid/..., dead for everyone)."""
     from rl_otel.ops import runbook
 
     committed = {rel: (ROOT / rel).read_text() for rel in generate.render_all()}
     urls = _runbook_urls(committed)
-    assert set(urls) == {RULE_FILES[1], TEST_FILE, "deploy/kubernetes/prometheusrule.yaml", RULE_FILES[2],
-                         "prometheus/tests/rl_otel_engines_test.yml"}
-    anchors = runbook.anchors()
-    by_alert = {a.name: a for a in ALERTS}
+    k8s = "deploy/kubernetes/prometheusrule.yaml"
+    assert set(urls) == {RULE_FILES[1], TEST_FILE, k8s, RULE_FILES[2], "prometheus/tests/rl_otel_engines_test.yml"}
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["grafana"]
+    assert "3000:3000" in compose["ports"] and "./grafana/dashboards:/var/lib/grafana/dashboards:ro" in \
+        compose["volumes"]
+    assert (ROOT / f"grafana/dashboards/{runbook.UID}.json").is_file()
+    board = json.loads((ROOT / f"grafana/dashboards/{runbook.UID}.json").read_text())
+    panels = {p["id"]: p for p in board["panels"]}
+    sections = runbook.sections()
     n = 0
     for rel, found in urls.items():
         for url in found:
-            parts = urllib.parse.urlsplit(url)
-            assert parts.hostname not in ("localhost", "127.0.0.1", "::1", "0.0.0.0"), (rel, url)
-            assert url.startswith(runbook.default_base() + "#"), (rel, url)
-            assert parts.fragment in anchors, f"{rel}: {url}: docs/runbook.md has no heading with that anchor"
+            assert "example.invalid" not in url and ".invalid" not in url, (rel, url)
+            base = rules.KUBERNETES_GRAFANA if rel == k8s else "http://localhost:3000"
+            assert url.startswith(f"{base}/d/{runbook.UID}/{runbook.UID}?viewPanel="), (rel, url)
             n += 1
-    rule_urls = {r["alert"]: r["annotations"]["runbook_url"]
-                 for g in yaml.safe_load(committed[RULE_FILES[1]])["groups"] for r in g["rules"]}
-    assert set(rule_urls) == set(by_alert)
-    for name, url in rule_urls.items():  # each alert opens its own section, not a neighbour's
-        assert runbook.anchor(name) == urllib.parse.urlsplit(url).fragment and name in runbook.sections()
+    for rel in (RULE_FILES[1], RULE_FILES[2], k8s):
+        doc = yaml.safe_load(committed[rel])
+        groups = doc["spec"]["groups"] if rel == k8s else doc["groups"]
+        for rule in (r for g in groups for r in g["rules"] if "alert" in r):  # each opens its own panel
+            query = urllib.parse.urlsplit(rule["annotations"]["runbook_url"].rsplit("}}", 1)[-1]).query
+            panel = panels[int(urllib.parse.parse_qs(query)["viewPanel"][0])]
+            assert panel["title"] == rule["alert"] and panel["options"]["content"] == sections[rule["alert"]]
     assert n >= 3 * len(ALERTS)
 
 
-def test_the_default_base_is_the_runbook_in_the_projects_source_repository():
-    """The default comes from pyproject.toml's [project.urls] Source: the one address that is the same for every
-    on-call engineer (a project that moves changes one line, and --check then calls the rule files stale)."""
-    import tomllib
+def test_the_default_links_open_the_shipped_grafana_and_a_kubernetes_prometheus_names_its_own():
+    """No base given: the compose Grafana's runbook dashboard; the Kubernetes links read the external label
+    grafana_url when the Prometheus has one (a Go template Prometheus expands), else localhost:3000."""
+    assert RunbookLinks().url(rules.alerts()[0]) == \
+        "http://localhost:3000/d/rl-otel-runbook/rl-otel-runbook?viewPanel=1"
+    k8s = RunbookLinks(kubernetes=True).url(rules.alerts()[0])
+    assert k8s == ("{{ with $externalLabels.grafana_url }}{{ . }}{{ else }}http://localhost:3000{{ end }}"
+                   "/d/rl-otel-runbook/rl-otel-runbook?viewPanel=1")
+    assert not RunbookLinks().chosen and RunbookLinks(grafana_url="https://g.example.com").chosen
 
-    from rl_otel.ops import runbook
 
-    source = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Source"].rstrip("/")
-    assert runbook.default_base() == f"{source}/blob/main/docs/runbook.md"
-    assert RunbookLinks().url(rules.alerts()[0]) == f"{source}/blob/main/docs/runbook.md#rltrainerstalled"
-    assert runbook.PYPROJECT == ROOT / "pyproject.toml"
+@pytest.mark.slow
+def test_the_kubernetes_runbook_url_renders_the_external_label_and_falls_back_to_localhost(tmp_path):
+    """promtool expands the PrometheusRule's runbook_url as Prometheus does: with the external label grafana_url
+    set, the link opens that Grafana; without it, localhost:3000."""
+    promtool = require_binary("promtool")
+    doc = yaml.safe_load(generate.render_all()["deploy/kubernetes/prometheusrule.yaml"])
+    shipped = next(r for g in doc["spec"]["groups"] for r in g["rules"] if r.get("alert") == "RLScrapeTargetDown")
+    rule = {"alert": "Linked", "expr": "vector(1)",
+            "annotations": {"runbook_url": shipped["annotations"]["runbook_url"]}}
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "k8s", "rules": [rule]}]}))
+    panel = f"/d/rl-otel-runbook/rl-otel-runbook?viewPanel={rules.alert_names().index('RLScrapeTargetDown') + 1}"
+    for labels, grafana in (({"grafana_url": "https://grafana.corp.example.com"}, "https://grafana.corp.example.com"),
+                            ({}, "http://localhost:3000")):
+        test = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
+            "interval": "1m", "external_labels": labels, "input_series": [],
+            "alert_rule_test": [{"eval_time": "1m", "alertname": "Linked", "exp_alerts": [{
+                "exp_labels": {}, "exp_annotations": {"runbook_url": grafana + panel}}]}]}]}
+        (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
+        run = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=120)
+        assert run.returncode == 0, (labels, run.stdout + run.stderr)
 
 
 def test_a_placeholder_or_loopback_base_is_named_unreachable():
@@ -335,6 +364,12 @@ def test_prometheus_rule_for_kubernetes_holds_the_same_groups(tmp_path):
     assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["kind"] == "PrometheusRule"
     groups = doc["spec"]["groups"]
     expected = [g for f in RULE_FILES for g in yaml.safe_load((ROOT / f).read_text())["groups"]]
+    for group in expected:  # the same rules; only the runbook links open the Kubernetes Prometheus' Grafana
+        for rule in group["rules"]:
+            if "alert" in rule:
+                url = rule["annotations"]["runbook_url"]
+                assert url.startswith(rules.COMPOSE_GRAFANA + "/")
+                rule["annotations"]["runbook_url"] = rules.KUBERNETES_GRAFANA + url[len(rules.COMPOSE_GRAFANA):]
     assert groups == expected
     path = tmp_path / "extracted.yml"
     path.write_text(yaml.safe_dump({"groups": groups}))

@@ -37,11 +37,18 @@ LAST_PROGRESS = gauge("rl_otel/last_progress_timestamp", "rl_last_progress_times
                       "Unix time of this process's last progress: a logged step or a finished phase (a rollout "
                       "engine alive but making no progress shows as an old value).", _S, unit="s")
 
+# 0 while the process serves a run, 1 once its close() began: the endpoint's end of a run that finished normally is
+# told apart from a killed one (RLScrapeTargetDown reads its last scraped value for static targets).
+RUN_FINISHED = gauge("rl_otel/run_finished", "rl_run_finished",
+                     "0 while this process runs, 1 from its close() on (served until the endpoint stops, which waits "
+                     "for one more scrape): a target whose last value is 1 ended normally; one that went down at 0 "
+                     "was killed.", _S)
+
 BUILD_INFO = gauge("rl_otel/build_info/{version}", "rl_otel_build_info",
                    "Always 1; the version label says which rl_otel serves the endpoint.", _S)
 
 SPECS = (STEP, LAST_STEP_TIMESTAMP, ERRORS, DROPPED_SERIES, PHASE_STARTED, STACK_DUMPS, STACK_DUMP_INFO, LAST_PROGRESS,
-         BUILD_INFO)
+         BUILD_INFO, RUN_FINISHED)
 
 # Prometheus' target_info: the OTel resource's attributes as labels (no run/rank: rl_run and rl_rank are among them).
 # Not a catalog entry: no key logs it; the Telemetry writes it into its store at init.

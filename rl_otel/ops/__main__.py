@@ -1,9 +1,10 @@
 """``python3 -m rl_otel.ops [--root DIR] [--check] [--runbook-base URL | --grafana-url URL]``: (re)generate the
 operations files.
 
-Each alert's ``runbook_url`` opens its section of docs/runbook.md in the project's source repository (pyproject.toml's
-``[project.urls] Source``) unless ``--runbook-base`` (your page of docs/runbook.md) or ``--grafana-url`` (the runbook
-dashboard in your Grafana) says otherwise; a base that opens only on this machine is warned about.
+Each alert's ``runbook_url`` opens its panel of the runbook dashboard in the Grafana shipped beside the rule file (the
+compose file's on http://localhost:3000; for the Kubernetes PrometheusRule, the Grafana of the Prometheus' external
+label ``grafana_url``) unless ``--runbook-base`` (your page of docs/runbook.md) or ``--grafana-url`` (the runbook
+dashboard in your Grafana) says otherwise; a base given that opens only on this machine is warned about.
 
 The files live in a checkout of the rl_otel repository (``prometheus/``, ``grafana/``, ``deploy/kubernetes/``). The
 root is ``--root``, else the current directory when it is a checkout, else the checkout this ``rl_otel`` package
@@ -32,8 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--runbook-base", default=None, metavar="URL",
                        help="the URL of docs/runbook.md as your on-call engineers open it (your fork, your wiki): "
-                            "runbook_url is URL#<alert in lower case> (default: docs/runbook.md in the project's "
-                            "source repository, pyproject.toml's [project.urls] Source)")
+                            "runbook_url is URL#<alert in lower case> (default: the runbook dashboard of the Grafana "
+                            "shipped with the rules: http://localhost:3000 for compose, the external label "
+                            "grafana_url of the Kubernetes Prometheus)")
     where.add_argument("--grafana-url", default=None, metavar="URL",
                        help="instead: your team's Grafana (provisioned with grafana/dashboards/): runbook_url opens "
                             "the alert's panel of the generated runbook dashboard there")
@@ -55,11 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RuntimeError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    why = runbook.unreachable(base)
+    why = runbook.unreachable(base) if links.chosen else None  # the shipped Grafana's is local by design
     if why is not None:
         print(f"{prog}: warning: the alerts' runbook_url start with {base}, which opens for nobody paged off this "
-              f"machine ({why}); set [project.urls] Source in pyproject.toml to the project's real repository, or "
-              f"pass --runbook-base URL or --grafana-url URL", file=sys.stderr)
+              f"machine ({why}); pass --runbook-base URL or --grafana-url URL that your on-call "
+              f"engineers open", file=sys.stderr)
     files = render_all(links=links)
     if args.check:
         bad = stale(root, files)

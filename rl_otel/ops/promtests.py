@@ -207,7 +207,18 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
             {'up{job="rl_otel_pods", instance="a:9464"}': "1x10 0x30",
              'up{job="rl_otel_pods", instance="b:9464"}': "1x40",
              'up{job="node", instance="c:9100"}': "0x40"},
-            {12: [], 20: [Firing({"job": "rl_otel_pods", "instance": "a:9464"}, 0)]})],
+            {12: [], 20: [Firing({"job": "rl_otel_pods", "instance": "a:9464"}, 0)]}), Case(
+            # static targets: k killed (its last rl_run_finished 0), f finished (close() served 1, then it stopped),
+            # r finished, restarted on the same address (0 again) and killed; finished never pages
+            {'up{job="rl_otel", instance="k:9464"}': "1x10 0x30",
+             'rl_run_finished{job="rl_otel", instance="k:9464", run="k", rank="0"}': "0x10",
+             'up{job="rl_otel", instance="f:9464"}': "1x10 0x30",
+             'rl_run_finished{job="rl_otel", instance="f:9464", run="f", rank="0"}': "0x9 1",
+             'up{job="rl_otel", instance="r:9464"}': "1x5 0x5 1x10 0x20",
+             'rl_run_finished{job="rl_otel", instance="r:9464", run="r", rank="0"}': "0x4 1 _x5 0x10"},
+            {8: [], 20: [Firing({"job": "rl_otel", "instance": "k:9464"}, 0)],
+             35: [Firing({"job": "rl_otel", "instance": "k:9464"}, 0),
+                  Firing({"job": "rl_otel", "instance": "r:9464"}, 0)]})],
         "RLScrapeTargetAbsent": [
             Case({'up{job="node", instance="c:9100"}': "1x30"}, {5: [], 15: [Firing({}, 1)]}),
             Case({'up{job="rl_otel", instance="a:9464"}': "1x30"}, {15: []}),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from rl_otel.catalog import meta
 from rl_otel.catalog.concepts import NON_FINITE_WATCHED, SANE_RANGES, concept
 from rl_otel.ops import contract, runbook
 from rl_otel.ops.thresholds import DEFAULT, Thresholds
@@ -20,6 +21,9 @@ from rl_otel.ops.thresholds import DEFAULT, Thresholds
 RUN = "job, run"
 # Scrape jobs of rl_otel endpoints all start with this (prometheus/prometheus.yml names them so).
 JOB_REGEX = "rl_otel.*"
+# how long a target whose last scrape said rl_run_finished 1 (its run ended normally, close() ran) is not "down":
+# a static target stays listed after its run, so it would page otherwise; longer windows cost every evaluation more
+FINISHED_QUIET = "1d"
 
 @dataclass(frozen=True)
 class Recording:
@@ -63,16 +67,25 @@ class Alert:
         }
 
 
+# The Grafana whose runbook dashboard the shipped rule files link to when no base is given: docker-compose.yml
+# publishes its Grafana (grafana/dashboards/ provisioned, the runbook dashboard among them) on this machine's port
+# 3000, as docs/without-docker.md's Grafana is; a Kubernetes Prometheus names its team's Grafana in the external
+# label ``grafana_url`` (the Prometheus CR's spec.externalLabels), else a port-forward to 3000 opens it.
+COMPOSE_GRAFANA = "http://localhost:3000"
+KUBERNETES_GRAFANA = ("{{ with $externalLabels.grafana_url }}{{ . }}{{ else }}" + COMPOSE_GRAFANA + "{{ end }}")
+
+
 @dataclass(frozen=True)
 class RunbookLinks:
-    """Where an alert's ``runbook_url`` points (:mod:`rl_otel.ops.runbook`): by default the alert's section of
-    docs/runbook.md in the project's source repository (``[project.urls] Source`` of pyproject.toml); with
-    ``runbook_base``, ``<runbook_base>#<anchor>`` (your fork's or wiki's page of docs/runbook.md); with
-    ``grafana_url``, the alert's panel of the generated runbook dashboard in that Grafana. ``ValueError`` for a
+    """Where an alert's ``runbook_url`` points (:mod:`rl_otel.ops.runbook`): by default the alert's panel of the
+    generated runbook dashboard in the Grafana that ships with the rule file (:data:`COMPOSE_GRAFANA`; with
+    ``kubernetes``, :data:`KUBERNETES_GRAFANA`); with ``runbook_base``, ``<runbook_base>#<anchor>`` (your fork's or
+    wiki's page of docs/runbook.md); with ``grafana_url``, the alert's panel in that Grafana. ``ValueError`` for a
     base that is not an absolute http(s) URL, or for both at once."""
 
     grafana_url: str | None = None
     runbook_base: str | None = None
+    kubernetes: bool = False  # the default Grafana is the one the Kubernetes Prometheus' external label names
 
     def __post_init__(self) -> None:
         if self.grafana_url is not None and self.runbook_base is not None:
@@ -83,14 +96,21 @@ class RunbookLinks:
             runbook.check_url(self.runbook_base, "--runbook-base")
 
     @property
+    def chosen(self) -> bool:
+        """Whether a base was given (else the shipped Grafana's)."""
+        return self.grafana_url is not None or self.runbook_base is not None
+
+    @property
     def base(self) -> str:
         """The URL every link starts with."""
-        return self.grafana_url or self.runbook_base or runbook.default_base()
+        if self.runbook_base is not None:
+            return self.runbook_base
+        return self.grafana_url or (KUBERNETES_GRAFANA if self.kubernetes else COMPOSE_GRAFANA)
 
     def url(self, alert: Alert) -> str:
-        if self.grafana_url is not None:
-            return runbook.panel_url(alert_names(), alert.name, self.grafana_url)
-        return f"{self.base}#{alert.anchor}"
+        if self.runbook_base is not None:
+            return f"{self.runbook_base}#{alert.anchor}"
+        return runbook.panel_url(alert_names(), alert.name, self.base)
 
 
 @functools.lru_cache(maxsize=1)
@@ -369,10 +389,14 @@ def alerts(t: Thresholds = DEFAULT) -> tuple[Alert, ...]:
               t.stall_for, "critical", f"Run {run} made no training step for {t.stall_seconds:g}s",
               f"No rank of run {run} (job {{{{ $labels.job }}}}) called log() for {value}s: the trainer is hung, "
               "deadlocked in a collective, or finished without exiting."),
-        Alert("RLScrapeTargetDown", f'up{{job=~"{JOB_REGEX}"}} == 0', t.target_down_for, "critical",
+        Alert("RLScrapeTargetDown",
+              f'up{{job=~"{JOB_REGEX}"}} == 0 unless on (job, instance) '
+              f'last_over_time({meta.RUN_FINISHED.name}{{job=~"{JOB_REGEX}"}}[{FINISHED_QUIET}]) == 1',
+              t.target_down_for, "critical",
               "rl_otel endpoint {{ $labels.instance }} is down",
               "Prometheus cannot scrape {{ $labels.instance }} (job {{ $labels.job }}): the process died, the pod "
-              "moved, or the port is not reachable."),
+              "moved, or the port is not reachable (not a run that finished: its last scrape said "
+              f"{meta.RUN_FINISHED.name} 1, which keeps this alert quiet for {FINISHED_QUIET})."),
         Alert("RLScrapeTargetAbsent", f'absent(up{{job=~"{JOB_REGEX}"}})', t.target_absent_for, "warning",
               "No rl_otel scrape target is known to Prometheus",
               f"No target of a job matching {JOB_REGEX} exists: service discovery finds no training pod (wrong "

@@ -1,17 +1,17 @@
 """Where an alert's ``runbook_url`` opens, and the runbook as a Grafana dashboard.
 
-An alert's ``runbook_url`` must open for the person paged, wherever they are: on a phone, on a laptop off the
-cluster's network, days after the Docker host is gone. The one address that is the same for everyone is the
-project's source repository, so by default each link opens the alert's section of ``docs/runbook.md`` there:
-``<Source>/blob/main/docs/runbook.md#<anchor>``, ``Source`` being ``[project.urls]`` of ``pyproject.toml`` and the
-anchor the one a Markdown renderer (GitHub, Gitea, GitLab) gives the ``## <AlertName>`` heading (the name in lower
-case). Two options of ``python3 -m rl_otel.ops`` point the links elsewhere:
+An alert's ``runbook_url`` must open for the person paged. The project has no public home to link to, so by
+default each shipped rule file links to the alert's panel of the generated runbook dashboard (``grafana/dashboards/
+rl-otel-runbook.json``: one Markdown text panel per alert, in the order of the alert rules) in the Grafana that
+ships beside it: docker-compose.yml's on ``http://localhost:3000``; for the Kubernetes PrometheusRule, the Grafana
+named by the Prometheus' external label ``grafana_url`` (a Go template Prometheus expands; localhost:3000, a
+port-forward, without it) - see :data:`rl_otel.ops.rules.KUBERNETES_GRAFANA`. Two options of
+``python3 -m rl_otel.ops`` point the links elsewhere:
 
 - ``--runbook-base URL``: ``URL#<anchor>``, the page of ``docs/runbook.md`` as your team opens it (your fork, your
-  wiki, an internal mirror);
-- ``--grafana-url URL``: the alert's panel of the generated runbook dashboard (``grafana/dashboards/
-  rl-otel-runbook.json``: one Markdown text panel per alert, in the order of the alert rules) in your team's
-  Grafana, ``URL/d/rl-otel-runbook/rl-otel-runbook?viewPanel=<n>``.
+  wiki, an internal mirror); the anchor is the one a Markdown renderer gives the ``## <AlertName>`` heading;
+- ``--grafana-url URL``: the alert's panel of the runbook dashboard in your team's Grafana,
+  ``URL/d/rl-otel-runbook/rl-otel-runbook?viewPanel=<n>``.
 
 A link to a loopback address or to a name that never resolves (``.invalid``, ``.example``, ``.test``,
 ``.localhost``) opens for nobody but, at best, the machine it was generated on: :func:`unreachable` says why, and

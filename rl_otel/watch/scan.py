@@ -5,7 +5,9 @@ name when the files lie in it). A rank is read where the frameworks put it: a di
 ``rank3`` (taken out of the run's name: ``exp1/rank_3/`` is run ``exp1``, rank 3), or such a part of the file's
 name (``metrics_rank3.jsonl``, ``events.out.tfevents.1700000000.host.rank_3``); else rank 0. Event files are
 those with ``tfevents`` in their name, metric lines those ending in ``.jsonl``. Hidden directories are passed
-over. A watched path may also be one file.
+over. A watched path may also be one file. Several event files of one rank in one directory are one run (a
+training restarted into its directory goes on; two processes writing there at once are merged, so docs/watch.md
+tells users to give each its own directory or rank).
 """
 
 from __future__ import annotations

@@ -118,10 +118,48 @@ class ScrapeRegistry:
         self.routes: dict[str, Callable[[], str]] = {}
         # the phases' latest exemplars (exporters/exemplars.py), written into OpenMetrics renderings only
         self.exemplars: Callable[[], dict] | None = None
+        # when /metrics was asked (monotonic): close() waits for one scrape of the final state (rl_run_finished)
+        self._scraped = threading.Condition()
+        self._scrapes: list[float] = []  # the last three
+        self._count = 0  # scrapes begun
+        self._scrape_done = 0  # the latest scrape (by its number) that has its body
 
     def _after_fork(self) -> None:
         self._scrape_lock = threading.Lock()  # the parent's may have been held by its scrape thread at the fork
         self._collectors_lock = threading.Lock()
+        self._scraped = threading.Condition()
+
+    def scrape_begins(self) -> int:
+        """Record that a scrape of /metrics begins (before it renders); its ticket for :meth:`scrape_rendered`."""
+        with self._scraped:
+            self._scrapes = [*self._scrapes[-2:], time.monotonic()]
+            self._count += 1
+            return self._count
+
+    def scrape_rendered(self, ticket: int) -> None:
+        """The scrape of ``ticket`` has its body (what it serves is decided)."""
+        with self._scraped:
+            self._scrape_done = max(self._scrape_done, ticket)
+            self._scraped.notify_all()
+
+    def scrape_interval(self) -> tuple[float, float] | None:
+        """``(interval, the monotonic time of the last scrape)`` when something scrapes regularly (the last three
+        scrapes' two intervals within a factor of 2 of each other, as a Prometheus' are); else ``None`` (a person
+        or a test that looked once or twice)."""
+        with self._scraped:
+            if len(self._scrapes) < 3:
+                return None
+            a, b, c = self._scrapes
+            first, second = b - a, c - b
+            if max(first, second) > 2 * min(first, second):
+                return None
+            return second, self._scrapes[-1]
+
+    def wait_next_scrape(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a scrape that began after this call to have its body; whether one did."""
+        with self._scraped:
+            seen = self._count
+            return self._scraped.wait_for(lambda: self._scrape_done > seen, timeout_s)
 
     def register(self, collector: Any) -> None:
         """Collect ``collector`` (its ``collect()`` yields prometheus_client families) at every scrape."""
@@ -382,12 +420,14 @@ def scrape_app(registry: ScrapeRegistry) -> Callable:
         if route is not None:
             start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
             return [route().encode("utf-8", "replace")]
+        ticket = registry.scrape_begins()
         kind = content_type(environ.get("HTTP_ACCEPT"))
         gzipped = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING"))
         query = environ.get("QUERY_STRING", "")
         names = parse_qs(query).get("name[]") if "name" in query else None
         fmt = OPENMETRICS if kind.startswith("application/openmetrics-text") else TEXT
         parts = registry.render_chunks(fmt, gzipped, set(names) if names else None, environ.get("rl_otel.asked_ns"))
+        registry.scrape_rendered(ticket)
         headers = [("Content-Type", kind)] + ([("Content-Encoding", "gzip")] if gzipped else [])
         start_response("200 OK", headers)
         return parts

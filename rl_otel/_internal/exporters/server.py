@@ -127,6 +127,11 @@ class Server:
     def connections(self) -> int:
         return len(self._conns)
 
+    @property
+    def sending(self) -> bool:
+        """Whether an answer is being computed or is not all handed to the kernel yet (close() would cut it)."""
+        return any(c.state == BUSY or (c.state == WRITE and c.out) for c in list(self._conns))
+
     # ---- lifecycle
 
     def close(self, timeout_s: float = 5.0) -> None:

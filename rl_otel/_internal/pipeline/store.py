@@ -214,10 +214,11 @@ class SeriesStore:
             self._version += 1
             self._add(self._dropped_spec, (("metric", metric_name),), 1.0, now)
 
-    def write_info(self, spec: MetricSpec, labels: Labels, *, base_labels: bool = True) -> None:
-        """Set a constant series (1.0, never expires, outside the series cap) whose labels state facts about the
-        process: ``rl_otel_build_info{version}``, and ``target_info`` from the OTel resource (``base_labels=False``:
-        the series has only ``labels``). Info families are the scrape endpoint's: the OTLP push leaves them out."""
+    def write_info(self, spec: MetricSpec, labels: Labels, *, base_labels: bool = True, value: float = 1.0) -> None:
+        """Set a constant series (``value``, 1.0 unless told; never expires, outside the series cap) whose labels
+        state facts about the process: ``rl_otel_build_info{version}``, ``target_info`` from the OTel resource
+        (``base_labels=False``: the series has only ``labels``), ``rl_run_finished`` (0, then 1).
+        Info families are the scrape endpoint's: the OTLP push leaves them out."""
         with self._lock:
             self._version += 1
             if spec.name not in self._families:
@@ -225,7 +226,7 @@ class SeriesStore:
                                                     capped=False)
             series = self._series(spec, labels, False, self.clock())
             assert series is not None  # an uncapped family
-            series.value, series.time_ns = 1.0, self.clock()
+            series.value, series.time_ns = value, self.clock()
 
     def _series(self, spec: MetricSpec, labels: Labels, expires: bool, now: int) -> Series | None:
         """The series of ``labels`` in ``spec``'s family, made if new; ``None`` if the cap refuses it (counted).

@@ -8,8 +8,9 @@ A failure while building closes what was built so far (no port, file or thread l
 Close order (the reverse of registration), with the signal handlers around it all: a SIGTERM or SIGINT during the
 close is held until every part is closed, then delivered (see ``signals.py``); the metrics worker drains before
 the trackers close (queued steps reach them); the trackers close before the endpoint stops (a last scrape still
-sees the final step); the OTLP meter provider's shutdown pushes once more; rl_otel's own tracer provider ends last
-(phases may still end while the others close).
+sees the final step); a static target's last scrape sees ``rl_run_finished`` 1 (:meth:`Components._final_scrape`)
+before the endpoint stops; the OTLP meter provider's shutdown pushes once more; rl_otel's own tracer provider ends
+last (phases may still end while the others close).
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ if TYPE_CHECKING:
 
 
 _NOTHING_HELD = contextlib.nullcontext()
+# the longest close() waits for a last scrape of rl_run_finished (a scrape interval of Prometheus' default 15 s and
+# more fits; a SIGTERM's grace period, Kubernetes' 30 s, is not spent on it)
+FINAL_SCRAPE_MAX_S = 20.0
 
 
 class Components:
@@ -386,6 +390,33 @@ class Components:
                                role=config.role, labels=config.base_labels)
         if self.targets is not None:
             self._closing(stack, "targets_file", self.targets)
+        else:  # a static target stays listed after the run: its last scrape tells a finished run from a killed one
+            self.recorder.store.write_info(meta.RUN_FINISHED, (), value=0.0)
+            stack.callback(self._final_scrape)
+
+    def _final_scrape(self) -> None:
+        """At close, before the endpoint stops: serve ``rl_run_finished`` 1 and wait for one more scrape, until
+        1.5 intervals (+0.25 s) after the last scrape and :data:`FINAL_SCRAPE_MAX_S` at most; no wait unless the
+        endpoint is scraped regularly (its last three scrapes evenly spaced: a Prometheus watches).
+        RLScrapeTargetDown stays quiet for a static target whose last scraped value is 1 (the run finished), and
+        fires for one that went down at 0 (killed). A file_sd target needs none of it: its file is removed at
+        close."""
+        registry = self.registry
+        if registry is None:
+            return
+        try:
+            self.recorder.store.write_info(meta.RUN_FINISHED, (), value=1.0)
+            regular = registry.scrape_interval()
+            if regular is None:
+                return
+            interval, last = regular
+            wait = min(last + 1.5 * interval + 0.25 - time.monotonic(), FINAL_SCRAPE_MAX_S)  # the next one's due
+            if wait > 0 and registry.wait_next_scrape(wait):
+                deadline = time.monotonic() + 1.0  # its body handed to the kernel: closing then cuts nothing
+                while self.endpoint is not None and self.endpoint.server.sending and time.monotonic() < deadline:
+                    time.sleep(0.005)
+        except Exception as exc:
+            self._close_failed("final_scrape", exc)
 
     def _start_bridge(self) -> Bridge | NullBridge:
         from rl_otel._internal.runtime.ranks import mirrors_to_trackers

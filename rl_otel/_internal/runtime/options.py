@@ -487,7 +487,8 @@ def args_doc() -> str:
 def options_markdown() -> str:
     """``docs/options.md``: every option with its default and whether a config file may set it."""
     rows = ["# rl_otel options", "",
-            "Generated from `rl_otel/_internal/runtime/options.py` (`python3 -m rl_otel.ops`). Each is an argument of "
+            "**Reference** (look an option up). Generated from `rl_otel/_internal/runtime/options.py` "
+            "(`python3 -m rl_otel.ops`). Each is an argument of "
             "`rl_otel.init()`, a key of a YAML config file (top level or under `rl_otel:`) unless marked, and an "
             "option every framework integration passes through (verl's `trainer.rl_otel.*`, Trinity-RFT's "
             "`monitor.monitor_args`, TRL's `RLOtelCallback(**options)`, ROLL's `tracker_kwargs`).", "",
