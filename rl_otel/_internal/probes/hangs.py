@@ -43,6 +43,7 @@ from typing import NamedTuple
 
 from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel._internal.probes.live import Item, RunningPhases
+from rl_otel._internal.probes.posix import faulthandler_holds
 from rl_otel.catalog import meta
 
 _log = logging.getLogger("rl_otel")
@@ -57,7 +58,25 @@ PYSPY_TIMEOUT_S = 10.0  # py-spy's time to dump before it is killed
 # GET /debug/stacks runs on the endpoint's one worker: its dump is made on a thread of its own and waited for this
 # long at most, so a slow py-spy or disk never holds the scrapes behind it longer
 HTTP_WAIT_S = 1.0
+# dump files one process writes at most (a signal every 10 s would write 8,640 a day; 48 stuck phases, 48 files):
+# past it a dump is still answered (GET /debug/stacks) but not written, and each one not written is counted
+# (rl_telemetry_errors_total{sink="hangs", reason="dump_dropped"}) and the first logged
+MAX_DUMP_FILES = 32
 _NAME_PART = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class _Files:
+    """The dump files this process wrote (every HangWatch of it together), for :data:`MAX_DUMP_FILES`."""
+
+    lock = threading.Lock()
+    written = 0
+    dropped = 0
+
+
+# HangWatches that found their signal taken by another HangWatch of this process: when that one gives the signal
+# back at its close, the first of them still open takes it (a second Telemetry keeps its dumps on demand)
+_WAITING: list[HangWatch] = []
+_HOLDERS: list[HangWatch] = []  # the HangWatches holding a signal (one per signal)
 
 
 class Threshold(NamedTuple):
@@ -118,6 +137,21 @@ def _part(text: str) -> str:
     return _NAME_PART.sub("_", text)[:64] or "_"
 
 
+class _PipeEnd:
+    """The write end of the signal's pipe as faulthandler's ``file``: faulthandler keeps a reference to the object
+    it writes to, and drops it when someone registers the signal again (a program's own ``faulthandler.register``),
+    which is how :meth:`HangWatch._give_back_signal` knows whether the registration is still rl_otel's."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def flush(self) -> None:
+        pass
+
+
 class HangWatch:
     """One Telemetry's stack dumps: the watchdog (:meth:`watch`), the signal (:meth:`listen`), the HTTP answer
     (:meth:`http_text`), the progress hook (:meth:`progressed`) and their series (:meth:`collect`).
@@ -126,8 +160,10 @@ class HangWatch:
     (``None``: no watchdog); ``count(reason)``: count a failure (``rl_telemetry_errors_total{sink="hangs"}``)."""
 
     def __init__(self, *, base: Mapping[str, str], factor: float, quantile: float, min_s: float | None,
-                 directory: str, count: Callable[[str], None], pyspy_timeout_s: float = PYSPY_TIMEOUT_S) -> None:
+                 directory: str, count: Callable[[str], None], pyspy_timeout_s: float = PYSPY_TIMEOUT_S,
+                 redact: Callable[[str], str] | None = None) -> None:
         self._base = dict(base)
+        self._redact = redact
         self.factor, self.quantile, self.min_s = factor, quantile, min_s
         self.directory = directory
         self._count = count
@@ -143,6 +179,9 @@ class HangWatch:
         self._running: RunningPhases | None = None
         self._signal: int | None = None
         self._pipe: tuple[int, int] | None = None  # faulthandler writes into [1] on the signal; the thread reads [0]
+        self._pipe_end: _PipeEnd | None = None  # [1] as faulthandler's file (see _PipeEnd)
+        self._handler_address: int | None = None  # the OS handler faulthandler installed for us
+        self._wants_signal: int | None = None  # a signal another HangWatch of this process held at listen()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._start_lock = threading.Lock()
@@ -166,6 +205,10 @@ class HangWatch:
         """Dump on ``signum``, unless something in this process already handles it. True if taken."""
         from rl_otel._internal.probes.posix import signal_taken  # ctypes: loaded by init() only for a signal
 
+        if any(other._signal == signum for other in _HOLDERS):
+            self._wants_signal = signum  # another Telemetry of this process has it: this one takes it over later
+            _WAITING.append(self)
+            return False
         if signal_taken(signum):
             _log.info("rl_otel: %s already has a handler in this process; rl_otel leaves it alone (stack dumps on "
                       "demand: GET /debug/stacks on the scrape endpoint)", signal.Signals(signum).name)
@@ -178,13 +221,18 @@ class HangWatch:
             # without the GIL, which CPython says may crash while they run (a fresh-clone run beside a CPU hog saw
             # the process die by SIGSEGV right after a signal's dump). The dump itself is the watchdog thread's,
             # with the GIL.
-            faulthandler.register(signum, file=write_end, all_threads=False, chain=False)
+            pipe_end = _PipeEnd(write_end)
+            faulthandler.register(signum, file=pipe_end, all_threads=False, chain=False)
         except (OSError, RuntimeError, ValueError) as exc:
             os.close(read_end)
             os.close(write_end)
             _log.info("rl_otel: stack dumps on %s are off (%s)", signal.Signals(signum).name, exc)
             return False
-        self._signal, self._pipe = signum, (read_end, write_end)
+        from rl_otel._internal.probes.posix import os_handler
+
+        self._signal, self._pipe, self._pipe_end = signum, (read_end, write_end), pipe_end
+        self._handler_address = os_handler(signum)
+        _HOLDERS.append(self)
         self._start()
         return True
 
@@ -407,7 +455,7 @@ class HangWatch:
     def close(self, timeout_s: float = 1.0) -> None:
         """Stop the thread (a dump in progress finishes on its own) and give the signal back."""
         self._stop.set()
-        self._give_back_signal()
+        released = self._give_back_signal()
         pipe = self._pipe
         if pipe is not None:
             try:
@@ -420,17 +468,43 @@ class HangWatch:
             thread.join(timeout_s)
         if pipe is not None:
             self._pipe = None
-            os.close(pipe[1])
+            if released:  # else faulthandler may still write into it: left open (two descriptors, not a crash)
+                os.close(pipe[1])
             if thread is None:  # else the read end is the thread's, closed as it ends
                 os.close(pipe[0])
 
-    def _give_back_signal(self) -> None:
+    def _give_back_signal(self) -> bool:
+        """Unregister the signal where the registration is still ours; put back a handler set since (a program's
+        ``signal.signal``, a C extension's), which ``faulthandler.unregister`` alone would overwrite with the one
+        from before ``init()``; leave a program's own ``faulthandler.register`` of it since alone. Then another
+        HangWatch of this process waiting for the signal takes it. True if faulthandler no longer writes to our
+        pipe (it may be closed)."""
+        if self in _WAITING:
+            _WAITING.remove(self)
         signum, self._signal = self._signal, None
-        if signum is not None:
-            try:
-                faulthandler.unregister(signum)
-            except Exception:
-                pass
+        if signum is None:
+            return True
+        if self in _HOLDERS:
+            _HOLDERS.remove(self)
+        from rl_otel._internal.probes.posix import os_action, os_handler, set_os_action
+
+        pipe_end, self._pipe_end = self._pipe_end, None
+        if pipe_end is not None and not faulthandler_holds(pipe_end):
+            return True  # the program registered the signal with faulthandler since: its own, left as it is
+        current, action = os_handler(signum), os_action(signum)
+        try:
+            faulthandler.unregister(signum)
+        except Exception:
+            return False
+        if current not in (None, self._handler_address) and action is not None:
+            set_os_action(signum, action)  # a handler set since our registration: it stays
+        elif current == self._handler_address:
+            for waiting in list(_WAITING):
+                _WAITING.remove(waiting)
+                wanted = waiting._wants_signal
+                if wanted is not None and not waiting._stop.is_set() and waiting.listen(wanted):
+                    break
+        return True
 
     def _after_fork(self) -> None:
         """In a forked child: no thread, no signal (see the module's doc); the series stay."""
@@ -442,6 +516,7 @@ class HangWatch:
         self._running = None
         self._stop = threading.Event()  # (the parent's Event holds a lock too)
         self._stop.set()
+        _WAITING.clear()  # no signal is taken over in a forked child
         self._give_back_signal()
         pipe, self._pipe = self._pipe, None
         if pipe is not None:
