@@ -58,19 +58,11 @@ PYSPY_TIMEOUT_S = 10.0  # py-spy's time to dump before it is killed
 # GET /debug/stacks runs on the endpoint's one worker: its dump is made on a thread of its own and waited for this
 # long at most, so a slow py-spy or disk never holds the scrapes behind it longer
 HTTP_WAIT_S = 1.0
-# dump files one process writes at most (a signal every 10 s would write 8,640 a day; 48 stuck phases, 48 files):
-# past it a dump is still answered (GET /debug/stacks) but not written, and each one not written is counted
-# (rl_telemetry_errors_total{sink="hangs", reason="dump_dropped"}) and the first logged
+# dump files one Telemetry (in a training, one per process) writes at most (a signal every 10 s would write 8,640
+# a day; 48 stuck phases, 48 files): past it a dump is still answered (GET /debug/stacks) but not written, and each
+# one not written is counted (rl_telemetry_errors_total{sink="hangs", reason="dump_dropped"}) and the first logged
 MAX_DUMP_FILES = 32
 _NAME_PART = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-class _Files:
-    """The dump files this process wrote (every HangWatch of it together), for :data:`MAX_DUMP_FILES`."""
-
-    lock = threading.Lock()
-    written = 0
-    dropped = 0
 
 
 # HangWatches that found their signal taken by another HangWatch of this process: when that one gives the signal
@@ -172,6 +164,7 @@ class HangWatch:
         self.history = PhaseHistory()
         self.last_progress: float | None = None
         self.checks = 0  # watchdog passes done (tests wait on it)
+        self.max_files, self.files_written, self.files_dropped = MAX_DUMP_FILES, 0, 0
         self._counts = dict.fromkeys(meta.STACK_DUMP_REASONS, 0)
         self._last: Dump | None = None
         self._last_on_demand: Dump | None = None
@@ -351,14 +344,18 @@ class HangWatch:
         try:
             with self._http_lock:
                 pending = self._http_pending
-                if pending is None or not pending.is_alive():
+                started = pending is None or not pending.is_alive()
+                if started:
                     failed: list[BaseException] = []
                     pending = threading.Thread(target=self._http_dump, args=(failed,), daemon=True,
                                                name="rl_otel-stack-dump")
                     self._http_pending, self._http_failed = pending, failed
                     pending.start()
                 failed = self._http_failed
-            pending.join(HTTP_WAIT_S)
+            assert pending is not None
+            # only the request that started a dump waits for it: while one is still being made (a py-spy that
+            # hangs until its timeout), the others are answered at once, so they never hold the endpoint's worker
+            pending.join(HTTP_WAIT_S if started else 0.0)
             if pending.is_alive():
                 from rl_otel._internal.probes.stacks import faulthandler_text, thread_names
 
@@ -389,6 +386,8 @@ class HangWatch:
             from rl_otel._internal.probes.stacks import stacks_text  # at the first dump
 
             text = stacks_text(header, self._pyspy_timeout_s)
+            if self._redact is not None:  # py-spy prints the command line, and with it any --api-key=...
+                text = self._redact(text)
             path = self._write(reason, cluster, phase, now, text)
             dump = Dump(path, cluster, phase, reason, text, time.monotonic())
             if path is not None:
@@ -418,16 +417,29 @@ class HangWatch:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
         name = (f"stacks-{_part(base.get('run', ''))}-{_part(base.get('role', ''))}-rank{_part(base.get('rank', ''))}"
                 f"-{what}-{reason}-{stamp}")
+        # (the dump lock is held: one writer at a time)
+        if self.files_written >= self.max_files:
+            self.files_dropped += 1
+            self._count("dump_dropped")
+            if self.files_dropped == 1:
+                _log.warning("rl_otel: %d stack dumps written by this process, the most it writes; this one (%s "
+                             "%s) and later ones are not written, only counted in rl_telemetry_errors_total"
+                             "{sink=\"hangs\", reason=\"dump_dropped\"} (GET /debug/stacks still answers)",
+                             self.max_files, reason, f"{cluster}/{phase}" if cluster else "no phase")
+            return None
         try:
-            os.makedirs(self.directory, exist_ok=True)
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
             for n in range(1, 100):
                 path = os.path.join(self.directory, f"{name}{'' if n == 1 else f'-{n}'}.txt")
                 try:
-                    with open(path, "x", encoding="utf-8") as f:
-                        f.write(text)
-                    return path
+                    # 0600: a dump shows the process's code, paths and (py-spy) command line
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
                 except FileExistsError:
                     continue
+                self.files_written += 1
+                with open(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+                return path
             raise FileExistsError(f"{name}*.txt")
         except OSError as exc:
             self._count("dump_write")
