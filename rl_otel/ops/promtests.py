@@ -57,6 +57,17 @@ def _const_fire(metric: str, healthy: float, bad: float, minutes: int, extra: di
     }
 
 
+class ThresholdsOutsideTests(ValueError):
+    """The alert tests (``prometheus/tests``) cannot be built for these thresholds: their healthy and broken runs
+    are laid out for thresholds within some bounds (a run of 45 minutes, phases of two minutes)."""
+
+
+def _fits(condition: bool, text: str) -> None:
+    if not condition:
+        raise ThresholdsOutsideTests(f"the alert tests (prometheus/tests) are laid out for thresholds where {text}; "
+                                     "these thresholds are outside it")
+
+
 STUCK_DUMP = "/logs/stuck/stack-rollout-0.txt"
 NO_PHASE_DUMP = "none written for this phase yet"
 
@@ -79,14 +90,19 @@ def _no_progress_cases(t: Thresholds) -> list[Case]:
     series[_s("rl_stack_dump_info", "hung", 0, role="rollout", path=dump, cluster="", phase="",
               reason="signal")] = "_x30 1x15"
     hung_at, quiet = 20, int(max(t.progress_stall_min_seconds, 60 * t.progress_stall_ratio) // 60)
-    assert hung_at + quiet + _minutes(t.progress_stall_for) + 2 < end  # the hung engine fires by the end
-    assert 10 * 60 * t.progress_stall_ratio > (end - 20) * 60 > t.progress_stall_min_seconds  # slow: its own pace
+    _fits(hung_at + quiet + _minutes(t.progress_stall_for) + 2 < end,
+          "max(progress_stall_min_seconds, 60 x progress_stall_ratio) + progress_stall_for is under 23 "
+          "minutes (the hung engine stops at minute 20 of 45)")
+    _fits(10 * 60 * t.progress_stall_ratio > (end - 20) * 60 > t.progress_stall_min_seconds,
+          "progress_stall_min_seconds < 25 min < 10 x progress_stall_ratio minutes (a run progressing "
+          "every 10 minutes is slow, not hung)")
     before = int(t.stall_seconds // 60) - 1  # fresh: not pending yet
-    assert before < hung_at + quiet and t.stall_seconds + 60 * _minutes(t.progress_stall_for) < end * 60
+    _fits(before < hung_at + quiet and t.stall_seconds + 60 * _minutes(t.progress_stall_for) < end * 60,
+          "stall_seconds + progress_stall_for is under 45 minutes and stall_seconds under the hung case's threshold")
     labels = {"job": JOB, "rank": "0"}
     return [Case(series, {before: [], end: [
         Firing({**labels, "instance": "hung-0:9464", "run": "hung", "role": "rollout"}, (end - hung_at) * 60,
-               (humanize_duration(60), f"{dump} (rank 0 on hung-0:9464, signal); ")),
+               (humanize_duration(60), f"{dump} (rank 0 on hung-0:9464, signal)")),
         Firing({**labels, "instance": "fresh-0:9464", "run": "fresh", "role": "trainer"}, end * 60,
                ("unknown (fewer than two progress events)", "none written by this process yet"))]})]
 
@@ -98,7 +114,8 @@ def _compute_skew_case(t: Thresholds, fire: int) -> Case:
     series is judged on those). balanced: four trainers alike, and rollout engines computing 3x as much (another
     role, their own median). idle: a rank 4x the others but 1.5% of the wall time more."""
     slow = 2.5
-    assert slow > t.rank_skew_max and 0.3 * (slow - 1) > t.rank_skew_min_share > 0.015
+    _fits(slow > t.rank_skew_max and 0.3 * (slow - 1) > t.rank_skew_min_share > 0.015,
+          "rank_skew_max < 2.5 and 0.015 < rank_skew_min_share < 0.45 (the straggler computes 2.5x the others)")
     series: dict[str, str] = {}
 
     def compute(run: str, rank: int, per_s: float, role: str = "trainer", then: float | None = None) -> None:
@@ -154,12 +171,14 @@ def _goodput_cases(t: Thresholds) -> list[Case]:
     starved = {"training": 0.1, "generation": 0.075, "waiting": 0.725, "other": 0.1}
     drop = 120
     base_age = _minutes(t.goodput_baseline_offset) + _minutes(t.goodput_baseline_min_history)
-    assert base_age < drop and t.goodput_drop_ratio * 0.7 > 0.175 and t.goodput_drop_min < 0.7 - 0.175
+    _fits(base_age < drop and t.goodput_drop_ratio * 0.7 > 0.175 and t.goodput_drop_min < 0.7 - 0.175,
+          "goodput_drop_ratio > 0.25 and goodput_drop_min < 0.525, with the baseline older than the drop")
     fire = drop + 5 + _minutes(t.goodput_smooth) + _minutes(t.goodput_for) + 5
     series = {**_goodput_series("starved", [(drop, healthy), (fire - drop, starved)]),
               **_goodput_series("finished", [(drop, healthy), (fire - drop, {"waiting": 1.0})], progress_until=drop)}
     checkpoint = 18
-    assert checkpoint < _minutes(t.goodput_for)
+    _fits(checkpoint < _minutes(t.goodput_for),
+          "goodput_for is longer than the healthy run's checkpoint")
     dips = _goodput_series("dips", [(100, healthy), (10, {"validation": 1.0}), (20, healthy),
                                     (checkpoint, {"checkpointing": 1.0}), (60, healthy)])
     labels = {"job": JOB, "run": "starved", "role": "trainer"}
@@ -177,7 +196,8 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
     silent_at, window = 10, _minutes(NODE_SILENT_WINDOW)  # node a's agent sends its last samples at minute 10
     node_fire = silent_at + window + _minutes(t.target_down_for) + 5
     node_end = node_fire + 5  # run r's last node stops too: the run ended, while node a is still within lookback
-    assert node_end + window + 1 < silent_at + _minutes(NODE_SILENT_LOOKBACK)
+    _fits(node_end + window + 1 < silent_at + _minutes(NODE_SILENT_LOOKBACK),
+          "the node silence case fits its lookback")
     kl_base = t.approx_kl_floor / 2                    # below the floor: a tiny KL that must not page when it moves
     kl_jump = max(kl_base * t.approx_kl_ratio * 2.5, t.approx_kl_floor * 2)
     kl_steady = min(t.approx_kl_floor * 5, t.approx_kl_max / 2)
@@ -186,12 +206,15 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
     drift_w, drift_for = _minutes(t.ref_kl_drift_window), _minutes(t.ref_kl_drift_for)
     ir_base = 2.0                                      # the demo's median batch max ratio
     ir_jump = max(ir_base * t.ratio_max_ratio * 2.5, t.ratio_max_floor * 2)
-    assert ir_jump < t.ratio_max and t.ratio_max_floor * 3 < t.ratio_max  # the bad and good cases are relative
+    _fits(ir_jump < t.ratio_max and t.ratio_max_floor * 3 < t.ratio_max,
+          "ratio_max_floor x 3 < ratio_max and the jump of the broken run below ratio_max (the cases are relative)")
     ir_fire = _minutes(t.ratio_max_smooth) // 2 + _minutes(t.ratio_max_for) + 3  # the median turns half-way
     mm_base = t.mismatch_floor
-    assert mm_base * 5 * t.mismatch_ratio * 2 < t.mismatch_logprob_diff_max * 10  # the case is about the trend
+    _fits(mm_base * 5 * t.mismatch_ratio * 2 < t.mismatch_logprob_diff_max * 10,
+          "the mismatch trend case stays under mismatch_logprob_diff_max (the case is about the trend)")
     stuck_at = 20 * 60
-    assert 120 * t.phase_stuck_ratio <= t.phase_stuck_min_seconds + 60
+    _fits(120 * t.phase_stuck_ratio <= t.phase_stuck_min_seconds + 60,
+          "phase_stuck_ratio x 120 s <= phase_stuck_min_seconds + 60 s (the healthy run's phases last two minutes)")
     stuck_fire = stuck_at // 60 + int(max(120 * t.phase_stuck_ratio, t.phase_stuck_min_seconds) // 60) \
         + _minutes(t.phase_stuck_for) + 3
     skew = 3.0
@@ -352,7 +375,7 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
                                      (stuck_fire - 3) * 60, ("unknown (its first run)", NO_PHASE_DUMP))],
              stuck_fire: [Firing(_run(run="stuck", cluster="actor_infer", phase="generate"),
                                  stuck_fire * 60 - stuck_at,
-                                 (humanize_duration(120), f"{STUCK_DUMP} (rank 0 on stuck-0:9464, stuck); ")),
+                                 (humanize_duration(120), f"{STUCK_DUMP} (rank 0 on stuck-0:9464, stuck)")),
                           Firing(_run(run="fresh", cluster="actor_train", phase="train_step"), stuck_fire * 60,
                                  ("unknown (its first run)", NO_PHASE_DUMP))]})],
         "RLProcessNoProgress": _no_progress_cases(t),
@@ -446,6 +469,8 @@ def render(template: str, labels: dict[str, str], value: float, queried: str | t
         action = m.group(1)
         if action.startswith("if $labels."):
             stack.append((bool(labels.get(action.removeprefix("if $labels."), "")), "if"))
+        elif action.startswith("if "):  # on a query block's own variables ({{ if $i }}): inside the block only
+            stack.append((False, "if"))
         elif action.startswith(("with ", "range ")) and action.endswith("| query"):
             if emitting:
                 out.append(next(answers, ""))

@@ -261,9 +261,10 @@ def _dumps(matchers: str, args: str, none: str) -> str:
     ``instance``), matched on the alert's job and run and ``matchers`` (the remaining printf format and its
     ``args``); ``none`` when no dump matches. At most three are listed."""
     dump = contract.STACK_DUMP_INFO.exposed
-    return ("{{ range " + _query(f"topk(3, {dump}{{job=%q, run=%q, {matchers}}})", f"$labels.job $labels.run {args}")
-            + " }}{{ .Labels.path }} (rank {{ .Labels.rank }} on {{ .Labels.instance }}, {{ .Labels.reason }}); "
-            "{{ else }}" + none + "{{ end }}")
+    return ("{{ range $i, $d := " + _query(f"topk(3, {dump}{{job=%q, run=%q, {matchers}}})",
+                                           f"$labels.job $labels.run {args}")
+            + " }}{{ if $i }}; {{ end }}{{ $d.Labels.path }} (rank {{ $d.Labels.rank }} on {{ $d.Labels.instance }}, "
+            "{{ $d.Labels.reason }}){{ else }}" + none + "{{ end }}")
 
 
 def _no_progress(t: Thresholds) -> Alert:
