@@ -57,8 +57,8 @@ def _spans(text: str, is_secret_name: Callable[[str], bool]) -> list[tuple[int, 
     found: list[tuple[int, int]] = []
     if "://" in text:
         # every URL, those inside another's query too (``?next=https://user:pass@host``)
-        for start in _SCHEME.finditer(text):
-            m = _URL.match(text, start.start())
+        for scheme in _SCHEME.finditer(text):
+            m = _URL.match(text, scheme.start())
             if m is None:
                 continue
             found += _url_parts(m, is_secret_name)
