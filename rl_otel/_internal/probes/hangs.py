@@ -169,6 +169,7 @@ class HangWatch:
         self._last: Dump | None = None
         self._last_on_demand: Dump | None = None
         self._episodes: set[tuple[str, str, float]] = set()  # stuck phase runs already dumped
+        self._seen: dict[tuple[str, str, float], tuple[float, float]] = {}  # run -> (monotonic, its age) first seen
         self._running: RunningPhases | None = None
         self._signal: int | None = None
         self._pipe: tuple[int, int] | None = None  # faulthandler writes into [1] on the signal; the thread reads [0]
@@ -282,11 +283,11 @@ class HangWatch:
 
     def check(self, now: float | None = None) -> None:
         """One watchdog pass: dump each running phase past its threshold, once per episode (``now``: Unix time,
-        default the clock's)."""
+        default the clocks': the wall clock for a phase first seen, the monotonic clock from then on)."""
         running, floor = self._running, self.min_s
         if running is None or floor is None:
             return
-        now = time.time() if now is None else now
+        wall, mono = (time.time(), time.monotonic()) if now is None else (now, None)
         current = set()
         try:
             for _spec, labels, started in running.collect():
@@ -294,7 +295,16 @@ class HangWatch:
                 cluster, phase = names["cluster"], names["phase"]
                 episode = (cluster, phase, started)
                 current.add(episode)
-                age = now - started
+                if mono is None:  # the caller's clock (a test)
+                    age = wall - started
+                else:
+                    # a phase's start is Unix time (what Prometheus' time() compares it with); its age runs on the
+                    # monotonic clock from the first pass that saw it, so a wall clock set forward (NTP, an
+                    # operator) never makes an 8 s phase look stuck
+                    seen = self._seen.get(episode)
+                    if seen is None:
+                        seen = self._seen[episode] = (mono, max(0.0, wall - started))
+                    age = seen[1] + (mono - seen[0])
                 if age <= floor or episode in self._episodes:
                     continue
                 limit = self.history.threshold(cluster, phase, self.factor, self.quantile, floor)
@@ -302,6 +312,8 @@ class HangWatch:
                     self._episodes.add(episode)
                     self._dump("stuck", cluster, phase, self._stuck_line(cluster, phase, age, limit))
             self._episodes &= current
+            for gone in self._seen.keys() - current:
+                del self._seen[gone]
         except Exception:
             self._count("internal")
             _log.debug("rl_otel: a hang check failed", exc_info=True)
