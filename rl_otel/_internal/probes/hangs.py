@@ -153,9 +153,11 @@ class HangWatch:
 
     def __init__(self, *, base: Mapping[str, str], factor: float, quantile: float, min_s: float | None,
                  directory: str, count: Callable[[str], None], pyspy_timeout_s: float = PYSPY_TIMEOUT_S,
-                 redact: Callable[[str], str] | None = None) -> None:
+                 redact: Callable[[str], str] | None = None,
+                 describe: Callable[[float], list[str]] | None = None) -> None:
         self._base = dict(base)
         self._redact = redact
+        self.describe = describe  # more header lines (this rank's collectives), read at a dump
         self.factor, self.quantile, self.min_s = factor, quantile, min_s
         self.directory = directory
         self._count = count
@@ -163,6 +165,8 @@ class HangWatch:
         self.interval_s = _WAKE_S if min_s is None else min(_WAKE_S, max(0.05, min_s / 10))
         self.history = PhaseHistory()
         self.last_progress: float | None = None
+        self._last_progress_mono: float | None = None
+        self.progress_events = 0  # rl_progress_total: with last_progress, the mean interval between progress
         self.checks = 0  # watchdog passes done (tests wait on it)
         self.max_files, self.files_written, self.files_dropped = MAX_DUMP_FILES, 0, 0
         self._counts = dict.fromkeys(meta.STACK_DUMP_REASONS, 0)
@@ -189,7 +193,14 @@ class HangWatch:
 
     def progressed(self, cluster: str, phase: str, seconds: float) -> None:
         """A step was recorded (``cluster`` empty) or a phase finished after ``seconds`` (the recorder's hook)."""
+        now = time.monotonic()
+        last, self._last_progress_mono = self._last_progress_mono, now
+        if last is not None:
+            self.history.add("", "", now - last)  # the intervals between progress: a stall's usual bound
         self.last_progress = time.time()
+        self.progress_events += 1
+        if self._thread is None and self.min_s is not None:  # the first progress: a stall is watched from now
+            self._start()
         if cluster:
             self.history.add(cluster, phase, seconds)
 
@@ -260,7 +271,7 @@ class HangWatch:
                         self.on_demand("signal")
                 elif self._stop.wait(wait):
                     break
-                if self._running is not None:
+                if self._running is not None or self._last_progress_mono is not None:
                     self.check()
         except Exception:  # the thread ends; training goes on
             self._count("internal")
@@ -285,12 +296,12 @@ class HangWatch:
         """One watchdog pass: dump each running phase past its threshold, once per episode (``now``: Unix time,
         default the clocks': the wall clock for a phase first seen, the monotonic clock from then on)."""
         running, floor = self._running, self.min_s
-        if running is None or floor is None:
+        if floor is None:
             return
         wall, mono = (time.time(), time.monotonic()) if now is None else (now, None)
         current = set()
         try:
-            for _spec, labels, started in running.collect():
+            for _spec, labels, started in running.collect() if running is not None else ():
                 names = dict(labels)
                 cluster, phase = names["cluster"], names["phase"]
                 episode = (cluster, phase, started)
@@ -311,6 +322,12 @@ class HangWatch:
                 if age > limit.seconds:
                     self._episodes.add(episode)
                     self._dump("stuck", cluster, phase, self._stuck_line(cluster, phase, age, limit))
+            stalled = self._stalled(mono, floor) if mono is not None and not current else None
+            if stalled is not None:
+                current.add(stalled[0])
+                if stalled[0] not in self._episodes:
+                    self._episodes.add(stalled[0])
+                    self._dump("stuck", "", "", stalled[1])
             self._episodes &= current
             for gone in self._seen.keys() - current:
                 del self._seen[gone]
@@ -318,6 +335,24 @@ class HangWatch:
             self._count("internal")
             _log.debug("rl_otel: a hang check failed", exc_info=True)
         self.checks += 1
+
+    def _stalled(self, mono: float, floor: float) -> tuple[tuple[str, str, float], str] | None:
+        """No phase runs and no progress came for longer than the usual interval between progress allows (a rank
+        hung between phases: in a collective outside any phase, on a lock, in a data loader): the episode (keyed
+        by the last progress) and its line, else ``None``."""
+        last = self._last_progress_mono
+        if last is None:
+            return None
+        age = mono - last
+        if age <= floor:
+            return None
+        limit = self.history.threshold("", "", self.factor, self.quantile, floor)
+        if age <= limit.seconds:
+            return None
+        usual = ("" if limit.usual is None else
+                 f"{self.factor:g} x its p{self.quantile * 100:g} interval of {_seconds(limit.usual)}; ")
+        return (("", "", last), f"no progress (a step or a finished phase) for {_seconds(age)} and no phase "
+                                f"running, past {_seconds(limit.seconds)} ({usual}at least {floor:g} s)")
 
     def _stuck_line(self, cluster: str, phase: str, age: float, limit: Threshold) -> str:
         if limit.usual is None:
@@ -421,6 +456,11 @@ class HangWatch:
                 lines.append(f"running: {names['cluster']}/{names['phase']} for {now - started:.1f} s")
         if self.last_progress is not None:
             lines.append(f"last progress (a step or a finished phase): {now - self.last_progress:.1f} s ago")
+        if self.describe is not None:
+            try:
+                lines += self.describe(now)
+            except Exception:
+                self._count("internal")
         return "\n".join(lines) + "\n"
 
     def _write(self, reason: str, cluster: str, phase: str, now: float, text: str) -> str | None:
@@ -472,6 +512,7 @@ class HangWatch:
         progress = self.last_progress
         if progress is not None:
             items.append((meta.LAST_PROGRESS, (), progress))
+            items.append((meta.PROGRESS, (), float(self.progress_events)))
         return items
 
     # -- ending ---------------------------------------------------------------------------------------------

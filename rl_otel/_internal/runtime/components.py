@@ -30,6 +30,7 @@ from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel._internal.probes.hangs import HangWatch
 from rl_otel._internal.probes.live import LiveGauges, process_start_time
 from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
+from rl_otel._internal.probes.torch_collectives import CollectiveProbe
 from rl_otel._internal.runtime.config import PrometheusConfig, TelemetryConfig
 from rl_otel._internal.runtime.serving import publish, scrape_registry
 from rl_otel._internal.runtime.signals import SignalFlush
@@ -150,6 +151,11 @@ class Components:
         self._closing(stack, "hangs", hangs)
         recorder.on_progress = hangs.progressed
         recorder.add_collector(hangs.collect)
+        # this rank's torch.distributed collectives, from torch's flight recorder (nothing until torch.distributed
+        # is initialized): which collective it is in, in the series and in its dumps' headers
+        collectives = CollectiveProbe(lambda reason: self.diagnostics.count("hangs", reason))
+        recorder.add_collector(collectives.collect)
+        hangs.describe = collectives.describe
         if self.registry is not None and config.stack_dump_http and config.prometheus is not None:
             if _private(config.prometheus):
                 self.registry.routes["/debug/stacks"] = hangs.http_text
