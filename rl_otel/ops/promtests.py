@@ -76,16 +76,29 @@ def _no_progress_cases(t: Thresholds) -> list[Case]:
     """hung: a rollout engine progressing every minute stops at minute 20 while its endpoint answers; fresh: one
     progress at minute 0, none since (no interval known: stall_seconds); slow: progress every 10 minutes, none
     since minute 20 (25 minutes is 2.5 of its intervals); down: stops and its scrapes fail (RLScrapeTargetDown's);
-    finished: its series go at minute 20 (a closed Telemetry) while the endpoint (rl-otel watch) answers."""
-    p = "rl_last_progress_timestamp_seconds"
+    finished: its series go at minute 20 (a closed Telemetry) while the endpoint (rl-otel watch) answers. The hung
+    engine progressed four times a second (240 events a minute, scraped once a minute): its mean interval is 250ms,
+    not the scrape interval. collective: two trainers stop at minute 20, rank 0 inside collective 11 of its group,
+    rank 1 (which issued 10) in none: only rank 1 is named here (rank 0 is RLCollectiveHang's waiting rank)."""
+    p, n = "rl_last_progress_timestamp_seconds", "rl_progress_total"
     end = 45
-    runs = {"hung": ("rollout", "0+60x20 1200x25", "1x45"), "fresh": ("trainer", "0x45", "1x45"),
-            "slow": ("trainer", "0x9 600x9 1200x25", "1x45"), "down": ("trainer", "0+60x20 1200x25", "1x20 0x25"),
-            "finished": ("trainer", "0+60x20", "1x45")}
+    runs = {"hung": ("rollout", "0+60x20 1200x25", "1x45", "0+240x20 4800x25"),
+            "fresh": ("trainer", "0x45", "1x45", "1x45"),
+            "slow": ("trainer", "0x9 600x9 1200x25", "1x45", "0x9 1x9 2x25"),
+            "down": ("trainer", "0+60x20 1200x25", "1x20 0x25", "0+1x20 20x25"),
+            "finished": ("trainer", "0+60x20", "1x45", "0+1x20")}
     series = {}
-    for run, (role, progress, up) in runs.items():
+    for run, (role, progress, up, events) in runs.items():
         series[_s(p, run, 0, role=role)] = progress
+        series[_s(n, run, 0, role=role)] = events
         series[f'up{{job="{JOB}", instance="{run}-0:9464"}}'] = up
+    for rank, issued in ((0, "0+1x19 11x25"), (1, "0+1x19 10x25")):
+        series[_s(p, "collective", rank, role="trainer")] = "0+60x20 1200x25"
+        series[_s(n, "collective", rank, role="trainer")] = "0+1x20 20x25"
+        series[_s("rl_collectives_total", "collective", rank, role="trainer", group="0:default_pg")] = issued
+        series[f'up{{job="{JOB}", instance="collective-{rank}:9464"}}'] = "1x45"
+    series[_s("rl_collective_started_timestamp_seconds", "collective", 0, role="trainer", group="0:default_pg",
+              op="nccl:all_reduce")] = "_x20 1200x25"
     dump = "/logs/hung/stack-rollout-0.txt"
     series[_s("rl_stack_dump_info", "hung", 0, role="rollout", path=dump, cluster="", phase="",
               reason="signal")] = "_x30 1x15"
@@ -102,9 +115,52 @@ def _no_progress_cases(t: Thresholds) -> list[Case]:
     labels = {"job": JOB, "rank": "0"}
     return [Case(series, {before: [], end: [
         Firing({**labels, "instance": "hung-0:9464", "run": "hung", "role": "rollout"}, (end - hung_at) * 60,
-               (humanize_duration(60), f"{dump} (rank 0 on hung-0:9464, signal)")),
+               (humanize_duration(0.25), f"{dump} (rank 0 on hung-0:9464, signal)")),
+        Firing({"job": JOB, "rank": "1", "instance": "collective-1:9464", "run": "collective", "role": "trainer"},
+               (end - hung_at) * 60, (humanize_duration(60), "none written by this process yet")),
         Firing({**labels, "instance": "fresh-0:9464", "run": "fresh", "role": "trainer"}, end * 60,
                ("unknown (fewer than two progress events)", "none written by this process yet"))]})]
+
+
+HANG_DUMP = "/logs/hang/stacks-hang-trainer-rank2-no-phase-stuck.txt"
+
+
+def _collective_hang_cases(t: Thresholds) -> list[Case]:
+    """hang: four trainers issue 10 collectives a minute; at minute 10 ranks 0, 1 and 3 enter collective 101 of the
+    world group and wait in it, rank 2 (blocked on a lock) stays at 100: rank 2 is named, with its dump. dead: rank
+    1's endpoint stops answering at minute 10 (the GIL held in C) while rank 0 waits: its last count names it.
+    good: four trainers, rank 3 one collective behind at every scrape (NCCL's asynchronous launches) and each rank
+    briefly inside one: nobody waits long, nothing fires."""
+    c, started, group = "rl_collectives_total", "rl_collective_started_timestamp_seconds", "0:default_pg"
+    series: dict[str, str] = {}
+    for rank in range(4):
+        series[_s(c, "hang", rank, role="trainer", group=group)] = "0+10x10 " + ("100x40" if rank == 2 else "101x40")
+        if rank != 2:
+            series[_s(started, "hang", rank, role="trainer", group=group, op="gloo:all_reduce")] = "_x10 600x40"
+        series[_s(c, "good", rank, role="trainer", group=group)] = "0+10x50" if rank == 3 else "1+10x50"
+        series[_s(started, "good", rank, role="trainer", group=group, op="nccl:all_reduce")] = \
+            f"_x{20 + rank} {(20 + rank) * 60} _x{29 - rank}"
+    series[_s(c, "dead", 0, role="trainer", group=group)] = "0+10x10 101x40"
+    series[_s(started, "dead", 0, role="trainer", group=group, op="nccl:all_reduce")] = "_x10 600x40"
+    series[_s(c, "dead", 1, role="trainer", group=group)] = "0+10x10"  # its endpoint answers no more
+    series[_s("rl_stack_dump_info", "hang", 2, role="trainer", path=HANG_DUMP, cluster="", phase="",
+              reason="stuck")] = "_x15 1x35"
+    series[_s("rl_stack_dump_info", "hang", 0, role="trainer", path="/logs/hang/stacks-rank0.txt", cluster="",
+              phase="", reason="stuck")] = "_x15 1x35"
+    wait_limit = int(t.collective_hang_seconds // 60)
+    _fits(10 + wait_limit + _minutes(t.collective_hang_for) + 2 < 40 and wait_limit >= 1,
+          "60 s <= collective_hang_seconds and collective_hang_seconds + collective_hang_for is under 28 minutes")
+    _fits(_minutes(t.collective_hang_lookback) >= 30, "collective_hang_lookback >= 30m (the dead rank's last count)")
+    fire = 40
+    waited = humanize_duration((fire - 10) * 60)
+
+    def named(run: str, rank: int, dump: str) -> Firing:
+        return Firing({"job": JOB, "instance": f"{run}-{rank}:9464", "run": run, "rank": str(rank), "role": "trainer",
+                       "group": group}, 1, (f"{'gloo' if run == 'hang' else 'nccl'}:all_reduce for {waited}", dump))
+
+    return [Case(series, {10 + wait_limit - 1: [], fire: [
+        named("hang", 2, f"{HANG_DUMP} (rank 2 on hang-2:9464, stuck)"),
+        named("dead", 1, "none written by this process yet")]})]
 
 
 def _compute_skew_case(t: Thresholds, fire: int) -> Case:
@@ -112,7 +168,9 @@ def _compute_skew_case(t: Thresholds, fire: int) -> Case:
     10 on, and the others wait for it at the all-reduce; rank 0 also waits inside its weight_sync phase, which
     makes that phase 3x the median rank's (the phase rule would point at a waiting rank: a run with compute
     series is judged on those). balanced: four trainers alike, and rollout engines computing 3x as much (another
-    role, their own median). idle: a rank 4x the others but 1.5% of the wall time more."""
+    role, their own median). idle: a rank 4x the others but 1.5% of the wall time more. hung: the straggler's
+    series, but rank 2 never enters collective 101 the others wait in from minute 10: a hang, which
+    RLCollectiveHang names; RLRankSkew stays quiet."""
     slow = 2.5
     _fits(slow > t.rank_skew_max and 0.3 * (slow - 1) > t.rank_skew_min_share > 0.015,
           "rank_skew_max < 2.5 and 0.015 < rank_skew_min_share < 0.45 (the straggler computes 2.5x the others)")
@@ -133,6 +191,12 @@ def _compute_skew_case(t: Thresholds, fire: int) -> Case:
                       phase="weight_sync", part="total")] = per_run
         compute("balanced", r, 0.3 + 0.01 * r)
         compute("idle", r, 0.02 if r == 2 else 0.005)
+        compute("hung", r, 0.3, then=0.3 * slow if r == 2 else None)
+        series[_s("rl_collectives_total", "hung", r, role="trainer", group="0:default_pg")] = \
+            "0+10x10 " + ("100x90" if r == 2 else "101x90")
+        if r != 2:
+            series[_s("rl_collective_started_timestamp_seconds", "hung", r, role="trainer", group="0:default_pg",
+                      op="nccl:all_reduce")] = "_x10 600x90"
     for r in range(2):
         compute("balanced", 4 + r, 0.9, role="rollout")
     return Case(series, {40: [], fire: [
@@ -379,6 +443,7 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
                           Firing(_run(run="fresh", cluster="actor_train", phase="train_step"), stuck_fire * 60,
                                  ("unknown (its first run)", NO_PHASE_DUMP))]})],
         "RLProcessNoProgress": _no_progress_cases(t),
+        "RLCollectiveHang": _collective_hang_cases(t),
         "RLRankSkew": [Case(
             # rank 2 of the bad run turns 3x slower at minute 10; good: within 20%; tiny: 5x but 0.4s
             {**{_s(f"rl_phase_duration_seconds_{part}", run, r, cluster="actor_train", phase="train_step",
@@ -427,7 +492,15 @@ _VALUE = re.compile(r'\$value \| (?:printf "(%[^"]+)"|(humanizeDuration)|(humani
 
 
 def humanize_duration(seconds: float) -> str:
-    """Prometheus' ``humanizeDuration`` for whole seconds of a minute or more (``660`` -> ``11m 0s``)."""
+    """Prometheus' ``humanizeDuration`` for whole seconds of a minute or more (``660`` -> ``11m 0s``), and under a
+    second (``0.25`` -> ``250ms``)."""
+    if 0 < seconds < 1:
+        value, prefix = seconds, ""
+        for p in ("m", "u", "n"):
+            if value >= 1:
+                break
+            value, prefix = value * 1000, p
+        return f"{value:.4g}{prefix}s"
     s = int(seconds)
     d, h, m, sec = s // 86400, s % 86400 // 3600, s % 3600 // 60, s % 60
     if d:

@@ -111,6 +111,12 @@ class Thresholds:
     progress_stall_min_seconds: float = 900  # ... and than 15 min (no interval known yet: stall_seconds)
     progress_history_window: str = "6h"
     progress_stall_for: str = "5m"
+    # A hang, the rank named: the ranks of a torch.distributed process group wait in a collective for this long,
+    # and a rank issued fewer collectives in that group than they did (it never entered it); a rank whose endpoint
+    # stopped answering (the GIL held in C, a dead process) keeps its last count for collective_hang_lookback
+    collective_hang_seconds: float = 300
+    collective_hang_for: str = "2m"
+    collective_hang_lookback: str = "30m"
     # Metrics that cannot be true (fractions outside [0, 1], MFU above 1, negative lengths or durations)
     sanity_for: str = "5m"
     # Resources and speed
