@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,82 @@ def test_a_sigterm_handler_is_never_put_back_from_a_telemetry_already_closed():
     second.uninstall()
     assert signal.getsignal(signal.SIGTERM) == original
     assert signal.getsignal(signal.SIGINT) == original_int
+
+
+_FLOOD_CHILD = textwrap.dedent("""
+    import signal, sys, threading, time
+    import rl_otel
+    from rl_otel._internal.probes import hangs
+    from rl_otel._internal.probes.posix import os_handler
+
+    hangs.ON_DEMAND_SPACING_S = 600.0  # parked for the whole test unless put back by hand
+    tel = rl_otel.init(run="flood", prometheus=False, stack_dump_dir=sys.argv[1], handle_sigterm=False)
+    watch = tel._components.hangs
+    stop = threading.Event()
+
+    def busy():
+        def f(n):
+            return n if n < 2 else f(n - 1) + f(n - 2)
+        while not stop.is_set():
+            f(10)
+
+    def wait_parked():
+        deadline = time.monotonic() + 60
+        while os_handler(signal.SIGUSR1) != 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return os_handler(signal.SIGUSR1) == 1
+
+    threading.Thread(target=busy, daemon=True).start()
+    print("ready", flush=True)
+    for line in sys.stdin:  # the test says what to do
+        word = line.strip()
+        if word == "after-flood":
+            print("dumps", tel.value("rl_stack_dumps_total", reason="signal"), "parked", wait_parked(), flush=True)
+            watch._unpark_when_due(force=True)  # the spacing over
+            print("rearmed", os_handler(signal.SIGUSR1) not in (0, 1), flush=True)
+        elif word == "parked?":
+            print("parked", wait_parked(), flush=True)
+        elif word == "close":
+            stop.set()
+            tel.close()
+            print("closed, handler", os_handler(signal.SIGUSR1), flush=True)
+            break
+""")
+
+
+def _ask(proc: subprocess.Popen, word: str) -> list[str]:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(word + "\n")
+    proc.stdin.flush()
+    return proc.stdout.readline().split()
+
+
+@POSIX
+@pytest.mark.slow
+def test_a_flood_of_the_dump_signal_is_survived_and_the_handler_comes_back(tmp_path):
+    """Item 7: after a signal the kernel ignores it (SIG_IGN, set from the dumping thread) for the spacing, so a
+    flood is not one frame walk per signal; faulthandler's handler is back after it, and a close while parked gives
+    the default back. ``benchmarks/bench_signal_flood.py`` runs the issue's 40 six-second floods."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", _FLOOD_CHILD, str(tmp_path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        sent, end = 0, time.monotonic() + 2.0
+        while time.monotonic() < end:
+            for _ in range(500):
+                os.kill(proc.pid, signal.SIGUSR1)
+            sent += 500
+        assert _ask(proc, "after-flood") == ["dumps", "1.0", "parked", "True"], sent  # old code: not parked
+        assert proc.stdout.readline().split() == ["rearmed", "True"]
+        os.kill(proc.pid, signal.SIGUSR1)  # faulthandler's again: it wakes the thread, which parks it again
+        assert _ask(proc, "parked?") == ["parked", "True"]
+        assert _ask(proc, "close") == ["closed,", "handler", "0"]  # closed while parked: the default
+        proc.wait(timeout=60)
+        assert proc.returncode == 0, proc.stderr.read()[-2000:]
+        assert len(list(tmp_path.glob("stacks-*-signal-*.txt"))) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()

@@ -178,6 +178,8 @@ class HangWatch:
         self._signal: int | None = None
         self._pipe: tuple[int, int] | None = None  # faulthandler writes into [1] on the signal; the thread reads [0]
         self._pipe_end: _PipeEnd | None = None  # [1] as faulthandler's file (see _PipeEnd)
+        self._read_fd: int | None = None  # [0], closed by the thread as it ends (or by close() without one)
+        self._parked: tuple[bytes, float] | None = None  # (faulthandler's action, monotonic time to put it back)
         self._handler_address: int | None = None  # the OS handler faulthandler installed for us
         self._wants_signal: int | None = None  # a signal another HangWatch of this process held at listen()
         self._thread: threading.Thread | None = None
@@ -236,6 +238,7 @@ class HangWatch:
         from rl_otel._internal.probes.posix import os_handler
 
         self._signal, self._pipe, self._pipe_end = signum, (read_end, write_end), pipe_end
+        self._read_fd = read_end
         self._handler_address = os_handler(signum)
         _HOLDERS.append(self)
         self._start()
@@ -259,16 +262,20 @@ class HangWatch:
     # -- the watchdog thread --------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        pipe = self._pipe
         try:
             while not self._stop.is_set():
                 wait = self.interval_s  # also while only a signal is awaited: then the first phase needs no wake-up
-                if pipe is not None:
-                    readable, _, _ = select.select([pipe[0]], [], [], wait)
+                read_fd = self._read_fd  # read each pass: a signal taken over from another Telemetry comes later
+                if read_fd is not None:
+                    if self._parked is not None:
+                        wait = max(0.0, min(wait, self._parked[1] - time.monotonic()))
+                    readable, _, _ = select.select([read_fd], [], [], wait)
                     if self._stop.is_set():
                         break
-                    if readable and self._drain(pipe[0]):
+                    if readable and self._drain(read_fd):
+                        self._park()
                         self.on_demand("signal")
+                    self._unpark_when_due()
                 elif self._stop.wait(wait):
                     break
                 if self._running is not None or self._last_progress_mono is not None:
@@ -277,8 +284,40 @@ class HangWatch:
             self._count("internal")
             _log.debug("rl_otel: the hang watchdog failed", exc_info=True)
         finally:
-            if pipe is not None:
-                os.close(pipe[0])
+            with self._start_lock:
+                read_fd, self._read_fd = self._read_fd, None
+            if read_fd is not None:
+                os.close(read_fd)
+
+    # A flood of the signal (a loop of kill -USR1) must not crash the process: faulthandler's C handler walks the
+    # frames of the thread it interrupts, which CPython says may crash while that thread changes them (37 floods of
+    # ~700k signals: 3 died by SIGSEGV). After a signal the kernel is told to ignore it (SIG_IGN, through sigaction:
+    # from this thread, no Python handler, no set_wakeup_fd) for ON_DEMAND_SPACING_S - a second request in that
+    # window would get the same dump anyway - and faulthandler's handler is put back after, if nobody changed it.
+
+    def _park(self) -> None:
+        signum = self._signal
+        if signum is None or self._parked is not None:
+            return
+        from rl_otel._internal.probes.posix import ignore_signal, os_handler
+
+        if os_handler(signum) != self._handler_address:
+            return  # no longer faulthandler's: not ours to park
+        action = ignore_signal(signum)
+        if action is not None:
+            self._parked = (action, time.monotonic() + ON_DEMAND_SPACING_S)
+
+    def _unpark_when_due(self, force: bool = False) -> None:
+        parked, signum = self._parked, self._signal
+        if parked is None or (not force and time.monotonic() < parked[1]):
+            return
+        self._parked = None
+        if signum is None:
+            return
+        from rl_otel._internal.probes.posix import os_handler, set_os_action
+
+        if os_handler(signum) == 1:  # still the SIG_IGN we set: faulthandler's handler back
+            set_os_action(signum, parked[0])
 
     @staticmethod
     def _drain(fd: int) -> bool:
@@ -535,8 +574,11 @@ class HangWatch:
             self._pipe = None
             if released:  # else faulthandler may still write into it: left open (two descriptors, not a crash)
                 os.close(pipe[1])
-            if thread is None:  # else the read end is the thread's, closed as it ends
-                os.close(pipe[0])
+        if thread is None or not thread.is_alive():  # else the read end is the thread's, closed as it ends
+            with self._start_lock:
+                read_fd, self._read_fd = self._read_fd, None
+            if read_fd is not None:
+                os.close(read_fd)
 
     def _give_back_signal(self) -> bool:
         """Unregister the signal where the registration is still ours; put back a handler set since (a program's
@@ -556,6 +598,9 @@ class HangWatch:
         pipe_end, self._pipe_end = self._pipe_end, None
         if pipe_end is not None and not faulthandler_holds(pipe_end):
             return True  # the program registered the signal with faulthandler since: its own, left as it is
+        if self._parked is not None and os_handler(signum) == 1:  # our own SIG_IGN of a flood: ours
+            parked, self._parked = self._parked, None
+            set_os_action(signum, parked[0])
         current, action = os_handler(signum), os_action(signum)
         try:
             faulthandler.unregister(signum)
@@ -584,6 +629,7 @@ class HangWatch:
         _WAITING.clear()  # no signal is taken over in a forked child
         self._give_back_signal()
         pipe, self._pipe = self._pipe, None
+        self._read_fd = None  # (one of pipe's, closed below)
         if pipe is not None:
             for fd in pipe:
                 try:

@@ -75,6 +75,17 @@ def set_os_action(signum: int, action: bytes) -> bool:
     return sigaction(signum, ctypes.create_string_buffer(action, len(action)), None) == 0
 
 
+def ignore_signal(signum: int) -> bytes | None:
+    """Have the kernel ignore ``signum`` (SIG_IGN, set through ``sigaction``: from any thread, no Python handler);
+    returns the action it replaced (for :func:`set_os_action`), or ``None`` if it could not be done here."""
+    previous = os_action(signum)
+    if previous is None:
+        return None
+    ignore = ctypes.create_string_buffer(_SIGACTION_BUFFER)  # zeroed: no flags, an empty mask
+    ctypes.c_void_p.from_buffer(ignore).value = 1  # the handler, the struct's first member: SIG_IGN
+    return previous if set_os_action(signum, ignore.raw) else None
+
+
 def faulthandler_holds(file: object) -> bool:
     """Whether ``faulthandler`` still holds ``file``, the object given to ``faulthandler.register`` (the caller
     holds exactly one other reference to it: its local variable)."""
