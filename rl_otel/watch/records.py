@@ -18,7 +18,8 @@ file's content, and no file stalls on it:
 Memory: a read holds at most one chunk (8 MB), or one record up to :data:`MAX_RECORD`; skipped bytes are read a
 chunk at a time and not kept. Work: a read goes through at most :data:`MAX_CORRUPT_PER_READ` corrupt records, and a
 record waiting for its rest is searched for a whole record inside its span once per growth of the file (in numpy
-passes), so a crafted file costs each poll little. Each read starts at the offset: damaged bytes already passed are not read again.
+passes), so a crafted file costs each poll little. Each read starts at the offset: damaged bytes already passed
+are not read again.
 """
 
 from __future__ import annotations

@@ -84,6 +84,7 @@ class Watcher:
         self._last_scan = self._last_save = float("-inf")
         self._no_tensorboard = False
         self._grew: dict[tuple[str, int], float] = {}  # run -> when its files last grew (for expire_s)
+        self._followed_of: dict[tuple[str, int], int] = {}  # run -> how many of its files are followed
         self.diagnostics = Diagnostics()  # the shared endpoint's own errors
         self.served: Served | None = None  # the endpoint every run is served at (none with port_per_run)
         self._merged: tuple[tuple[object, ...], Snapshot] | None = None  # the last merged snapshot, by its parts
@@ -179,6 +180,8 @@ class Watcher:
             if fs is None:
                 fs = self.state.files[found.path] = state.FileState()
             self.files[found.path] = _Followed(found, fs)
+            key = (found.run, found.rank)
+            self._followed_of[key] = self._followed_of.get(key, 0) + 1
             _log.debug("rl_otel watch: following %s (run %r, rank %d)", found.path, found.run, found.rank)
 
     def checkpoint(self, force: bool = False) -> None:
@@ -190,6 +193,17 @@ class Watcher:
             self.state.runs[key] = target.snapshot()
         if state.save(self.state, self.options.state_path):
             self._dirty = False
+
+    def _drop(self, key: tuple[str, int], why: str | None) -> None:
+        """Stop serving run ``key`` and forget its values (a new file of it starts it anew)."""
+        target = self.runs.pop(key, None)
+        self.state.runs.pop(key, None)
+        self._grew.pop(key, None)
+        self._dirty = True
+        if target is not None:
+            target.close()
+            if why is not None:
+                _log.info("rl_otel watch: run %r rank %d: %s; forgotten", key[0], key[1], why)
 
     def _expire(self, before: float) -> None:
         """Close the runs whose files last grew before ``before``: their endpoint stops and their targets file
@@ -235,12 +249,23 @@ class Watcher:
             del self.files[found.path]  # gone (a cleaned-up run): forget it, a new file of that name starts at 0
             self.state.files.pop(found.path, None)
             self._dirty = True
+            key = (found.run, found.rank)
+            left = self._followed_of.get(key, 1) - 1
+            if left > 0:
+                self._followed_of[key] = left
+            else:  # the run's last file is gone: the run is forgotten (its series, its state)
+                self._followed_of.pop(key, None)
+                self._drop(key, "its files are gone")
             return False
         except OSError:
             return False
         if (fs.dev, fs.ino) != (st.st_dev, st.st_ino) or st.st_size < tail.offset:
             if fs.ino or tail.offset:  # replaced under the same name, or truncated: read it from the start
-                _log.info("rl_otel watch: %s was replaced or truncated; reading it from the start", found.path)
+                _log.info("rl_otel watch: %s was replaced or truncated (a restarted run); reading it from the start "
+                          "and serving the run anew", found.path)
+                # a run restarted from step 0: its old values (at higher steps) would hold every series where it
+                # was, since a lower step never sets a series back
+                self._drop((found.run, found.rank), None)
             fs.dev, fs.ino, tail.offset = st.st_dev, st.st_ino, 0
             self._dirty = True
         if st.st_size == tail.offset:

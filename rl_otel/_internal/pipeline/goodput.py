@@ -97,6 +97,7 @@ class Goodput:
         self._diag = diagnostics or Diagnostics()
         self._lock = threading.Lock()
         self.phased = False  # a phase or collective ran: the timeline accounts for this process (read unlocked)
+        self.muted = False  # steps recorded now are not counted (rl-otel watch restoring the values it had read)
         self._buckets = dict.fromkeys(BUCKETS, 0.0)  # committed seconds
         self._wall = 0.0  # committed wall seconds (the timeline's run on from ``_since``)
         self._waits: dict[str, float] = {}
@@ -257,7 +258,7 @@ class Goodput:
     def step(self, measurements: Sequence[Measurement], step: int, at: float) -> None:
         """Recorded step ``step`` (``at``: its Unix time): its timing keys, unless phases account for this
         process."""
-        if self.phased:
+        if self.phased or self.muted:
             return
         try:
             keys = self._keys
