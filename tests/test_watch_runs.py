@@ -91,3 +91,42 @@ def test_a_restarted_watcher_counts_none_of_the_restored_values_again(tmp_path):
             assert not recorder.value("rl_goodput_bucket_seconds", {"bucket": bucket}), bucket
     finally:
         w.close()
+
+
+def test_idle_files_and_directories_are_looked_at_less_often_and_growth_is_still_read(tmp_path, monkeypatch):
+    """Issue 41 item 13: a file quiet for 30 s is stat'ed every (quiet time / 10) s, at most 10 s apart, and a walk
+    that finds nothing new waits twice as long for the next (up to 10 rescan_s); before, every file was stat'ed at
+    every poll and the paths walked every second (thousands of finished runs: ~40% of a core while idle)."""
+    import rl_otel.watch.watcher as watcher_module
+
+    clock = [1_000.0]
+
+    class Clock:  # the watcher's time module: its monotonic clock moved by the test
+        monotonic = staticmethod(lambda: clock[0])
+        time = staticmethod(lambda: 1.7e9 + clock[0])
+        time_ns = staticmethod(lambda: int((1.7e9 + clock[0]) * 1e9))
+
+    monkeypatch.setattr(watcher_module, "time", Clock)
+    root = tmp_path / "runs"
+    for run in range(20):
+        _write(root / f"run{run}" / "metrics.jsonl", [{"step": 1, "critic/score/mean": 0.5}])
+    w = _watcher(root)
+    w.options.rescan_s = 1.0
+    stats, walks = [], []
+    real_stat, real_scan = watcher_module.os.stat, watcher_module.scan.scan
+    monkeypatch.setattr(watcher_module.os, "stat", lambda *a, **k: stats.append(1) or real_stat(*a, **k))
+    monkeypatch.setattr(watcher_module.scan, "scan", lambda *a, **k: walks.append(1) or real_scan(*a, **k))
+    try:
+        for _ in range(600):  # five minutes of polls, 0.5 s apart, nothing written
+            w.poll()
+            clock[0] += 0.5
+        assert 0 < len(stats) < 3_000, len(stats)  # before: 20 files x 600 polls = 12,000
+        assert 0 < len(walks) < 60, len(walks)  # before: 300
+        with open(root / "run3" / "metrics.jsonl", "a") as f:  # a quiet run writes again
+            f.write(json.dumps({"step": 2, "critic/score/mean": 0.25}) + "\n")
+        for _ in range(21):  # read within IDLE_MAX_S (10 s)
+            w.poll()
+            clock[0] += 0.5
+        assert w.runs[("run3", 0)].recorder.value("critic/score/mean", {}) == 0.25
+    finally:
+        w.close()
