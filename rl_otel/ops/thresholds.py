@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, fields
 
-_DURATION = re.compile(r"[1-9][0-9]*[smhd]")  # what the generators read (duration_minutes): one number, one unit
+_DURATION = re.compile(r"(0|[1-9][0-9]*)[smhd]")  # what the generators read (duration_minutes): one number, one unit
 
 
 @dataclass(frozen=True)

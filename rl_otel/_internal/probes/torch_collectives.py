@@ -32,13 +32,16 @@ MAX_GROUPS = 16  # process groups served (a job has a handful: world, TP, DP, PP
 
 
 class GroupState(NamedTuple):
-    """One process group's collectives in this rank: ``issued`` (the last enqueued sequence number), and the one
-    it is in now (``op`` and ``since``, Unix time; ``None`` when none is in flight)."""
+    """One process group's collectives in this rank: ``issued`` (the last enqueued sequence number), whether one
+    is in flight (``busy``), and which and since when (``op``, ``since``: Unix time; ``None`` when none is in
+    flight, or its details were not read)."""
 
     group: str
     issued: int
     op: str | None
     since: float | None
+    busy: bool = False
+    pg: str = ""
 
 
 def _reader():
@@ -49,18 +52,20 @@ def _reader():
     return getattr(c10d, "_dump_fr_trace_json", None)
 
 
-def groups_now() -> list[GroupState] | None:
+def groups_now(detail: Callable[[str, int], bool] = lambda pg, issued: True) -> list[GroupState] | None:
     """This rank's process groups now, or ``None`` where torch.distributed is not in use or has no flight
-    recorder. Raises what the reader raises (the caller counts it)."""
+    recorder; the collective in flight of a group is read (its op and start) where ``detail(pg, issued)`` says so.
+    Raises what the reader raises (the caller counts it)."""
     dump = _reader()
     if dump is None:
         return None
     status = json.loads(dump(False, True)).get("pg_status") or {}
     names = _group_names(status)
-    busy = {pg for pg, s in status.items() if int(s.get("last_enqueued_collective", -1))
-            > int(s.get("last_completed_collective", -1))}
+    in_flight = {pg for pg, s in status.items() if int(s.get("last_enqueued_collective", -1))
+                 > int(s.get("last_completed_collective", -1))}
+    busy = {pg for pg in in_flight if detail(pg, int(status[pg].get("last_enqueued_collective", 0)))}
     active: dict[str, tuple[str, float]] = {}
-    if busy:  # the entries only when a collective is in flight (they are the larger part of a dump)
+    if busy:  # the entries (the larger part of a dump, all of them with gloo) only where asked
         for entry in json.loads(dump(True, True)).get("entries") or ():
             pg = str(entry.get("pg_id"))
             if pg not in busy or entry.get("retired") or entry.get("is_p2p"):
@@ -72,7 +77,7 @@ def groups_now() -> list[GroupState] | None:
     for pg, s in list(status.items())[:MAX_GROUPS]:
         now = active.get(pg)
         out.append(GroupState(names.get(pg, pg), max(0, int(s.get("last_enqueued_collective", 0))),
-                              now[0] if now else None, now[1] if now else None))
+                              now[0] if now else None, now[1] if now else None, pg in in_flight, pg))
     return out
 
 
@@ -99,17 +104,27 @@ class CollectiveProbe:
     def __init__(self, count: Callable[[str], None]) -> None:
         self._count = count
         self._warned = False
+        # the collective each group had in flight at the last read: its details (the flight recorder's entries,
+        # a parse of all of them with gloo, under the GIL) are read only for one still in flight at the next read -
+        # a collective that outlasts a scrape interval - never for the short ones of a healthy run
+        self._in_flight: dict[str, int] = {}
 
-    def _groups(self) -> list[GroupState] | None:
+    def _groups(self, every: bool = False) -> list[GroupState] | None:
+        seen = self._in_flight
         try:
-            return groups_now()
+            groups = groups_now(lambda pg, issued: every or seen.get(pg) == issued)
         except Exception as exc:
-            self._count("collectives")
-            if not self._warned:
-                self._warned = True
-                _log.warning("rl_otel: torch's flight recorder could not be read (%s: %s); rl_collectives_total is "
-                             "not served", type(exc).__name__, exc)
-            return None
+            groups = None
+            self._failed(exc)
+        self._in_flight = {g.pg: g.issued for g in groups or () if g.busy}
+        return groups
+
+    def _failed(self, exc: Exception) -> None:
+        self._count("collectives")
+        if not self._warned:
+            self._warned = True
+            _log.warning("rl_otel: torch's flight recorder could not be read (%s: %s); rl_collectives_total is "
+                         "not served", type(exc).__name__, exc)
 
     def collect(self) -> list[Item]:
         groups = self._groups()
@@ -125,7 +140,7 @@ class CollectiveProbe:
     def describe(self, now: float) -> list[str]:
         """Header lines of a stack dump: per group, the collectives issued and the one this rank is in."""
         lines = []
-        for g in self._groups() or ():
+        for g in self._groups(every=True) or ():
             where = (f"in collective #{g.issued} ({g.op}) for {now - g.since:.1f} s"
                      if g.op is not None and g.since is not None else "in no collective of it")
             lines.append(f"process group {g.group}: {g.issued} collectives issued; {where}")
