@@ -338,6 +338,7 @@ def _process_series(run: Run, role: str, minutes: int, shares: gp.Shares | None 
     until = minutes if progress_until is None else progress_until
     run.series[_psel("rl_last_progress_timestamp_seconds", run.name, role, rank)] = \
         [60.0 * min(m, until) for m in range(minutes)]
+    run.series[_psel("rl_progress_total", run.name, role, rank)] = [float(min(m, until)) for m in range(minutes)]
     if shares is not None:
         buckets, wall = gp.counters(shares)
         for bucket, values in buckets.items():

@@ -33,7 +33,8 @@ def test_the_contract_is_the_series_contract():
     names = {f.exposed: f for f in contract.CONTRACT}
     assert set(names) == {"rl_goodput_bucket_seconds_total", "rl_goodput_wall_seconds_total",
                           "rl_collective_wait_seconds_total", "rl_rank_compute_seconds_total",
-                          "rl_stack_dumps_total", "rl_stack_dump_info", "rl_last_progress_timestamp_seconds"}
+                          "rl_stack_dumps_total", "rl_stack_dump_info", "rl_last_progress_timestamp_seconds",
+                          "rl_progress_total", "rl_collectives_total", "rl_collective_started_timestamp_seconds"}
     assert names["rl_goodput_bucket_seconds_total"].labels == ("bucket",)
     assert names["rl_collective_wait_seconds_total"].labels == ("point",)
     assert set(names["rl_stack_dump_info"].labels) == {"path", "cluster", "phase", "reason"}

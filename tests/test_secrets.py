@@ -98,3 +98,43 @@ def test_wandb_files_hold_none_of_the_secrets(tmp_path, monkeypatch):
     assert {k: config[k] for k in SECRETS} == dict.fromkeys(SECRETS, "***")
     assert {k: config[k] for k in EMBEDDED} == {k: shown for k, (_, shown) in EMBEDDED.items()}
     assert history[0]["actor/pg_loss"] == 0.5
+
+
+def test_a_yaml_syntax_error_names_the_line_never_quotes_it(tmp_path):
+    """Issue 41 item 14: PyYAML's message quotes the offending line; before, the api_key came with it."""
+    from rl_otel._internal.runtime.options import load_config_file
+    from rl_otel.errors import ConfigurationError
+
+    config = tmp_path / "run.yaml"
+    config.write_text("rl_otel:\n  run: r\n  tracker_kwargs:\n    api_key: wandb-SECRET40 : oops\n")
+    with pytest.raises(ConfigurationError) as caught:
+        load_config_file(config)
+    message = str(caught.value)
+    assert "SECRET40" not in message
+    assert "is not valid YAML: mapping values are not allowed here (line 4, column" in message
+
+
+# under ordinary option names: what the credential is says it is one (before: all three reached an error message)
+_SHAPED = {
+    "notify": ("https%3A%2F%2Fhooks.slack.com%2Fservices%2FT0%2FB0%2FSECRET41",),  # a percent-encoded webhook URL
+    "alerts": ("https://api.telegram.org/botSECRET42/sendMessage".replace("SECRET42", "123456789:AAF-SECRET42x"),),
+    "channel": ("xoxb-1234567890-SECRET43abc",),  # a Slack bot token
+    "callback": ("https://example.com/cb?next=https%3A%2F%2Fuser%3ASECRET44%40db.internal%2Fx",),
+}
+
+
+def test_percent_encoded_urls_telegram_bot_urls_and_token_shapes_are_redacted_under_any_name():
+    from rl_otel._internal.trackers.config import scrub
+
+    config = {name: value for name, (value,) in _SHAPED.items()}
+    redacted = redact(config)
+    assert "SECRET" not in repr(redacted), redacted
+    assert redacted["alerts"] == "https://api.telegram.org/bot***/sendMessage"
+    assert redacted["channel"] == "***"
+    found = secret_values(config)
+    message = f"tracker failed: POST {config['notify']} returned 403; config={config!r}"
+    assert "SECRET" not in scrub(message, found), scrub(message, found)
+    assert "SECRET" not in repr(TrackerSpec("wandb", {"config": config}))
+    # near misses stay: a short sk- word, a ratio written like a token, a plain encoded URL with no credential
+    plain = {"mode": "sk-learn", "ratio": "3:4", "page": "https%3A%2F%2Fexample.com%2Fdocs"}
+    assert redact(plain) == plain and secret_values(plain) == set()

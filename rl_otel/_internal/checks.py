@@ -41,4 +41,16 @@ def read_yaml(what: str, path: str | os.PathLike) -> Any:
     except OSError as exc:
         raise ConfigurationError(f"{what} {str(file)!r} cannot be read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigurationError(f"{what} {str(file)!r} is not valid YAML: {exc}") from None
+        # PyYAML's message quotes the offending line (``api_key: sk-...``): only what is wrong, and where
+        raise ConfigurationError(f"{what} {str(file)!r} is not valid YAML: {_yaml_problem(exc)}") from None
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """A YAML error's problem and position, without the snippet of the file PyYAML's ``str()`` quotes."""
+    parts = []
+    for text, mark in ((getattr(exc, "context", None), getattr(exc, "context_mark", None)),
+                       (getattr(exc, "problem", None), getattr(exc, "problem_mark", None))):
+        if text:
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+            parts.append(f"{text}{where}")
+    return "; ".join(parts) or type(exc).__name__

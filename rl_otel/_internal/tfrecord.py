@@ -13,7 +13,7 @@ done with numpy, a block of positions at a time (a few ms per MB), not one Pytho
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -82,6 +82,39 @@ def find_header(buf: bytes, start: int, max_length: int) -> int:
         pos += n
         block = min(block * 4, _BLOCK)
     return max(start, last + 1)
+
+
+def whole_records(buf: bytes, start: int, max_length: int) -> Iterator[int]:
+    """The positions from ``start`` on where a header holds and its whole record (header, data, footer) lies in
+    ``buf``, in order; the data's CRC is the caller's to check. A block of positions at a time: a buffer of valid
+    headers whose records do not fit (a crafted file) costs a few numpy passes, not one per byte."""
+    last = len(buf) - HEADER_SIZE
+    pos = start
+    while pos <= last:
+        n = min(last - pos + 1, _BLOCK)
+        hits = _headers(buf, pos, n, max_length)
+        if hits.size:
+            lengths = np.ndarray((n,), dtype="<u8", buffer=buf, offset=pos, strides=(1,))[hits - pos]
+            fit = hits[hits + HEADER_SIZE + lengths.astype(np.int64) + FOOTER_SIZE <= len(buf)]
+            yield from (int(h) for h in fit)
+        pos += n
+
+
+def _headers(buf: bytes, pos: int, n: int, max_length: int) -> np.ndarray:
+    """Every one of the ``n`` positions from ``pos`` on where a header holds (absolute positions, int64)."""
+    lengths = np.ndarray((n,), dtype="<u8", buffer=buf, offset=pos, strides=(1,))
+    stored = np.ndarray((n,), dtype="<u4", buffer=buf, offset=pos + LENGTH.size, strides=(1,))
+    candidates = np.flatnonzero((lengths <= max_length) & ((lengths != 0) | (stored == _EMPTY_CRC)))
+    if candidates.size == 0:
+        return candidates.astype(np.int64)
+    stored = stored[candidates]
+    windows = np.ndarray((n, LENGTH.size), dtype=np.uint8, buffer=buf, offset=pos, strides=(1, 1))[candidates]
+    crc = np.full(candidates.size, 0xFFFFFFFF, dtype=np.uint32)
+    for k in range(LENGTH.size):
+        crc = _TABLE[(crc ^ windows[:, k]) & 0xFF] ^ (crc >> np.uint32(8))
+    crc ^= np.uint32(0xFFFFFFFF)
+    masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
+    return pos + candidates[masked == stored].astype(np.int64)
 
 
 def _first_header(buf: bytes, pos: int, n: int, max_length: int) -> int | None:

@@ -488,6 +488,8 @@ _RL_OTEL_FAMILIES = (
     _family("rl_last_step_timestamp_seconds", "rl_otel/catalog/meta.py", _inner("a timestamp, no duration")),
     _family("rl_last_progress_timestamp_seconds", "rl_otel/catalog/meta.py", _inner("a timestamp, no duration")),
     _family("rl_phase_started_timestamp_seconds", "rl_otel/catalog/meta.py", _inner("a timestamp, no duration")),
+    _family("rl_collective_started_timestamp_seconds", "rl_otel/catalog/meta.py",
+            _inner("a timestamp, no duration")),
     # the accounting's own output (rl_otel/_internal/pipeline/goodput.py): what the leaves add up to, never a leaf
     *(_family(name, "rl_otel/_internal/pipeline/goodput.py", _inner("the goodput accounting's own output"))
       for name in ("rl_goodput_bucket_seconds", "rl_goodput_wall_seconds", "rl_collective_wait_seconds",

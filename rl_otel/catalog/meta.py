@@ -44,11 +44,26 @@ RUN_FINISHED = gauge("rl_otel/run_finished", "rl_run_finished",
                      "for one more scrape): a target whose last value is 1 ended normally; one that went down at 0 "
                      "was killed.", _S)
 
+PROGRESS = counter("rl_otel/progress", "rl_progress",
+                   "Progress events of this process (logged steps and finished phases): with "
+                   "rl_last_progress_timestamp_seconds, the mean interval between them.", _S, unit="{event}")
+
+# What this rank's torch.distributed collectives are doing (rl_otel/_internal/probes/torch_collectives.py: torch's
+# flight recorder, no user code): how many it issued per process group, and the one it is in now, since when. In a
+# hang, the ranks inside collective N of a group wait for the rank that issued only N-1: RLCollectiveHang names it.
+COLLECTIVES = counter("rl_otel/collectives/{group}", "rl_collectives",
+                      "Collectives this rank issued in a torch.distributed process group (torch's own sequence "
+                      "number of the group's last enqueued collective).", _S, unit="{collective}")
+COLLECTIVE_STARTED = gauge("rl_otel/collective_started/{group}/{op}", "rl_collective_started_timestamp_seconds",
+                           "Unix time the oldest collective of a process group this rank issued and has not seen "
+                           "complete was enqueued (op: torch's name of it, gloo:all_reduce, nccl:all_reduce); absent "
+                           "when the rank is in none.", _S, unit="s")
+
 BUILD_INFO = gauge("rl_otel/build_info/{version}", "rl_otel_build_info",
                    "Always 1; the version label says which rl_otel serves the endpoint.", _S)
 
 SPECS = (STEP, LAST_STEP_TIMESTAMP, ERRORS, DROPPED_SERIES, PHASE_STARTED, STACK_DUMPS, STACK_DUMP_INFO, LAST_PROGRESS,
-         BUILD_INFO, RUN_FINISHED)
+         PROGRESS, COLLECTIVES, COLLECTIVE_STARTED, BUILD_INFO, RUN_FINISHED)
 
 # Prometheus' target_info: the OTel resource's attributes as labels (no run/rank: rl_run and rl_rank are among them).
 # Not a catalog entry: no key logs it; the Telemetry writes it into its store at init.

@@ -31,6 +31,8 @@ ALLOWED_LABELS = frozenset({
     "bucket", "point",
     # rl_stack_dump_info's file: one series per process (the last dump), replaced at each dump
     "path",
+    # a torch.distributed process group of a rank and torch's name of the collective it is in (capped per process)
+    "group", "op",
 })
 
 # Values used to write a concrete example of a templated key (docs, tests, `rl-otel catalog`).
@@ -40,7 +42,7 @@ EXAMPLE_VALUES = {
     "reason": "bad_value", "version": "0.1.0", "data_source": "openai/gsm8k", "var": "reward", "domain": "math",
     "tag": "SimpleSokoban", "env": "sokoban", "reward_func": "accuracy_reward", "tool": "search", "region": "low",
     "model": "0", "worker": "actor", "engine": "rollout", "agent": "agent", "component": "actor", "split": "train",
-    "bound": "high", "point": "allreduce",
+    "bound": "high", "point": "allreduce", "group": "0:default_pg", "op": "nccl:all_reduce",
     "path": "rl_otel_dumps/stacks-run-trainer-rank0-actor_infer.generate-stuck.txt",
     "gpu_uuid": "GPU-8f1e2d3c-0000-0000-0000-000000000000",
 }

@@ -1,5 +1,10 @@
-"""``python3 -m rl_otel.ops [--root DIR] [--check] [--runbook-base URL | --grafana-url URL]``: (re)generate the
-operations files.
+"""``python3 -m rl_otel.ops [--root DIR] [--check] [--runbook-base URL | --grafana-url URL] [--threshold NAME=VALUE
+...]``: (re)generate the operations files.
+
+``--threshold`` lowers (or raises) an alert's threshold for a test or a short job (``--threshold
+phase_stuck_min_seconds=60 --threshold progress_stall_min_seconds=60``; the names are rl_otel/ops/thresholds.py's).
+The alert tests (``prometheus/tests``) are laid out for thresholds within some bounds: with thresholds outside them
+that file is left as it is and the command says which bound they break.
 
 Each alert's ``runbook_url`` opens its panel of the runbook dashboard in the Grafana shipped beside the rule file (the
 compose file's on http://localhost:3000; for the Kubernetes PrometheusRule, the Grafana of the Prometheus' external
@@ -19,8 +24,20 @@ import sys
 from pathlib import Path
 
 from rl_otel.ops import runbook
-from rl_otel.ops.generate import find_root, is_checkout, render_all, stale, write_all
+from rl_otel.ops.generate import TESTS_FILE, find_root, is_checkout, render_all, stale, write_all
+from rl_otel.ops.promtests import ThresholdsOutsideTests
 from rl_otel.ops.rules import RunbookLinks
+from rl_otel.ops.thresholds import DEFAULT, Thresholds
+
+
+def _thresholds(pairs: list[str]) -> Thresholds:
+    overrides: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise ValueError(f"--threshold takes NAME=VALUE (e.g. phase_stuck_min_seconds=60), got {pair!r}")
+        overrides[name.strip()] = value.strip()
+    return DEFAULT.replaced(overrides) if overrides else DEFAULT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,8 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--grafana-url", default=None, metavar="URL",
                        help="instead: your team's Grafana (provisioned with grafana/dashboards/): runbook_url opens "
                             "the alert's panel of the generated runbook dashboard there")
+    parser.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
+                        help="an alert threshold of rl_otel/ops/thresholds.py for this generation (repeatable), "
+                             "e.g. phase_stuck_min_seconds=60 or progress_stall_for=1m")
     args = parser.parse_args(argv)
     prog = "python3 -m rl_otel.ops"
+    try:
+        thresholds = _thresholds(args.threshold)
+    except ValueError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
     if args.root is not None and not is_checkout(args.root):
         print(f"{prog}: {args.root} is not a checkout of the rl_otel repository (no prometheus/ and "
               f"rl_otel/ops/ there)", file=sys.stderr)
@@ -62,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: warning: the alerts' runbook_url start with {base}, which opens for nobody paged off this "
               f"machine ({why}); pass --runbook-base URL or --grafana-url URL that your on-call "
               f"engineers open", file=sys.stderr)
-    files = render_all(links=links)
+    try:
+        files = render_all(thresholds, links=links)
+    except ThresholdsOutsideTests as exc:  # the rules and dashboards still follow the thresholds given
+        files = render_all(thresholds, links=links, tests=False)
+        print(f"{prog}: warning: {exc}; {TESTS_FILE} is left as it is", file=sys.stderr)
     if args.check:
         bad = stale(root, files)
         for rel in bad:

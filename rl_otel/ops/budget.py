@@ -61,10 +61,11 @@ GPU_KINDS = ("allocated", "reserved", "max_allocated", "max_reserved")
 PER_TARGET = ("up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_samples_post_metric_relabeling",
               "scrape_series_added")
 # rl_otel's own series on every endpoint: rl_step, rl_last_step_timestamp_seconds, rl_otel_build_info, target_info,
-# rl_last_progress_timestamp_seconds, rl_run_finished, and rl_stack_dumps_total per reason (rl_telemetry_errors_total,
-# rl_telemetry_dropped_series_total and rl_stack_dump_info appear only once something fails or a dump is written).
+# rl_last_progress_timestamp_seconds, rl_progress_total, rl_run_finished, and rl_stack_dumps_total per reason
+# (rl_telemetry_errors_total, rl_telemetry_dropped_series_total and rl_stack_dump_info appear only once something
+# fails or a dump is written).
 OWN = (meta.STEP.name, meta.LAST_STEP_TIMESTAMP.name, meta.BUILD_INFO.name, meta.TARGET_INFO.name,
-       meta.LAST_PROGRESS.name, meta.RUN_FINISHED.name)
+       meta.LAST_PROGRESS.name, meta.PROGRESS.name, meta.RUN_FINISHED.name)
 GPUS = (8, 64, 1024)
 
 Series = tuple[str, tuple[tuple[str, str], ...]]  # (family, labels without run/rank)

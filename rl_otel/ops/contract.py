@@ -86,8 +86,23 @@ LAST_PROGRESS = Family(
     "Written from a process's first logged step or finished phase on: empty before it, and from an rl_otel that "
     "predates it.")
 
+PROGRESS = Family(
+    "rl_progress", Kind.COUNTER, "{event}", (),
+    "Progress events of this process (logged steps and finished phases).",
+    LAST_PROGRESS.empty, LAST_PROGRESS.why)
+COLLECTIVES = Family(
+    "rl_collectives", Kind.COUNTER, "{collective}", ("group",),
+    "Collectives this rank issued in a torch.distributed process group (torch's flight recorder).",
+    "needs torch.distributed",
+    "Written by a process whose torch.distributed is initialized (NCCL or gloo, torch's flight recorder on: its "
+    "default): empty for a single-process run, and from an rl_otel that predates it.")
+COLLECTIVE_STARTED = Family(
+    "rl_collective_started_timestamp_seconds", Kind.GAUGE, "s", ("group", "op"),
+    "Unix time the collective this rank is in now was enqueued (absent when it is in none).",
+    "no rank inside a collective now (healthy)", COLLECTIVES.why)
+
 CONTRACT: tuple[Family, ...] = (GOODPUT_BUCKET, GOODPUT_WALL, COLLECTIVE_WAIT, RANK_COMPUTE, STACK_DUMPS,
-                                STACK_DUMP_INFO, LAST_PROGRESS)
+                                STACK_DUMP_INFO, LAST_PROGRESS, PROGRESS, COLLECTIVES, COLLECTIVE_STARTED)
 _BY_EXPOSED = {f.exposed: f for f in CONTRACT}
 
 

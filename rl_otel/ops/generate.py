@@ -31,11 +31,17 @@ def prometheus_rule(t: Thresholds = DEFAULT, links: rules.RunbookLinks | None = 
             "spec": {"groups": groups}}
 
 
-def render_all(t: Thresholds = DEFAULT, links: rules.RunbookLinks | None = None) -> dict[str, str]:
+TESTS_FILE = "prometheus/tests/rl_otel_alerts_test.yml"
+
+
+def render_all(t: Thresholds = DEFAULT, links: rules.RunbookLinks | None = None, tests: bool = True) -> dict[str, str]:
+    """Every generated file; ``tests=False`` leaves out the alert tests (for thresholds they are not laid out for:
+    ``promtests.ThresholdsOutsideTests``)."""
     files = {f"prometheus/rules/{name}": HEADER + dump_yaml(doc)
              for name, doc in rules.rule_files(t, links).items()}
-    files["prometheus/tests/rl_otel_alerts_test.yml"] = HEADER + dump_yaml(promtests.test_file(t, links))
-    files["prometheus/tests/rl_otel_engines_test.yml"] = HEADER + dump_yaml(engine_promtests.test_file(t, links))
+    if tests:
+        files[TESTS_FILE] = HEADER + dump_yaml(promtests.test_file(t, links))
+        files["prometheus/tests/rl_otel_engines_test.yml"] = HEADER + dump_yaml(engine_promtests.test_file(t, links))
     for board in dashboards.dashboards(t):
         files[f"grafana/dashboards/{board.uid}.json"] = dashboards.render(board)
     files[f"grafana/dashboards/{runbook.UID}.json"] = runbook.render(rules.alert_names())

@@ -57,6 +57,17 @@ def _const_fire(metric: str, healthy: float, bad: float, minutes: int, extra: di
     }
 
 
+class ThresholdsOutsideTests(ValueError):
+    """The alert tests (``prometheus/tests``) cannot be built for these thresholds: their healthy and broken runs
+    are laid out for thresholds within some bounds (a run of 45 minutes, phases of two minutes)."""
+
+
+def _fits(condition: bool, text: str) -> None:
+    if not condition:
+        raise ThresholdsOutsideTests(f"the alert tests (prometheus/tests) are laid out for thresholds where {text}; "
+                                     "these thresholds are outside it")
+
+
 STUCK_DUMP = "/logs/stuck/stack-rollout-0.txt"
 NO_PHASE_DUMP = "none written for this phase yet"
 
@@ -65,30 +76,91 @@ def _no_progress_cases(t: Thresholds) -> list[Case]:
     """hung: a rollout engine progressing every minute stops at minute 20 while its endpoint answers; fresh: one
     progress at minute 0, none since (no interval known: stall_seconds); slow: progress every 10 minutes, none
     since minute 20 (25 minutes is 2.5 of its intervals); down: stops and its scrapes fail (RLScrapeTargetDown's);
-    finished: its series go at minute 20 (a closed Telemetry) while the endpoint (rl-otel watch) answers."""
-    p = "rl_last_progress_timestamp_seconds"
+    finished: its series go at minute 20 (a closed Telemetry) while the endpoint (rl-otel watch) answers. The hung
+    engine progressed four times a second (240 events a minute, scraped once a minute): its mean interval is 250ms,
+    not the scrape interval. collective: two trainers stop at minute 20, rank 0 inside collective 11 of its group,
+    rank 1 (which issued 10) in none: only rank 1 is named here (rank 0 is RLCollectiveHang's waiting rank)."""
+    p, n = "rl_last_progress_timestamp_seconds", "rl_progress_total"
     end = 45
-    runs = {"hung": ("rollout", "0+60x20 1200x25", "1x45"), "fresh": ("trainer", "0x45", "1x45"),
-            "slow": ("trainer", "0x9 600x9 1200x25", "1x45"), "down": ("trainer", "0+60x20 1200x25", "1x20 0x25"),
-            "finished": ("trainer", "0+60x20", "1x45")}
+    runs = {"hung": ("rollout", "0+60x20 1200x25", "1x45", "0+240x20 4800x25"),
+            "fresh": ("trainer", "0x45", "1x45", "1x45"),
+            "slow": ("trainer", "0x9 600x9 1200x25", "1x45", "0x9 1x9 2x25"),
+            "down": ("trainer", "0+60x20 1200x25", "1x20 0x25", "0+1x20 20x25"),
+            "finished": ("trainer", "0+60x20", "1x45", "0+1x20")}
     series = {}
-    for run, (role, progress, up) in runs.items():
+    for run, (role, progress, up, events) in runs.items():
         series[_s(p, run, 0, role=role)] = progress
+        series[_s(n, run, 0, role=role)] = events
         series[f'up{{job="{JOB}", instance="{run}-0:9464"}}'] = up
+    for rank, issued in ((0, "0+1x19 11x25"), (1, "0+1x19 10x25")):
+        series[_s(p, "collective", rank, role="trainer")] = "0+60x20 1200x25"
+        series[_s(n, "collective", rank, role="trainer")] = "0+1x20 20x25"
+        series[_s("rl_collectives_total", "collective", rank, role="trainer", group="0:default_pg")] = issued
+        series[f'up{{job="{JOB}", instance="collective-{rank}:9464"}}'] = "1x45"
+    series[_s("rl_collective_started_timestamp_seconds", "collective", 0, role="trainer", group="0:default_pg",
+              op="nccl:all_reduce")] = "_x20 1200x25"
     dump = "/logs/hung/stack-rollout-0.txt"
     series[_s("rl_stack_dump_info", "hung", 0, role="rollout", path=dump, cluster="", phase="",
               reason="signal")] = "_x30 1x15"
     hung_at, quiet = 20, int(max(t.progress_stall_min_seconds, 60 * t.progress_stall_ratio) // 60)
-    assert hung_at + quiet + _minutes(t.progress_stall_for) + 2 < end  # the hung engine fires by the end
-    assert 10 * 60 * t.progress_stall_ratio > (end - 20) * 60 > t.progress_stall_min_seconds  # slow: its own pace
+    _fits(hung_at + quiet + _minutes(t.progress_stall_for) + 2 < end,
+          "max(progress_stall_min_seconds, 60 x progress_stall_ratio) + progress_stall_for is under 23 "
+          "minutes (the hung engine stops at minute 20 of 45)")
+    _fits(10 * 60 * t.progress_stall_ratio > (end - 20) * 60 > t.progress_stall_min_seconds,
+          "progress_stall_min_seconds < 25 min < 10 x progress_stall_ratio minutes (a run progressing "
+          "every 10 minutes is slow, not hung)")
     before = int(t.stall_seconds // 60) - 1  # fresh: not pending yet
-    assert before < hung_at + quiet and t.stall_seconds + 60 * _minutes(t.progress_stall_for) < end * 60
+    _fits(before < hung_at + quiet and t.stall_seconds + 60 * _minutes(t.progress_stall_for) < end * 60,
+          "stall_seconds + progress_stall_for is under 45 minutes and stall_seconds under the hung case's threshold")
     labels = {"job": JOB, "rank": "0"}
     return [Case(series, {before: [], end: [
         Firing({**labels, "instance": "hung-0:9464", "run": "hung", "role": "rollout"}, (end - hung_at) * 60,
-               (humanize_duration(60), f"{dump} (rank 0 on hung-0:9464, signal); ")),
+               (humanize_duration(0.25), f"{dump} (rank 0 on hung-0:9464, signal)")),
+        Firing({"job": JOB, "rank": "1", "instance": "collective-1:9464", "run": "collective", "role": "trainer"},
+               (end - hung_at) * 60, (humanize_duration(60), "none written by this process yet")),
         Firing({**labels, "instance": "fresh-0:9464", "run": "fresh", "role": "trainer"}, end * 60,
                ("unknown (fewer than two progress events)", "none written by this process yet"))]})]
+
+
+HANG_DUMP = "/logs/hang/stacks-hang-trainer-rank2-no-phase-stuck.txt"
+
+
+def _collective_hang_cases(t: Thresholds) -> list[Case]:
+    """hang: four trainers issue 10 collectives a minute; at minute 10 ranks 0, 1 and 3 enter collective 101 of the
+    world group and wait in it, rank 2 (blocked on a lock) stays at 100: rank 2 is named, with its dump. dead: rank
+    1's endpoint stops answering at minute 10 (the GIL held in C) while rank 0 waits: its last count names it.
+    good: four trainers, rank 3 one collective behind at every scrape (NCCL's asynchronous launches) and each rank
+    briefly inside one: nobody waits long, nothing fires."""
+    c, started, group = "rl_collectives_total", "rl_collective_started_timestamp_seconds", "0:default_pg"
+    series: dict[str, str] = {}
+    for rank in range(4):
+        series[_s(c, "hang", rank, role="trainer", group=group)] = "0+10x10 " + ("100x40" if rank == 2 else "101x40")
+        if rank != 2:
+            series[_s(started, "hang", rank, role="trainer", group=group, op="gloo:all_reduce")] = "_x10 600x40"
+        series[_s(c, "good", rank, role="trainer", group=group)] = "0+10x50" if rank == 3 else "1+10x50"
+        series[_s(started, "good", rank, role="trainer", group=group, op="nccl:all_reduce")] = \
+            f"_x{20 + rank} {(20 + rank) * 60} _x{29 - rank}"
+    series[_s(c, "dead", 0, role="trainer", group=group)] = "0+10x10 101x40"
+    series[_s(started, "dead", 0, role="trainer", group=group, op="nccl:all_reduce")] = "_x10 600x40"
+    series[_s(c, "dead", 1, role="trainer", group=group)] = "0+10x10"  # its endpoint answers no more
+    series[_s("rl_stack_dump_info", "hang", 2, role="trainer", path=HANG_DUMP, cluster="", phase="",
+              reason="stuck")] = "_x15 1x35"
+    series[_s("rl_stack_dump_info", "hang", 0, role="trainer", path="/logs/hang/stacks-rank0.txt", cluster="",
+              phase="", reason="stuck")] = "_x15 1x35"
+    wait_limit = int(t.collective_hang_seconds // 60)
+    _fits(10 + wait_limit + _minutes(t.collective_hang_for) + 2 < 40 and wait_limit >= 1,
+          "60 s <= collective_hang_seconds and collective_hang_seconds + collective_hang_for is under 28 minutes")
+    _fits(_minutes(t.collective_hang_lookback) >= 30, "collective_hang_lookback >= 30m (the dead rank's last count)")
+    fire = 40
+    waited = humanize_duration((fire - 10) * 60)
+
+    def named(run: str, rank: int, dump: str) -> Firing:
+        return Firing({"job": JOB, "instance": f"{run}-{rank}:9464", "run": run, "rank": str(rank), "role": "trainer",
+                       "group": group}, 1, (f"{'gloo' if run == 'hang' else 'nccl'}:all_reduce for {waited}", dump))
+
+    return [Case(series, {10 + wait_limit - 1: [], fire: [
+        named("hang", 2, f"{HANG_DUMP} (rank 2 on hang-2:9464, stuck)"),
+        named("dead", 1, "none written by this process yet")]})]
 
 
 def _compute_skew_case(t: Thresholds, fire: int) -> Case:
@@ -96,9 +168,12 @@ def _compute_skew_case(t: Thresholds, fire: int) -> Case:
     10 on, and the others wait for it at the all-reduce; rank 0 also waits inside its weight_sync phase, which
     makes that phase 3x the median rank's (the phase rule would point at a waiting rank: a run with compute
     series is judged on those). balanced: four trainers alike, and rollout engines computing 3x as much (another
-    role, their own median). idle: a rank 4x the others but 1.5% of the wall time more."""
+    role, their own median). idle: a rank 4x the others but 1.5% of the wall time more. hung: the straggler's
+    series, but rank 2 never enters collective 101 the others wait in from minute 10: a hang, which
+    RLCollectiveHang names; RLRankSkew stays quiet."""
     slow = 2.5
-    assert slow > t.rank_skew_max and 0.3 * (slow - 1) > t.rank_skew_min_share > 0.015
+    _fits(slow > t.rank_skew_max and 0.3 * (slow - 1) > t.rank_skew_min_share > 0.015,
+          "rank_skew_max < 2.5 and 0.015 < rank_skew_min_share < 0.45 (the straggler computes 2.5x the others)")
     series: dict[str, str] = {}
 
     def compute(run: str, rank: int, per_s: float, role: str = "trainer", then: float | None = None) -> None:
@@ -116,6 +191,12 @@ def _compute_skew_case(t: Thresholds, fire: int) -> Case:
                       phase="weight_sync", part="total")] = per_run
         compute("balanced", r, 0.3 + 0.01 * r)
         compute("idle", r, 0.02 if r == 2 else 0.005)
+        compute("hung", r, 0.3, then=0.3 * slow if r == 2 else None)
+        series[_s("rl_collectives_total", "hung", r, role="trainer", group="0:default_pg")] = \
+            "0+10x10 " + ("100x90" if r == 2 else "101x90")
+        if r != 2:
+            series[_s("rl_collective_started_timestamp_seconds", "hung", r, role="trainer", group="0:default_pg",
+                      op="nccl:all_reduce")] = "_x10 600x90"
     for r in range(2):
         compute("balanced", 4 + r, 0.9, role="rollout")
     return Case(series, {40: [], fire: [
@@ -154,12 +235,14 @@ def _goodput_cases(t: Thresholds) -> list[Case]:
     starved = {"training": 0.1, "generation": 0.075, "waiting": 0.725, "other": 0.1}
     drop = 120
     base_age = _minutes(t.goodput_baseline_offset) + _minutes(t.goodput_baseline_min_history)
-    assert base_age < drop and t.goodput_drop_ratio * 0.7 > 0.175 and t.goodput_drop_min < 0.7 - 0.175
+    _fits(base_age < drop and t.goodput_drop_ratio * 0.7 > 0.175 and t.goodput_drop_min < 0.7 - 0.175,
+          "goodput_drop_ratio > 0.25 and goodput_drop_min < 0.525, with the baseline older than the drop")
     fire = drop + 5 + _minutes(t.goodput_smooth) + _minutes(t.goodput_for) + 5
     series = {**_goodput_series("starved", [(drop, healthy), (fire - drop, starved)]),
               **_goodput_series("finished", [(drop, healthy), (fire - drop, {"waiting": 1.0})], progress_until=drop)}
     checkpoint = 18
-    assert checkpoint < _minutes(t.goodput_for)
+    _fits(checkpoint < _minutes(t.goodput_for),
+          "goodput_for is longer than the healthy run's checkpoint")
     dips = _goodput_series("dips", [(100, healthy), (10, {"validation": 1.0}), (20, healthy),
                                     (checkpoint, {"checkpointing": 1.0}), (60, healthy)])
     labels = {"job": JOB, "run": "starved", "role": "trainer"}
@@ -177,7 +260,8 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
     silent_at, window = 10, _minutes(NODE_SILENT_WINDOW)  # node a's agent sends its last samples at minute 10
     node_fire = silent_at + window + _minutes(t.target_down_for) + 5
     node_end = node_fire + 5  # run r's last node stops too: the run ended, while node a is still within lookback
-    assert node_end + window + 1 < silent_at + _minutes(NODE_SILENT_LOOKBACK)
+    _fits(node_end + window + 1 < silent_at + _minutes(NODE_SILENT_LOOKBACK),
+          "the node silence case fits its lookback")
     kl_base = t.approx_kl_floor / 2                    # below the floor: a tiny KL that must not page when it moves
     kl_jump = max(kl_base * t.approx_kl_ratio * 2.5, t.approx_kl_floor * 2)
     kl_steady = min(t.approx_kl_floor * 5, t.approx_kl_max / 2)
@@ -186,12 +270,15 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
     drift_w, drift_for = _minutes(t.ref_kl_drift_window), _minutes(t.ref_kl_drift_for)
     ir_base = 2.0                                      # the demo's median batch max ratio
     ir_jump = max(ir_base * t.ratio_max_ratio * 2.5, t.ratio_max_floor * 2)
-    assert ir_jump < t.ratio_max and t.ratio_max_floor * 3 < t.ratio_max  # the bad and good cases are relative
+    _fits(ir_jump < t.ratio_max and t.ratio_max_floor * 3 < t.ratio_max,
+          "ratio_max_floor x 3 < ratio_max and the jump of the broken run below ratio_max (the cases are relative)")
     ir_fire = _minutes(t.ratio_max_smooth) // 2 + _minutes(t.ratio_max_for) + 3  # the median turns half-way
     mm_base = t.mismatch_floor
-    assert mm_base * 5 * t.mismatch_ratio * 2 < t.mismatch_logprob_diff_max * 10  # the case is about the trend
+    _fits(mm_base * 5 * t.mismatch_ratio * 2 < t.mismatch_logprob_diff_max * 10,
+          "the mismatch trend case stays under mismatch_logprob_diff_max (the case is about the trend)")
     stuck_at = 20 * 60
-    assert 120 * t.phase_stuck_ratio <= t.phase_stuck_min_seconds + 60
+    _fits(120 * t.phase_stuck_ratio <= t.phase_stuck_min_seconds + 60,
+          "phase_stuck_ratio x 120 s <= phase_stuck_min_seconds + 60 s (the healthy run's phases last two minutes)")
     stuck_fire = stuck_at // 60 + int(max(120 * t.phase_stuck_ratio, t.phase_stuck_min_seconds) // 60) \
         + _minutes(t.phase_stuck_for) + 3
     skew = 3.0
@@ -363,10 +450,11 @@ def cases(t: Thresholds = DEFAULT) -> dict[str, list[Case]]:
                                      (stuck_fire - 3) * 60, ("unknown (its first run)", NO_PHASE_DUMP))],
              stuck_fire: [Firing(_run(run="stuck", cluster="actor_infer", phase="generate"),
                                  stuck_fire * 60 - stuck_at,
-                                 (humanize_duration(120), f"{STUCK_DUMP} (rank 0 on stuck-0:9464, stuck); ")),
+                                 (humanize_duration(120), f"{STUCK_DUMP} (rank 0 on stuck-0:9464, stuck)")),
                           Firing(_run(run="fresh", cluster="actor_train", phase="train_step"), stuck_fire * 60,
                                  ("unknown (its first run)", NO_PHASE_DUMP))]})],
         "RLProcessNoProgress": _no_progress_cases(t),
+        "RLCollectiveHang": _collective_hang_cases(t),
         "RLRankSkew": [Case(
             # rank 2 of the bad run turns 3x slower at minute 10; good: within 20%; tiny: 5x but 0.4s
             {**{_s(f"rl_phase_duration_seconds_{part}", run, r, cluster="actor_train", phase="train_step",
@@ -415,7 +503,15 @@ _VALUE = re.compile(r'\$value \| (?:printf "(%[^"]+)"|(humanizeDuration)|(humani
 
 
 def humanize_duration(seconds: float) -> str:
-    """Prometheus' ``humanizeDuration`` for whole seconds of a minute or more (``660`` -> ``11m 0s``)."""
+    """Prometheus' ``humanizeDuration`` for whole seconds of a minute or more (``660`` -> ``11m 0s``), and under a
+    second (``0.25`` -> ``250ms``)."""
+    if 0 < seconds < 1:
+        value, prefix = seconds, ""
+        for p in ("m", "u", "n"):
+            if value >= 1:
+                break
+            value, prefix = value * 1000, p
+        return f"{value:.4g}{prefix}s"
     s = int(seconds)
     d, h, m, sec = s // 86400, s % 86400 // 3600, s % 3600 // 60, s % 60
     if d:
@@ -457,6 +553,8 @@ def render(template: str, labels: dict[str, str], value: float, queried: str | t
         action = m.group(1)
         if action.startswith("if $labels."):
             stack.append((bool(labels.get(action.removeprefix("if $labels."), "")), "if"))
+        elif action.startswith("if "):  # on a query block's own variables ({{ if $i }}): inside the block only
+            stack.append((False, "if"))
         elif action.startswith(("with ", "range ")) and action.endswith("| query"):
             if emitting:
                 out.append(next(answers, ""))

@@ -283,9 +283,10 @@ def _dumps(matchers: str, args: str, none: str) -> str:
     ``instance``), matched on the alert's job and run and ``matchers`` (the remaining printf format and its
     ``args``); ``none`` when no dump matches. At most three are listed."""
     dump = contract.STACK_DUMP_INFO.exposed
-    return ("{{ range " + _query(f"topk(3, {dump}{{job=%q, run=%q, {matchers}}})", f"$labels.job $labels.run {args}")
-            + " }}{{ .Labels.path }} (rank {{ .Labels.rank }} on {{ .Labels.instance }}, {{ .Labels.reason }}); "
-            "{{ else }}" + none + "{{ end }}")
+    return ("{{ range $i, $d := " + _query(f"topk(3, {dump}{{job=%q, run=%q, {matchers}}})",
+                                           f"$labels.job $labels.run {args}")
+            + " }}{{ if $i }}; {{ end }}{{ $d.Labels.path }} (rank {{ $d.Labels.rank }} on {{ $d.Labels.instance }}, "
+            "{{ $d.Labels.reason }}){{ else }}" + none + "{{ end }}")
 
 
 def _no_progress(t: Thresholds) -> Alert:
@@ -295,16 +296,20 @@ def _no_progress(t: Thresholds) -> Alert:
     than ``stall_seconds``. A finished run's processes close their endpoints: their series go, and so does the
     alert; ``up`` keeps a process whose scrapes fail out (RLScrapeTargetDown speaks for it)."""
     p, w = contract.LAST_PROGRESS.exposed, t.progress_history_window
+    n = contract.PROGRESS.exposed
     age = f"time() - {p}"
-    interval = f"(({p} - min_over_time({p}[{w}])) / changes({p}[{w}]))"
-    expr = (f"(({age} > {t.progress_stall_ratio:g} * {interval} and {age} > {t.progress_stall_min_seconds:g}) or "
-            f"({age} > {t.stall_seconds:g} unless changes({p}[{w}]) > 0)) and on (job, instance) "
-            f'up{{job=~"{JOB_REGEX}"}} == 1')
+    # the progress events between the window's first and last progress time: their mean interval (a count of
+    # the timestamp's changes would be one per scrape, and the interval the scrape interval)
+    events = f"({n} - min_over_time({n}[{w}]))"
+    interval = f"(({p} - min_over_time({p}[{w}])) / {events})"
+    expr = (f"((({age} > {t.progress_stall_ratio:g} * {interval} and {age} > {t.progress_stall_min_seconds:g}) or "
+            f"({age} > {t.stall_seconds:g} unless {events} > 0)) and on (job, instance) "
+            f'up{{job=~"{JOB_REGEX}"}} == 1) unless on (job, instance) {_waiting_in_hang(t)}')
     who = "{{ $labels.role }} rank {{ $labels.rank }} of run {{ $labels.run }} ({{ $labels.instance }})"
     sel = "job=%[1]q, run=%[2]q, role=%[3]q, rank=%[4]q, instance=%[5]q"
     args = "$labels.job $labels.run $labels.role $labels.rank $labels.instance"
-    usual = ("{{ with " + _query(f"(({p}{{{sel}}} - min_over_time({p}{{{sel}}}[{w}])) / changes({p}{{{sel}}}[{w}])) "
-                                 "> 0", args)
+    usual = ("{{ with " + _query(f"(({p}{{{sel}}} - min_over_time({p}{{{sel}}}[{w}])) / ({n}{{{sel}}} - "
+                                 f"min_over_time({n}{{{sel}}}[{w}]))) > 0", args)
              + " }}{{ . | first | value | humanizeDuration }}{{ else }}unknown (fewer than two progress events)"
              "{{ end }}")
     return Alert(
@@ -314,8 +319,50 @@ def _no_progress(t: Thresholds) -> Alert:
         f"{{{{ $value | humanizeDuration }}}}; its mean interval between progress over the last {w} is {usual} "
         f"(fires above {t.progress_stall_ratio:g} times it and {t.progress_stall_min_seconds:g}s, or "
         f"{t.stall_seconds:g}s without one): alive but hung (an engine whose requests never end, a collective "
-        "waiting for a dead peer, a lock). Stack dumps: "
+        "waiting for a dead peer, a lock). A rank waiting inside a collective that another rank of its group never "
+        "entered is left to RLCollectiveHang, which names that rank. Stack dumps: "
         + _dumps("role=%q, rank=%q", "$labels.role $labels.rank", "none written by this process yet") + ".")
+
+
+def _behind(t: Thresholds) -> str:
+    """The ranks that issued fewer collectives in a process group than its most advanced rank, while that
+    group's ranks wait in a collective for ``collective_hang_seconds``: the value is how many fewer. A rank whose
+    endpoint stopped answering keeps its last count for ``collective_hang_lookback``."""
+    issued = f"last_over_time({contract.COLLECTIVES.exposed}[{t.collective_hang_lookback}])"
+    started = contract.COLLECTIVE_STARTED.exposed
+    return (f"((max by (job, run, group) ({issued}) - on (job, run, group) group_right {issued}) > 0 and on (job, "
+            f"run, group) time() - min by (job, run, group) ({started}) > {t.collective_hang_seconds:g})")
+
+
+def _waiting_in_hang(t: Thresholds) -> str:
+    """The ranks inside a collective of a group in which :func:`_behind` names a rank."""
+    return (f"({contract.COLLECTIVE_STARTED.exposed} and on (job, run, group) count by (job, run, group) "
+            f"({_behind(t)}))")
+
+
+def _collective_hang(t: Thresholds) -> Alert:
+    """The rank not in the collective the others wait in, named (issue 41): from torch's own flight recorder, so
+    an unwrapped ``dist.all_reduce`` counts. Every rank of a hung collective stops making progress, so progress
+    alone cannot tell the stuck rank from the waiting ones; the count of collectives each issued can."""
+    started = contract.COLLECTIVE_STARTED.exposed
+    sel = "job=%q, run=%q, group=%q"
+    args = "$labels.job $labels.run $labels.group"
+    waited = ("{{ with " + _query(f"topk(1, time() - {started}{{{sel}}})", args)
+              + ' }}{{ . | first | label "op" }} for {{ . | first | value | humanizeDuration }}{{ end }}')
+    return Alert(
+        "RLCollectiveHang", _behind(t), t.collective_hang_for, "critical",
+        "Run {{ $labels.run }}: rank {{ $labels.rank }} ({{ $labels.role }}) is not in the collective the other "
+        "ranks of group {{ $labels.group }} wait in",
+        "Rank {{ $labels.rank }} ({{ $labels.role }}, {{ $labels.instance }}) of run {{ $labels.run }} issued "
+        "{{ $value | printf \"%.0f\" }} fewer collectives in process group {{ $labels.group }} than the most "
+        "advanced rank of it, "
+        f"whose ranks wait in {waited} (fires past {t.collective_hang_seconds:g}s): it never entered that "
+        "collective - the stuck rank (a lock, a data loader, a branch the others did not take, the GIL held in C; "
+        "a rank whose endpoint no longer answers keeps its last count for "
+        f"{t.collective_hang_lookback}). Its stack dumps: "
+        + _dumps("role=%q, rank=%q", "$labels.role $labels.rank", "none written by this process yet")
+        + ". Counted from torch's flight recorder (torch.distributed's own collectives, NCCL or gloo): a rank slow "
+        "inside the collective itself (a slow link) issued as many as the others and is not named.")
 
 
 def _rank_skew(t: Thresholds) -> Alert:
@@ -335,7 +382,9 @@ def _rank_skew(t: Thresholds) -> Alert:
                                  "$labels.job $labels.run $labels.role $labels.rank")
              + " }}; the other ranks wait for it at {{ . | first | label \"point\" }}{{ end }}")
     return Alert(
-        "RLRankSkew", f"{compute} or {phases}", t.rank_skew_for, "warning",
+        # quiet in a hang (its compute ratios fall with everyone's): RLCollectiveHang names the rank then
+        "RLRankSkew", f"({compute} or {phases}) unless on (job, run) count by (job, run) ({_behind(t)})",
+        t.rank_skew_for, "warning",
         "Run {{ $labels.run }}: {{ if $labels.rank }}rank {{ $labels.rank }} ({{ $labels.role }}) computes "
         f"{value}x the median rank{{{{ else }}}}a rank of {{{{ $labels.cluster }}}}/{{{{ $labels.phase }}}} is "
         f"{value}x slower than the median rank{{{{ end }}}}",
@@ -347,7 +396,9 @@ def _rank_skew(t: Thresholds) -> Alert:
         f"{{{{ $labels.cluster }}}}/{{{{ $labels.phase }}}} is {value} times the median rank's (threshold "
         f"{t.rank_skew_max:g}, and {t.rank_skew_min_seconds:g}s slower), for {t.rank_skew_for}; which rank is not "
         "named: this run serves no rl_rank_compute_seconds_total, and phase times alone cannot tell the slow rank "
-        "from the ranks waiting on it. {{ end }}A slow GPU or node, thermal throttling, an unbalanced data shard.")
+        "from the ranks waiting on it. {{ end }}A slow GPU or node, thermal throttling, an unbalanced data shard. "
+        "Not named: a rank slow between phases (it shows as the rank that waits least at the collectives) or inside "
+        "a collective (a slow link); a hang is RLCollectiveHang's.")
 
 
 def _goodput_drop(t: Thresholds) -> Alert:
@@ -537,6 +588,7 @@ def alerts(t: Thresholds = DEFAULT) -> tuple[Alert, ...]:
               + _dumps("cluster=%q, phase=%q", "$labels.cluster $labels.phase", "none written for this phase yet")
               + "."),
         _no_progress(t),
+        _collective_hang(t),
         _rank_skew(t),
         _goodput_drop(t),
         Alert("RLMetricImpossible", f"{OUT_OF_RANGE} > 0", t.sanity_for, "warning",

@@ -13,7 +13,10 @@ docs/runbook.md explains how to tune each.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import re
+from dataclasses import asdict, dataclass, fields
+
+_DURATION = re.compile(r"(0|[1-9][0-9]*)[smhd]")  # what the generators read (duration_minutes): one number, one unit
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,12 @@ class Thresholds:
     progress_stall_min_seconds: float = 900  # ... and than 15 min (no interval known yet: stall_seconds)
     progress_history_window: str = "6h"
     progress_stall_for: str = "5m"
+    # A hang, the rank named: the ranks of a torch.distributed process group wait in a collective for this long,
+    # and a rank issued fewer collectives in that group than they did (it never entered it); a rank whose endpoint
+    # stopped answering (the GIL held in C, a dead process) keeps its last count for collective_hang_lookback
+    collective_hang_seconds: float = 300
+    collective_hang_for: str = "2m"
+    collective_hang_lookback: str = "30m"
     # Metrics that cannot be true (fractions outside [0, 1], MFU above 1, negative lengths or durations)
     sanity_for: str = "5m"
     # Resources and speed
@@ -131,8 +140,41 @@ class Thresholds:
     engine_idle_generation_share: float = 0.9  # a role this much in generation (goodput) while its engines idle
     engine_idle_for: str = "3m"           # longer than a healthy tail of the last requests
 
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("str", str):
+                if not isinstance(value, str) or not _DURATION.fullmatch(value):
+                    raise ValueError(f"threshold {f.name} must be a Prometheus duration of one unit (e.g. '90s', "
+                                     f"'15m', '1h'), got {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+                    or value in (float("inf"), float("-inf")):
+                raise ValueError(f"threshold {f.name} must be a finite number, got {value!r}")
+            elif value < 0 and f.name not in _SIGNED:
+                raise ValueError(f"threshold {f.name} must not be negative, got {value!r}")
+
     def to_dict(self) -> dict[str, float | str]:
         return asdict(self)
+
+    def replaced(self, overrides: dict[str, str]) -> Thresholds:
+        """A copy with ``overrides`` (``{name: text}``, as the command line gives them) parsed by each field's type;
+        a ValueError names an unknown threshold or a bad value."""
+        known = {f.name: f for f in fields(self)}
+        values: dict[str, float | str] = {}
+        for name, text in overrides.items():
+            if name not in known:
+                raise ValueError(f"unknown threshold {name!r}; known: {', '.join(known)}")
+            if known[name].type in ("str", str):
+                values[name] = text
+                continue
+            try:
+                values[name] = float(text)
+            except ValueError:
+                raise ValueError(f"threshold {name} must be a number, got {text!r}") from None
+        return Thresholds(**{**self.to_dict(), **values})  # type: ignore[arg-type]  # each parsed by its type
+
+
+_SIGNED = frozenset({"explained_variance_min"})  # thresholds that may be below zero
 
 
 DEFAULT = Thresholds()

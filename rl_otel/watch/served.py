@@ -212,7 +212,14 @@ class RunTarget:
                 by_step.setdefault(step if step is not None else 0, {})[key] = BucketCounts(
                     bounds=tuple(self._hist_keys[key]), counts=np.asarray(counts, dtype=np.int64), sum=total,
                     count=count, min=lo, max=hi)
-        for step in sorted(by_step):
-            recorder.log(by_step[step], step)
+        # the goodput counters start again at 0 in this process (a counter reset to Prometheus, whose increase()
+        # already holds what the previous process counted): the restored values' timing keys are not counted again
+        # (before, every key's last value was: validation 91.15 s instead of 49.96 s)
+        recorder.goodput.muted = True
+        try:
+            for step in sorted(by_step):
+                recorder.log(by_step[step], step)
+        finally:
+            recorder.goodput.muted = False
         for reason, n in self.state.errors.items():  # the totals, the errors counted before it started included
             recorder.diagnostics.count("watch", reason, n)

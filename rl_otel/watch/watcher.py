@@ -65,6 +65,15 @@ class _Followed:
         self.tail: RecordTail | jsonl.LineTail = (RecordTail(found.path, fs.offset) if found.kind == "tfevents"
                                                   else jsonl.LineTail(found.path, fs.offset))
         self.failed = False
+        self.grew_at = time.monotonic()  # when it last grew (or was first followed)
+        self.next_check = 0.0  # monotonic time of its next stat (an idle file is looked at less often)
+
+
+# A file that has not grown for QUIET_S is looked at every (its quiet time / 10) seconds, at most IDLE_MAX_S apart:
+# a directory of thousands of finished runs costs a stat per file every 10 s, not at every poll (50,000 files at
+# 0.5 s were ~40% of a core), while a file that grows is read at every poll
+QUIET_S = 30.0
+IDLE_MAX_S = 10.0
 
 
 class Watcher:
@@ -82,8 +91,10 @@ class Watcher:
         self.files: dict[str, _Followed] = {}
         self._dirty = False
         self._last_scan = self._last_save = float("-inf")
+        self._rescan_every = self.options.rescan_s
         self._no_tensorboard = False
         self._grew: dict[tuple[str, int], float] = {}  # run -> when its files last grew (for expire_s)
+        self._followed_of: dict[tuple[str, int], int] = {}  # run -> how many of its files are followed
         self.diagnostics = Diagnostics()  # the shared endpoint's own errors
         self.served: Served | None = None  # the endpoint every run is served at (none with port_per_run)
         self._merged: tuple[tuple[object, ...], Snapshot] | None = None  # the last merged snapshot, by its parts
@@ -140,13 +151,21 @@ class Watcher:
         more = False
         try:
             now = time.monotonic()
-            if now - self._last_scan >= self.options.rescan_s:
+            if now - self._last_scan >= self._rescan_every:
                 self._last_scan = now
-                self.rescan()
+                # a walk that finds nothing new waits twice as long for the next (up to 10 rescan_s): walking
+                # thousands of finished runs' directories every second costs a core's share by itself
+                found_new = self.rescan()
+                self._rescan_every = (self.options.rescan_s if found_new
+                                      else min(self._rescan_every * 2, 10 * self.options.rescan_s))
                 for path in [p for p in self._catch_up if p not in self.files]:  # gone since the state was saved
                     del self._catch_up[path]
             for followed in list(self.files.values()):
+                if followed.next_check > now:
+                    continue
                 more |= self._read(followed)
+                quiet = now - followed.grew_at
+                followed.next_check = now + min(IDLE_MAX_S, quiet / 10) if quiet > QUIET_S else 0.0
             if not all(target.ready for target in self.runs.values()):
                 self._mark_ready()
             if self.options.expire_s is not None:
@@ -172,14 +191,20 @@ class Watcher:
         if at_restart is not None and offset >= min(at_restart, size):
             del self._catch_up[path]
 
-    def rescan(self) -> None:
-        """Follow the files under the roots not followed yet (offsets from the state file when it knows them)."""
+    def rescan(self) -> bool:
+        """Follow the files under the roots not followed yet (offsets from the state file when it knows them);
+        True if there was one."""
+        new = False
         for found in scan.scan(self.roots, set(self.files)):
+            new = True
             fs = self.state.files.get(found.path)
             if fs is None:
                 fs = self.state.files[found.path] = state.FileState()
             self.files[found.path] = _Followed(found, fs)
+            key = (found.run, found.rank)
+            self._followed_of[key] = self._followed_of.get(key, 0) + 1
             _log.debug("rl_otel watch: following %s (run %r, rank %d)", found.path, found.run, found.rank)
+        return new
 
     def checkpoint(self, force: bool = False) -> None:
         """Save the state file (offsets and last values together) if anything moved since the last save."""
@@ -190,6 +215,17 @@ class Watcher:
             self.state.runs[key] = target.snapshot()
         if state.save(self.state, self.options.state_path):
             self._dirty = False
+
+    def _drop(self, key: tuple[str, int], why: str | None) -> None:
+        """Stop serving run ``key`` and forget its values (a new file of it starts it anew)."""
+        target = self.runs.pop(key, None)
+        self.state.runs.pop(key, None)
+        self._grew.pop(key, None)
+        self._dirty = True
+        if target is not None:
+            target.close()
+            if why is not None:
+                _log.info("rl_otel watch: run %r rank %d: %s; forgotten", key[0], key[1], why)
 
     def _expire(self, before: float) -> None:
         """Close the runs whose files last grew before ``before``: their endpoint stops and their targets file
@@ -235,12 +271,23 @@ class Watcher:
             del self.files[found.path]  # gone (a cleaned-up run): forget it, a new file of that name starts at 0
             self.state.files.pop(found.path, None)
             self._dirty = True
+            key = (found.run, found.rank)
+            left = self._followed_of.get(key, 1) - 1
+            if left > 0:
+                self._followed_of[key] = left
+            else:  # the run's last file is gone: the run is forgotten (its series, its state)
+                self._followed_of.pop(key, None)
+                self._drop(key, "its files are gone")
             return False
         except OSError:
             return False
         if (fs.dev, fs.ino) != (st.st_dev, st.st_ino) or st.st_size < tail.offset:
             if fs.ino or tail.offset:  # replaced under the same name, or truncated: read it from the start
-                _log.info("rl_otel watch: %s was replaced or truncated; reading it from the start", found.path)
+                _log.info("rl_otel watch: %s was replaced or truncated (a restarted run); reading it from the start "
+                          "and serving the run anew", found.path)
+                # a run restarted from step 0: its old values (at higher steps) would hold every series where it
+                # was, since a lower step never sets a series back
+                self._drop((found.run, found.rank), None)
             fs.dev, fs.ino, tail.offset = st.st_dev, st.st_ino, 0
             self._dirty = True
         if st.st_size == tail.offset:
@@ -260,7 +307,7 @@ class Watcher:
         followed.failed = False
         target = self._target(found)
         if tail.offset != fs.offset or points:  # it grew (a partial line or record waiting is no growth)
-            self._grew[(found.run, found.rank)] = time.monotonic()
+            self._grew[(found.run, found.rank)] = followed.grew_at = time.monotonic()
         if points:
             target.feed(points)
         target.count_error("corrupt_record", corrupt)

@@ -97,6 +97,7 @@ class Goodput:
         self._diag = diagnostics or Diagnostics()
         self._lock = threading.Lock()
         self.phased = False  # a phase or collective ran: the timeline accounts for this process (read unlocked)
+        self.muted = False  # steps recorded now are not counted (rl-otel watch restoring the values it had read)
         self._buckets = dict.fromkeys(BUCKETS, 0.0)  # committed seconds
         self._wall = 0.0  # committed wall seconds (the timeline's run on from ``_since``)
         self._waits: dict[str, float] = {}
@@ -257,10 +258,23 @@ class Goodput:
     def step(self, measurements: Sequence[Measurement], step: int, at: float) -> None:
         """Recorded step ``step`` (``at``: its Unix time): its timing keys, unless phases account for this
         process."""
-        if self.phased:
+        if self.phased or self.muted:
             return
         try:
-            found = self._keys.timers(measurements)
+            keys = self._keys
+            refused = keys.refused
+            found = keys.timers(measurements)
+            if keys.refused != refused:
+                self._diag.count("input", "bad_duration", keys.refused - refused)
+                self._diag.warn_once("bad_duration", "timer", "rl_otel: a timing key held a duration no clock can "
+                                     "produce (NaN, infinite, negative or over 30 days); it is left out of the "
+                                     "goodput buckets and counted (rl_telemetry_errors_total{sink=\"input\", "
+                                     "reason=\"bad_duration\"})")
+            # ``at`` is the wall clock's reading at log(): durations run on the monotonic clock, so ``at`` is moved
+            # by however far the wall clock has been set since init() (NTP, an operator: +1 h would make the wall
+            # time go down, a counter reset to Prometheus; -1 h would add an hour of waiting)
+            pc, wall = perf_counter(), time()
+            at -= wall - (self._clock0[1] + (pc - self._clock0[0]))
             with self._lock:
                 if self.phased:
                     return

@@ -40,6 +40,8 @@ WAITING, STARTUP = "waiting", "startup"
 DURATIONS = frozenset(FAMILIES)  # the duration entries: any other series is no timer
 _CACHE_LIMIT = 4_096  # series remembered (a job logs a few dozen timers; beyond, decided afresh each step)
 _UNSET = object()
+# the longest duration a step's timer may hold: past it the value is no clock's (a unit bug, a corrupt file)
+MAX_STEP_SECONDS = 30 * 86_400.0
 Series = tuple[str, Labels]
 
 
@@ -116,10 +118,13 @@ class TimingKeys:
     def __init__(self) -> None:
         self._cache: dict[Series, Timer | None] = {}
         self._processes: dict[str, _Process] = {}
+        self.refused = 0  # timer values refused by timers() (the recorder counts them as input errors)
 
     def timers(self, measurements: Iterable[Measurement]) -> list[tuple[Timer, float]] | None:
-        """The counted timers among a step's measurements, with their seconds (``None``: none). A NaN or negative
-        duration is no time."""
+        """The counted timers among a step's measurements, with their seconds (``None``: none). A duration no clock
+        can produce (NaN, infinite, negative, longer than :data:`MAX_STEP_SECONDS`) is no time: it is left out
+        and counted in :attr:`refused` (one ``inf`` would make the counters ``inf`` for the rest of the run, a
+        ``1e300`` freeze them: ``1e300 + 1 == 1e300``)."""
         found: list[tuple[Timer, float]] | None = None
         names, cache = DURATIONS, self._cache
         for spec, labels, value in measurements:
@@ -127,7 +132,10 @@ class TimingKeys:
                 timer = cache.get((spec.name, labels), _UNSET)
                 if timer is _UNSET:
                     timer = self._timer(spec, labels)
-                if timer is not None and value >= 0.0:
+                if timer is not None:
+                    if not 0.0 <= value <= MAX_STEP_SECONDS:  # NaN fails both comparisons
+                        self.refused += 1
+                        continue
                     if found is None:
                         found = []
                     found.append((timer, value))  # type: ignore[arg-type]

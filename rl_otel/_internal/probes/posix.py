@@ -1,5 +1,6 @@
-"""The two operating-system facts the stack dumps need that Python's standard library does not expose: whether a
-signal already has a handler at the OS level, and letting our own py-spy child read this process under Yama.
+"""The operating-system facts the stack dumps need that Python's standard library does not expose: whether a
+signal already has a handler at the OS level (and that handler, to put it back), letting our own py-spy child read
+this process under Yama, and whether faulthandler still holds our registration of a signal.
 
 - :func:`signal_taken`: ``signal.getsignal()`` only knows the handlers installed through the ``signal`` module; a
   handler installed by ``faulthandler.register()`` (a common idiom for this very signal), by a C extension or by
@@ -10,7 +11,11 @@ signal already has a handler at the OS level, and letting our own py-spy child r
   traced by its ancestors, so a ``py-spy`` this process starts cannot attach to it; ``prctl(PR_SET_PTRACER, pid)``
   declares this process as the exception, which admits its own descendants (Yama walks the tracer's ancestors).
 
-``tests/test_hangs.py`` checks both against the real kernel (a default handler, one set by ``faulthandler``, one
+- :func:`faulthandler_holds`: ``faulthandler`` has no way to ask what a signal is registered to; it keeps a
+  reference to the ``file`` object it writes to and drops it when the signal is registered again, so the object's
+  reference count says whether the registration is still the one made with it.
+
+``tests/test_hangs.py`` checks them against the real kernel (a default handler, one set by ``faulthandler``, one
 set by ``signal.signal``, SIG_IGN) and fails loudly when a platform reads them differently.
 """
 
@@ -45,6 +50,47 @@ def os_handler(signum: int) -> int | None:
     if sigaction(signum, None, old) != 0:
         return None
     return ctypes.c_void_p.from_buffer(old).value or 0
+
+
+def os_action(signum: int) -> bytes | None:
+    """The kernel's whole ``struct sigaction`` for ``signum`` (opaque bytes, for :func:`set_os_action`), or
+    ``None`` when it cannot be read here."""
+    libc = _libc()
+    sigaction = getattr(libc, "sigaction", None) if libc is not None else None
+    if sigaction is None or sys.platform == "win32":
+        return None
+    old = ctypes.create_string_buffer(_SIGACTION_BUFFER)
+    sigaction.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    return old.raw if sigaction(signum, None, old) == 0 else None
+
+
+def set_os_action(signum: int, action: bytes) -> bool:
+    """Install a ``struct sigaction`` read by :func:`os_action` (a handler set by someone else, put back as it
+    was); True if the kernel took it."""
+    libc = _libc()
+    sigaction = getattr(libc, "sigaction", None) if libc is not None else None
+    if sigaction is None or sys.platform == "win32":
+        return False
+    sigaction.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    return sigaction(signum, ctypes.create_string_buffer(action, len(action)), None) == 0
+
+
+def ignore_signal(signum: int) -> bytes | None:
+    """Have the kernel ignore ``signum`` (SIG_IGN, set through ``sigaction``: from any thread, no Python handler);
+    returns the action it replaced (for :func:`set_os_action`), or ``None`` if it could not be done here."""
+    previous = os_action(signum)
+    if previous is None:
+        return None
+    ignore = ctypes.create_string_buffer(_SIGACTION_BUFFER)  # zeroed: no flags, an empty mask
+    ctypes.c_void_p.from_buffer(ignore).value = 1  # the handler, the struct's first member: SIG_IGN
+    return previous if set_os_action(signum, ignore.raw) else None
+
+
+def faulthandler_holds(file: object) -> bool:
+    """Whether ``faulthandler`` still holds ``file``, the object given to ``faulthandler.register`` (the caller
+    holds exactly one other reference to it: its local variable)."""
+    probe = object()  # one reference, as ``file``'s caller holds one beside this parameter
+    return sys.getrefcount(file) - 1 > sys.getrefcount(probe)
 
 
 def signal_taken(signum: int) -> bool:

@@ -13,6 +13,8 @@ import faulthandler
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
 import tempfile
 import threading
 from typing import IO
@@ -49,10 +51,26 @@ def _scratch_file() -> IO[bytes]:
     return tempfile.TemporaryFile()
 
 
+def pyspy_executable() -> str | None:
+    """``py-spy`` installed beside this interpreter (a virtual environment's ``bin``, run as ``venv/bin/python
+    train.py`` with the environment never activated), else on ``PATH``."""
+    name = "py-spy.exe" if sys.platform == "win32" else "py-spy"
+    places = [os.path.dirname(sys.executable)] if sys.executable else []
+    try:
+        places.append(sysconfig.get_path("scripts"))
+    except (KeyError, ValueError):
+        pass
+    for place in places:
+        candidate = os.path.join(place, name)
+        if place and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("py-spy")
+
+
 def pyspy_text(timeout_s: float) -> str:
     """``py-spy dump --pid <this process> --native`` (what it printed, errors included), or a line saying why
     there is none: not installed, or still running after ``timeout_s`` (then killed)."""
-    exe = shutil.which("py-spy")
+    exe = pyspy_executable()
     if exe is None:
         return "py-spy is not installed (pip install py-spy, for native frames); faulthandler's stacks only\n"
     command = [exe, "dump", "--pid", str(os.getpid()), "--native"]

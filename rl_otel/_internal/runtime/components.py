@@ -32,10 +32,12 @@ from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel._internal.probes.hangs import HangWatch
 from rl_otel._internal.probes.live import LiveGauges, process_start_time
 from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
+from rl_otel._internal.probes.torch_collectives import CollectiveProbe
 from rl_otel._internal.runtime.config import PrometheusConfig, TelemetryConfig
 from rl_otel._internal.runtime.serving import publish, scrape_registry
 from rl_otel._internal.runtime.signals import SignalFlush
 from rl_otel._internal.trackers.bridge import Bridge, NullBridge
+from rl_otel._internal.trackers.config import command_line_secrets, process_command_line, scrub
 from rl_otel._internal.trackers.sinks import SinkError
 from rl_otel._version import __version__
 from rl_otel.catalog import Catalog, meta
@@ -239,12 +241,28 @@ class Components:
         self.hangs = hangs = HangWatch(base=config.base_labels, factor=config.hang_factor,
                                        quantile=config.hang_quantile, min_s=config.hang_min_s,
                                        directory=config.stack_dump_dir,
-                                       count=lambda reason: self.diagnostics.count("hangs", reason))
+                                       count=lambda reason: self.diagnostics.count("hangs", reason),
+                                       redact=_command_line_scrubber())
         self._closing(stack, "hangs", hangs)
         recorder.on_progress = hangs.progressed
         recorder.add_collector(hangs.collect)
-        if self.registry is not None and config.stack_dump_http:
-            self.registry.routes["/debug/stacks"] = hangs.http_text
+        # this rank's torch.distributed collectives, from torch's flight recorder (nothing until torch.distributed
+        # is initialized): which collective it is in, in the series and in its dumps' headers
+        collectives = CollectiveProbe(lambda reason: self.diagnostics.count("hangs", reason))
+        recorder.add_collector(collectives.collect)
+        hangs.describe = collectives.describe
+        if self.registry is not None and config.stack_dump_http and config.prometheus is not None:
+            if _private(config.prometheus):
+                self.registry.routes["/debug/stacks"] = hangs.http_text
+            else:
+                import logging
+
+                off = (f"# rl_otel: GET /debug/stacks is off: the endpoint on {config.prometheus.host} has no "
+                       "authentication (a dump shows the process's code and paths); it is served where the web config "
+                       "sets basic auth or client certificates, or the endpoint is bound to loopback "
+                       "(docs/security.md). SIGUSR1 writes a dump to the dump directory.\n")
+                self.registry.routes["/debug/stacks"] = lambda: off  # (else the path would answer the metrics)
+                logging.getLogger("rl_otel").info(off.strip("# \n"))
         if config.stack_dump_signal is not None:
             hangs.listen(config.stack_dump_signal)
 
@@ -512,3 +530,28 @@ class Components:
                     signals.uninstall()  # delivers the signals held during the close: the process may end here
                 except Exception as exc:
                     self._close_failed("signals", exc)
+
+
+def _command_line_scrubber() -> Callable[[str], str] | None:
+    """Writes ``***`` over the secrets of this process's command line in a stack dump's text (py-spy prints it)."""
+    secrets = frozenset(command_line_secrets(process_command_line()))
+    return (lambda text: scrub(text, secrets)) if secrets else None
+
+
+def _private(prometheus: PrometheusConfig) -> bool:
+    """Whether only someone who may see the process can reach the endpoint: bound to loopback, or behind basic auth
+    or client certificates (a web config). ``/debug/stacks`` is served only there."""
+    import ipaddress
+    import ssl
+
+    web = prometheus.web
+    if web is not None and (web.auth is not None
+                            or (web.tls is not None and web.tls.verify_mode == ssl.CERT_REQUIRED)):
+        return True
+    host = prometheus.host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

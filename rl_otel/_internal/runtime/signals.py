@@ -51,6 +51,9 @@ class SignalFlush:
         self._main = threading.main_thread().ident
         self._closer: int | None = None  # the thread closing the Telemetry, from begin_close() on
         self._closed = threading.Event()  # set by uninstall(): the close is over
+        # after uninstall(): the handlers it found at install, for a SignalFlush installed after this one, whose
+        # "previous" is this (closed) one's handler: it puts these back, never a closed Telemetry's
+        self._gone: dict[int, _Handler] = {}
         if threading.get_ident() != self._main:
             return
         for signum in self._actions:
@@ -98,7 +101,7 @@ class SignalFlush:
     def _dispatch(self, signum: int, frame: FrameType | None) -> None:
         if self._closer is not None:  # another thread is closing the Telemetry: let it finish (bounded) first
             self._closed.wait(self._timeout_s + 1.0)
-        previous = self._previous.get(signum, signal.SIG_DFL)
+        previous = _resolve(signum, self._previous.get(signum, signal.SIG_DFL))
         # Only a signal that ends the process now (SIGTERM with the default action) closes the Telemetry. With the
         # application's own handler (a graceful stop: checkpoint, log the last steps, exit) or SIG_IGN the run
         # goes on, so only what is logged is written: the endpoint keeps serving and the final steps are logged;
@@ -124,9 +127,11 @@ class SignalFlush:
         if threading.get_ident() != self._main:
             return
         previous, self._previous = self._previous, {}
+        self._gone = previous
         for signum, handler in previous.items():
             try:
                 if signal.getsignal(signum) == self._handle:
+                    handler = _resolve(signum, handler)
                     signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
             except (ValueError, OSError):
                 pass
@@ -135,3 +140,15 @@ class SignalFlush:
         pending, self._pending = self._pending, []
         for signum in dict.fromkeys(signum for signum, _ in pending):  # each signal once, in arrival order
             signal.raise_signal(signum)  # as it would have been without rl_otel: the previous handler's action
+
+
+def _resolve(signum: int, handler: _Handler) -> _Handler:
+    """``handler``, or, where it is the handler of a SignalFlush already uninstalled (a Telemetry closed after
+    another was made), what that one found at install, followed as far as it goes."""
+    for _ in range(64):  # as many Telemetry objects as a process makes in a row, bounded
+        owner = getattr(handler, "__self__", None)
+        if not isinstance(owner, SignalFlush) or getattr(handler, "__func__", None) is not SignalFlush._handle \
+                or not owner._closed.is_set():
+            return handler
+        handler = owner._gone.get(signum, signal.SIG_DFL)
+    return handler

@@ -102,6 +102,36 @@ def secret_values(value: Any, found: set[str] | None = None) -> set[str]:
     return found
 
 
+_SHORTEST_SECRET = 4  # characters: a shorter value ("--token=1") is no secret, and scrubbing it would garble a dump
+
+
+def command_line_secrets(argv: Sequence[str]) -> set[str]:
+    """The secrets on a command line, for scrubbing what shows it (py-spy's dump prints it whole): the value of a
+    secret-named option (``--wandb-api-key=v``, ``--api_key v``, Hydra's ``trainer.wandb.api_key=v``) and the
+    credential parts of every URL or connection string in it."""
+    found: set[str] = set()
+    for i, arg in enumerate(argv):
+        name, sep, value = arg.partition("=")
+        if sep and _is_secret(name.lstrip("-")):
+            found.add(value)
+        elif not sep and arg.startswith("-") and _is_secret(arg.lstrip("-")) and i + 1 < len(argv):
+            found.add(argv[i + 1])
+        found.update(embedded_secrets.credentials(arg, _is_secret))
+    return {s for s in found if len(s) >= _SHORTEST_SECRET}
+
+
+def process_command_line() -> list[str]:
+    """This process's command line as the OS shows it to others (``/proc/self/cmdline``: what py-spy prints),
+    else the interpreter's ``sys.orig_argv``."""
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        import sys
+
+        return list(getattr(sys, "orig_argv", sys.argv))
+
+
 def _strings(value: Any, found: set[str]) -> None:
     if isinstance(value, str) and value:
         found.add(value)

@@ -1,0 +1,132 @@
+"""Issue 41 item 12: ``rl-otel watch`` forgets a run whose files are gone, serves a run restarted from step 0
+(its file rewritten) anew, and a watcher restarted on its state file counts none of the restored values in its
+goodput again."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from rl_otel.catalog import default_catalog
+from rl_otel.watch.served import ServeOptions
+from rl_otel.watch.watcher import Watcher, WatchOptions
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _watcher(root: Path, state: Path | None = None) -> Watcher:
+    return Watcher([str(root)], WatchOptions(serve=ServeOptions(host="127.0.0.1", port=0), state_path=state,
+                                             rescan_s=0.0), catalog=default_catalog("verl"))
+
+
+def _drain(w: Watcher) -> None:
+    for _ in range(100):
+        if not w.poll():
+            return
+
+
+def test_a_run_whose_files_are_deleted_is_forgotten(tmp_path):
+    """Before: 10,001 runs served with 5,001 on disk, memory 275 -> 475 MiB."""
+    root = tmp_path / "runs"
+    for run in ("a", "b", "c"):
+        _write(root / run / "metrics.jsonl", [{"step": 1, "critic/score/mean": 0.5}])
+        _write(root / run / "eval.jsonl", [{"step": 1, "val-core/gsm8k/reward/mean@1": 0.4}])
+    w = _watcher(root)
+    try:
+        _drain(w)
+        assert sorted(k[0] for k in w.runs) == ["a", "b", "c"]
+        os.remove(root / "b" / "metrics.jsonl")
+        _drain(w)
+        assert sorted(k[0] for k in w.runs) == ["a", "b", "c"]  # one of its files is still there
+        os.remove(root / "b" / "eval.jsonl")
+        for name in os.listdir(root / "c"):
+            os.remove(root / "c" / name)
+        _drain(w)
+        assert sorted(k[0] for k in w.runs) == ["a"] and sorted(k[0] for k in w.targets()) == ["a"]
+        assert all(k[0] == "a" for k in w.state.runs)
+    finally:
+        w.close()
+
+
+def test_a_file_rewritten_from_step_zero_serves_the_restarted_run(tmp_path):
+    """Before: the restarted run's values (steps below the old ones) never set the series back."""
+    root = tmp_path / "runs"
+    path = root / "r" / "metrics.jsonl"
+    _write(path, [{"step": s, "critic/score/mean": 0.9} for s in range(50)])
+    w = _watcher(root)
+    try:
+        _drain(w)
+        assert w.runs[("r", 0)].recorder.value("critic/score/mean", {}) == 0.9
+        path.unlink()  # the restarted training writes its file anew
+        _write(path, [{"step": s, "critic/score/mean": 0.1} for s in range(3)])
+        _drain(w)
+        recorder = w.runs[("r", 0)].recorder
+        assert recorder.value("critic/score/mean", {}) == 0.1
+        assert recorder.value("rl_step", {}) == 2.0
+    finally:
+        w.close()
+
+
+def test_a_restarted_watcher_counts_none_of_the_restored_values_again(tmp_path):
+    """Before: every key's last value was counted again after a restart (validation 91.15 s instead of 49.96 s)."""
+    root, state = tmp_path / "runs", tmp_path / "state.json"
+    rows = [{"step": s, "timing_s/step": 10.0, "timing_s/gen": 4.0} for s in range(1, 4)]
+    rows.append({"step": 3, "timing_s/testing": 30.0})  # validation logged once, at the last step
+    _write(root / "r" / "metrics.jsonl", rows)
+    w = _watcher(root, state)
+    _drain(w)
+    before = w.runs[("r", 0)].recorder.value("rl_goodput_bucket_seconds", {"bucket": "validation"})
+    assert before == 30.0
+    w.close()
+    w = _watcher(root, state)
+    try:
+        _drain(w)
+        recorder = w.runs[("r", 0)].recorder
+        assert recorder.value("critic/score/mean", {}) is None and recorder.value("rl_step", {}) == 3.0  # restored
+        for bucket in ("validation", "generation"):
+            assert not recorder.value("rl_goodput_bucket_seconds", {"bucket": bucket}), bucket
+    finally:
+        w.close()
+
+
+def test_idle_files_and_directories_are_looked_at_less_often_and_growth_is_still_read(tmp_path, monkeypatch):
+    """Issue 41 item 13: a file quiet for 30 s is stat'ed every (quiet time / 10) s, at most 10 s apart, and a walk
+    that finds nothing new waits twice as long for the next (up to 10 rescan_s); before, every file was stat'ed at
+    every poll and the paths walked every second (thousands of finished runs: ~40% of a core while idle)."""
+    import rl_otel.watch.watcher as watcher_module
+
+    clock = [1_000.0]
+
+    class Clock:  # the watcher's time module: its monotonic clock moved by the test
+        monotonic = staticmethod(lambda: clock[0])
+        time = staticmethod(lambda: 1.7e9 + clock[0])
+        time_ns = staticmethod(lambda: int((1.7e9 + clock[0]) * 1e9))
+
+    monkeypatch.setattr(watcher_module, "time", Clock)
+    root = tmp_path / "runs"
+    for run in range(20):
+        _write(root / f"run{run}" / "metrics.jsonl", [{"step": 1, "critic/score/mean": 0.5}])
+    w = _watcher(root)
+    w.options.rescan_s = 1.0
+    stats, walks = [], []
+    real_stat, real_scan = watcher_module.os.stat, watcher_module.scan.scan
+    monkeypatch.setattr(watcher_module.os, "stat", lambda *a, **k: stats.append(1) or real_stat(*a, **k))
+    monkeypatch.setattr(watcher_module.scan, "scan", lambda *a, **k: walks.append(1) or real_scan(*a, **k))
+    try:
+        for _ in range(600):  # five minutes of polls, 0.5 s apart, nothing written
+            w.poll()
+            clock[0] += 0.5
+        assert 0 < len(stats) < 3_000, len(stats)  # before: 20 files x 600 polls = 12,000
+        assert 0 < len(walks) < 60, len(walks)  # before: 300
+        with open(root / "run3" / "metrics.jsonl", "a") as f:  # a quiet run writes again
+            f.write(json.dumps({"step": 2, "critic/score/mean": 0.25}) + "\n")
+        for _ in range(21):  # read within IDLE_MAX_S (10 s)
+            w.poll()
+            clock[0] += 0.5
+        assert w.runs[("run3", 0)].recorder.value("critic/score/mean", {}) == 0.25
+    finally:
+        w.close()
