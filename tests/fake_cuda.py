@@ -115,17 +115,7 @@ class HazardCuda(FakeCuda):
     def current(self, d: int) -> None:
         self._tls.device = d
 
-    def set_device(self, d: int) -> None:
-        self.current = d
-
-    @contextlib.contextmanager
-    def device(self, d: int) -> Iterator[None]:
-        before = self.current
-        self.current = d
-        try:
-            yield
-        finally:
-            self.current = before
+    # set_device() and device() are FakeCuda's: they set ``current``, this thread's
 
     # -- lazy initialization and the bad fork ---------------------------------------------------------------
 

@@ -41,15 +41,10 @@ def _libc() -> ctypes.CDLL | None:
 def os_handler(signum: int) -> int | None:
     """The address of the handler the kernel calls for ``signum`` (0: SIG_DFL, 1: SIG_IGN), or ``None`` when it
     cannot be read here (no ``sigaction``: Windows)."""
-    libc = _libc()
-    sigaction = getattr(libc, "sigaction", None) if libc is not None else None
-    if sigaction is None or sys.platform == "win32":
+    action = os_action(signum)
+    if action is None:
         return None
-    old = ctypes.create_string_buffer(_SIGACTION_BUFFER)
-    sigaction.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
-    if sigaction(signum, None, old) != 0:
-        return None
-    return ctypes.c_void_p.from_buffer(old).value or 0
+    return ctypes.c_void_p.from_buffer_copy(action).value or 0  # sa_handler is the struct's first member
 
 
 def os_action(signum: int) -> bytes | None:
