@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl_otel._internal.exporters.admission import Limits
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
-from rl_otel._internal.pipeline.snapshot import Snapshot, merged
+from rl_otel._internal.pipeline.snapshot import Relabelled, Snapshot, merged
 from rl_otel._internal.pipeline.store import StoreSnapshot
 from rl_otel._internal.runtime.serving import Served
 from rl_otel.catalog import Catalog
@@ -75,6 +76,12 @@ class _Followed:
 QUIET_S = 30.0
 IDLE_MAX_S = 10.0
 
+# The shared endpoint's CPU budget. A training process's endpoint may spend 4% of a core (what it takes is taken
+# from training); serving is the watcher's own job, and one scrape of 5,000 runs costs ~0.3 s of CPU: at 4% that
+# is 7 s of debt, and the next scrape waited that long before it started (scrapes of 3.5 to 8 s, with ~0.5 s of
+# work each). Half a core, bursts of 4 s, still bounds what hostile clients make it spend.
+SHARED_LIMITS = Limits(cpu_share=0.5, cpu_burst_s=4.0)
+
 
 class Watcher:
     """Follows TensorBoard event files and JSONL metric files under ``roots`` and serves their values (see the
@@ -92,12 +99,14 @@ class Watcher:
         self._dirty = False
         self._last_scan = self._last_save = float("-inf")
         self._rescan_every = self.options.rescan_s
+        self._dirs: dict[str, tuple[int, int]] = {}  # the stamps of the directories of directories (scan.changed)
         self._no_tensorboard = False
         self._grew: dict[tuple[str, int], float] = {}  # run -> when its files last grew (for expire_s)
         self._followed_of: dict[tuple[str, int], int] = {}  # run -> how many of its files are followed
         self.diagnostics = Diagnostics()  # the shared endpoint's own errors
         self.served: Served | None = None  # the endpoint every run is served at (none with port_per_run)
         self._merged: tuple[tuple[object, ...], Snapshot] | None = None  # the last merged snapshot, by its parts
+        self._relabelled: Relabelled = {}  # each run's stored families as merged() labelled them (by origin)
         # a restored run is served once its files are read up to what they held at the restart (their sizes now)
         self._catch_up: dict[str, int] = {}
         for path in self.state.files:
@@ -117,7 +126,8 @@ class Watcher:
         serve, diag = self.options.serve, self.diagnostics
         prom = serve.prometheus()
         self.served = Served(prom, self.collect, lambda reason: diag.count("prometheus", reason), time.time_ns,
-                             host_name=socket.gethostname(), run="rl-otel-watch", rank=0, role="watch", labels={})
+                             host_name=socket.gethostname(), run="rl-otel-watch", rank=0, role="watch", labels={},
+                             limits=SHARED_LIMITS)
         _log.info("rl_otel watch: serving every run at %s", self.served.url)
 
     def collect(self, *, settle: bool = False, on_error: Callable[[str], None] | None = None) -> Snapshot:
@@ -131,8 +141,13 @@ class Watcher:
             stored = last[1].stored  # no run changed: the merged stored families of the last scrape
             snap = Snapshot(stored, merged([Snapshot(_EMPTY, p.live, p.origin) for p in parts]).live)
         else:
-            snap = merged(parts)
+            cache = self._relabelled
+            snap = merged(parts, cache)
             self._merged = (key, snap)
+            if len(cache) > len(parts):  # runs gone: their entries go
+                kept = {part.origin for part in parts}
+                for origin in [o for o in cache if o not in kept]:
+                    del cache[origin]
         return Snapshot(snap.stored, (*snap.live, errors) if errors is not None else snap.live)
 
     # -- the loop -------------------------------------------------------------------------------------------
@@ -151,10 +166,12 @@ class Watcher:
         more = False
         try:
             now = time.monotonic()
-            if now - self._last_scan >= self._rescan_every:
+            # a walk that finds nothing new waits twice as long for the next (up to 10 rescan_s): walking thousands
+            # of finished runs' directories every second costs a core's share by itself. A new run's directory
+            # is seen at the next poll all the same: a stat of each directory of directories (scan.changed) says
+            # one was added, and the walk is done at once (a new run waited up to 10 s for the backed-off walk)
+            if now - self._last_scan >= self._rescan_every or scan.changed(self._dirs):
                 self._last_scan = now
-                # a walk that finds nothing new waits twice as long for the next (up to 10 rescan_s): walking
-                # thousands of finished runs' directories every second costs a core's share by itself
                 found_new = self.rescan()
                 self._rescan_every = (self.options.rescan_s if found_new
                                       else min(self._rescan_every * 2, 10 * self.options.rescan_s))
@@ -195,7 +212,8 @@ class Watcher:
         """Follow the files under the roots not followed yet (offsets from the state file when it knows them);
         True if there was one."""
         new = False
-        for found in scan.scan(self.roots, set(self.files)):
+        dirs: dict[str, tuple[int, int]] = {}
+        for found in scan.scan(self.roots, set(self.files), dirs):
             new = True
             fs = self.state.files.get(found.path)
             if fs is None:
@@ -204,6 +222,7 @@ class Watcher:
             key = (found.run, found.rank)
             self._followed_of[key] = self._followed_of.get(key, 0) + 1
             _log.debug("rl_otel watch: following %s (run %r, rank %d)", found.path, found.run, found.rank)
+        self._dirs = dirs
         return new
 
     def checkpoint(self, force: bool = False) -> None:
