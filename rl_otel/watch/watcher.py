@@ -8,9 +8,11 @@ of runs in a shared log directory; ``port_per_run`` gives each run an endpoint o
 for each read only.
 
 One thread does the reading (:meth:`Watcher.run`, or :meth:`Watcher.poll` called by a test): every ``interval_s``
-(0.5 s) each followed file is stat'ed and what it gained is read, every ``rescan_s`` the watched paths are walked
-for new files (a restarted training's new event file, a new run directory), and every ``checkpoint_s`` the state
-file is saved if anything moved. A backlog (a finished run, a restart) is read in 8 MB steps without waiting.
+(0.5 s) each followed file is stat'ed and what it gained is read (a quiet file less often), the watched paths are
+walked for new files (a restarted training's new event file, a new run directory) every ``rescan_s`` while walks
+find some, up to 10 ``rescan_s`` apart while they do not, and at once when a directory of directories changed
+(:func:`~rl_otel.watch.scan.changed`), and every ``checkpoint_s`` the state file is saved if anything moved. A
+backlog (a finished run, a restart) is read in 8 MB steps without waiting.
 Nothing in the loop raises: a file that cannot be read is logged once and tried again at the next poll; a record
 that is not what it should be is counted in ``rl_telemetry_errors_total{sink="watch", reason="corrupt_record"}``.
 """
