@@ -5,9 +5,10 @@
 Writes ``runs`` finished runs of ``files`` metric files each (JSONL, a few steps of five keys), starts ``rl-otel watch``
 on them in a child process limited to ``nofile`` open descriptors (``ulimit -n``), and measures: the time until
 every run is served, the watcher's threads, open descriptors and resident memory (peak) then, the time a new
-training's first value takes to be served, what one scrape of the endpoint costs (seconds, bytes), and the share
-of a core the watcher uses while no file grows (targets, issue 41: a scrape of 5,000 runs under 2 s, idle under
-5% of a core). Before
+training's first value takes to be served, what a scrape of the endpoint costs (seconds, bytes: three right after
+every run is served, five while one training appends a step every 0.1 s, one idle), and the share of a core the
+watcher uses while no file grows (targets, issue 41: a scrape of 5,000 runs under 2 s, idle under
+5% of a core; ``scrape_while_writing_s`` and ``scrape_after_catch_up_s`` are what the scrape target reads). Before
 one endpoint served every run (a run per port, a thread per run), 5,000 runs x 10 files held 8,000 threads,
 19,998 of 20,000 descriptors and 446 MiB, and with ``ulimit -n 1024`` and 400 runs a new training was never served.
 Information rows (no target): see docs/watch.md.
@@ -19,9 +20,11 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -109,7 +112,13 @@ def measure(runs: int, files: int, nofile: int, timeout_s: float = 1800.0) -> di
                 time.sleep(0.5)
             all_served_s = time.monotonic() - start
             status = proc_status(proc.pid)
-            _, scrape_s, scrape_bytes = served_runs(url)
+            caught_up = [served_runs(url)[1:] for _ in range(3)]  # right after catching up
+            scrape_bytes = caught_up[-1][1]
+            with Writing(root / "run00000" / "part0.jsonl"):  # one training writes while Prometheus scrapes
+                writing = []
+                for _ in range(5):
+                    writing.append(served_runs(url)[1])
+                    time.sleep(1.0)
             new = root / "new-training" / "metrics.jsonl"  # a new training starts writing
             new.parent.mkdir(parents=True)
             written = time.monotonic()
@@ -128,9 +137,39 @@ def measure(runs: int, files: int, nofile: int, timeout_s: float = 1800.0) -> di
     return {"runs": runs, "files": runs * files, "nofile": nofile, "all_served_s": round(all_served_s, 1),
             "threads": max(status["Threads"], after["Threads"]), "fds": max(status["fds"], after["fds"]),
             "rss_mib": round(status["VmRSS"] / 1024), "peak_rss_mib": round(after["VmHWM"] / 1024),
-            "new_run_served_s": round(new_run_s, 2), "scrape_s": round(scrape_s, 2),
+            "new_run_served_s": round(new_run_s, 2),
+            "scrape_after_catch_up_s": spread([took for took, _ in caught_up]),
+            "scrape_while_writing_s": spread(writing),
             "scrape_mib": round(scrape_bytes / 2**20, 1), "idle_scrape_s": round(idle_scrape_s, 2),
             "idle_cpu_share": round(idle_cpu, 3), "targets": {"scrape_s": 2.0, "idle_cpu_share": 0.05}}
+
+
+class Writing:
+    """A training writing: a thread appending a step of ``KEYS`` to ``path`` every 0.1 s while in the block."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.stop = path, threading.Event()
+        self.thread = threading.Thread(target=self._write, daemon=True)
+
+    def _write(self) -> None:
+        step = 1_000
+        while not self.stop.wait(0.1):
+            with open(self.path, "a") as out:
+                out.write(json.dumps({"step": step, "time": 1.7e9 + step, **dict.fromkeys(KEYS, step / 1e4)}) + "\n")
+            step += 1
+
+    def __enter__(self) -> Writing:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+
+def spread(seconds: list[float]) -> dict[str, float]:
+    """The median and the maximum of some durations."""
+    return {"median": round(statistics.median(seconds), 2), "max": round(max(seconds), 2), "n": len(seconds)}
 
 
 def idle_share(pid: int, seconds: float) -> float:

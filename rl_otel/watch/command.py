@@ -84,7 +84,7 @@ def watch_main(args: argparse.Namespace) -> int:
                          advertise_host=args.advertise_host, framework=framework,
                          max_unknown_keys=args.max_unknown_keys, port_per_run=args.port_per_run)
     options = WatchOptions(serve=serve, interval_s=args.interval, checkpoint_s=args.checkpoint_interval,
-                           expire_s=args.expire_after,
+                           expire_s=args.expire_after, freeze_gc=True,
                            state_path=None if args.no_state else (args.state or default_path(args.paths)),
                            step_keys=tuple(args.step_key) if args.step_key else jsonl.STEP_KEYS)
     print(f"rl-otel watch: following {', '.join(args.paths)}; state "

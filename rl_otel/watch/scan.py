@@ -8,6 +8,11 @@ those with ``tfevents`` in their name, metric lines those ending in ``.jsonl``. 
 over. A watched path may also be one file. Several event files of one rank in one directory are one run (a
 training restarted into its directory goes on; two processes writing there at once are merged, so docs/watch.md
 tells users to give each its own directory or rank).
+
+A walk notes the stamps of the directories that hold directories or no file to follow yet (:func:`changed` stats
+only those): a new run's directory changes its parent's, and its first file the new directory's, so the watcher
+walks again at once when one appears, and only then; a new file beside followed ones (a restarted training's new
+event file) waits for the next periodic walk.
 """
 
 from __future__ import annotations
@@ -67,8 +72,12 @@ def classify(path: str, root: str) -> Found | None:
     return Found(os.path.abspath(path), kind, run, rank or 0)
 
 
-def scan(roots: Iterable[str], known: set[str] | None = None) -> Iterator[Found]:
-    """The files under ``roots`` not in ``known`` (absolute paths), each once, in a stable order."""
+def scan(roots: Iterable[str], known: set[str] | None = None,
+         dirs: dict[str, tuple[int, int]] | None = None) -> Iterator[Found]:
+    """The files under ``roots`` not in ``known`` (absolute paths), each once, in a stable order. ``dirs``, when
+    given, is filled with the (mtime, link count) of each root directory and each walked directory holding
+    directories or no file to follow, taken before it was listed: what :func:`changed` compares, so that a
+    directory added under any of them (a new run) is seen without walking them all again."""
     known = known if known is not None else set()
     count = len(known)
     for root in roots:
@@ -77,8 +86,19 @@ def scan(roots: Iterable[str], known: set[str] | None = None) -> Iterator[Found]
             if found is not None and found.path not in known:
                 yield found
             continue
+        seen: dict[str, tuple[int, int]] = {}  # each directory's stamp, taken before os.walk lists it
+        if dirs is not None:
+            _stamp(root, seen)
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            if dirs is not None:
+                stamp = seen.pop(dirpath, None)
+                # a run's directory made before its first file (mkdir, then open) is watched until it holds one
+                if stamp is not None and (dirnames or dirpath == root
+                                          or not any(kind_of(name) for name in filenames)):
+                    dirs[dirpath] = stamp
+                for d in dirnames:
+                    _stamp(os.path.join(dirpath, d), seen)
             for name in sorted(filenames):
                 path = os.path.abspath(os.path.join(dirpath, name))
                 if path in known or kind_of(name) is None:
@@ -89,3 +109,25 @@ def scan(roots: Iterable[str], known: set[str] | None = None) -> Iterator[Found]
                 if found is not None:
                     count += 1
                     yield found
+
+
+def _stamp(path: str, into: dict[str, tuple[int, int]]) -> None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    into[path] = (st.st_mtime_ns, st.st_nlink)
+
+
+def changed(dirs: dict[str, tuple[int, int]]) -> bool:
+    """Whether any of ``dirs`` (filled by :func:`scan`) changed since, or is gone: an entry was added or removed
+    in it (a stat per directory: the roots, the directories of directories and those with no file followed, not
+    the runs' own)."""
+    for path, stamp in dirs.items():
+        try:
+            st = os.stat(path)
+        except OSError:
+            return True
+        if (st.st_mtime_ns, st.st_nlink) != stamp:
+            return True
+    return False

@@ -8,15 +8,18 @@ of runs in a shared log directory; ``port_per_run`` gives each run an endpoint o
 for each read only.
 
 One thread does the reading (:meth:`Watcher.run`, or :meth:`Watcher.poll` called by a test): every ``interval_s``
-(0.5 s) each followed file is stat'ed and what it gained is read, every ``rescan_s`` the watched paths are walked
-for new files (a restarted training's new event file, a new run directory), and every ``checkpoint_s`` the state
-file is saved if anything moved. A backlog (a finished run, a restart) is read in 8 MB steps without waiting.
+(0.5 s) each followed file is stat'ed and what it gained is read (a quiet file less often), the watched paths are
+walked for new files (a restarted training's new event file, a new run directory) every ``rescan_s`` while walks
+find some, up to 10 ``rescan_s`` apart while they do not, and at once when a directory of directories changed
+(:func:`~rl_otel.watch.scan.changed`), and every ``checkpoint_s`` the state file is saved if anything moved. A
+backlog (a finished run, a restart) is read in 8 MB steps without waiting.
 Nothing in the loop raises: a file that cannot be read is logged once and tried again at the next poll; a record
 that is not what it should be is counted in ``rl_telemetry_errors_total{sink="watch", reason="corrupt_record"}``.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import socket
@@ -27,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl_otel._internal.exporters.admission import Limits
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
-from rl_otel._internal.pipeline.snapshot import Snapshot, merged
+from rl_otel._internal.pipeline.snapshot import Relabelled, Snapshot, merged
 from rl_otel._internal.pipeline.store import StoreSnapshot
 from rl_otel._internal.runtime.serving import Served
 from rl_otel.catalog import Catalog
@@ -44,7 +48,9 @@ class WatchOptions:
     """The watcher's options: how runs are served, where the state lives (``None``: no state file), the poll,
     rescan and checkpoint periods, the JSONL step and time fields, and ``expire_s``: a run whose files have not
     grown for that long is closed, as a finished training process closes (``None``: served until the watcher
-    stops; a hung training stops writing too, so expiry trades RLTrainerStalled for a clean end)."""
+    stops; a hung training stops writing too, so expiry trades RLTrainerStalled for a clean end). ``freeze_gc``:
+    the watcher owns its process (``rl-otel watch``), and moves what its runs hold out of the garbage collector's
+    full collections (``gc.freeze``) as runs come; see :meth:`Watcher.poll`."""
 
     serve: ServeOptions = field(default_factory=ServeOptions)
     state_path: Path | None = None
@@ -54,6 +60,7 @@ class WatchOptions:
     step_keys: Sequence[str] = jsonl.STEP_KEYS
     time_keys: Sequence[str] = jsonl.TIME_KEYS
     expire_s: float | None = None
+    freeze_gc: bool = False
 
 
 class _Followed:
@@ -75,6 +82,13 @@ class _Followed:
 QUIET_S = 30.0
 IDLE_MAX_S = 10.0
 
+# The shared endpoint's CPU budget. A training process's endpoint may spend 4% of a core (what it takes is taken
+# from training); serving is the watcher's own job, and one scrape of 5,000 runs costs ~0.3 s of CPU: at 4% that
+# is 7 s of debt, and the next scrape waited that long before it started (scrapes of 3.5 to 8 s, with ~0.5 s of
+# work each). Half a core, bursts of 4 s, still bounds what hostile clients make it spend.
+FREEZE_S = 10.0  # gc.freeze() at most this often (see Watcher._freeze)
+SHARED_LIMITS = Limits(cpu_share=0.5, cpu_burst_s=4.0)
+
 
 class Watcher:
     """Follows TensorBoard event files and JSONL metric files under ``roots`` and serves their values (see the
@@ -92,12 +106,16 @@ class Watcher:
         self._dirty = False
         self._last_scan = self._last_save = float("-inf")
         self._rescan_every = self.options.rescan_s
+        self._dirs: dict[str, tuple[int, int]] = {}  # the stamps of the directories of directories (scan.changed)
         self._no_tensorboard = False
         self._grew: dict[tuple[str, int], float] = {}  # run -> when its files last grew (for expire_s)
         self._followed_of: dict[tuple[str, int], int] = {}  # run -> how many of its files are followed
         self.diagnostics = Diagnostics()  # the shared endpoint's own errors
         self.served: Served | None = None  # the endpoint every run is served at (none with port_per_run)
         self._merged: tuple[tuple[object, ...], Snapshot] | None = None  # the last merged snapshot, by its parts
+        self._relabelled: Relabelled = {}  # each run's stored families as merged() labelled them (by origin)
+        self._frozen: tuple[int, float] = (0, float("-inf"))  # runs labelled at the last gc.freeze(), and when
+        self._dropped = False  # a run was forgotten since the last gc.freeze()
         # a restored run is served once its files are read up to what they held at the restart (their sizes now)
         self._catch_up: dict[str, int] = {}
         for path in self.state.files:
@@ -117,7 +135,8 @@ class Watcher:
         serve, diag = self.options.serve, self.diagnostics
         prom = serve.prometheus()
         self.served = Served(prom, self.collect, lambda reason: diag.count("prometheus", reason), time.time_ns,
-                             host_name=socket.gethostname(), run="rl-otel-watch", rank=0, role="watch", labels={})
+                             host_name=socket.gethostname(), run="rl-otel-watch", rank=0, role="watch", labels={},
+                             limits=SHARED_LIMITS)
         _log.info("rl_otel watch: serving every run at %s", self.served.url)
 
     def collect(self, *, settle: bool = False, on_error: Callable[[str], None] | None = None) -> Snapshot:
@@ -131,8 +150,13 @@ class Watcher:
             stored = last[1].stored  # no run changed: the merged stored families of the last scrape
             snap = Snapshot(stored, merged([Snapshot(_EMPTY, p.live, p.origin) for p in parts]).live)
         else:
-            snap = merged(parts)
-            self._merged = (key, snap)
+            cache = self._relabelled
+            snap = merged(parts, cache)
+            self._merged = (key, Snapshot(snap.stored))  # not its live part: 50,000 points kept for nothing
+            if len(cache) > len(parts):  # runs gone: their entries go
+                kept = {part.origin for part in parts}
+                for origin in [o for o in cache if o not in kept]:
+                    del cache[origin]
         return Snapshot(snap.stored, (*snap.live, errors) if errors is not None else snap.live)
 
     # -- the loop -------------------------------------------------------------------------------------------
@@ -151,10 +175,12 @@ class Watcher:
         more = False
         try:
             now = time.monotonic()
-            if now - self._last_scan >= self._rescan_every:
+            # a walk that finds nothing new waits twice as long for the next (up to 10 rescan_s): walking thousands
+            # of finished runs' directories every second costs a core's share by itself. A new run's directory
+            # is seen at the next poll all the same: a stat of each directory of directories (scan.changed) says
+            # one was added, and the walk is done at once (a new run waited up to 10 s for the backed-off walk)
+            if now - self._last_scan >= self._rescan_every or scan.changed(self._dirs):
                 self._last_scan = now
-                # a walk that finds nothing new waits twice as long for the next (up to 10 rescan_s): walking
-                # thousands of finished runs' directories every second costs a core's share by itself
                 found_new = self.rescan()
                 self._rescan_every = (self.options.rescan_s if found_new
                                       else min(self._rescan_every * 2, 10 * self.options.rescan_s))
@@ -172,9 +198,28 @@ class Watcher:
                 self._expire(time.monotonic() - self.options.expire_s)
             if time.monotonic() - self._last_save >= self.options.checkpoint_s:
                 self.checkpoint()
+            if self.options.freeze_gc:
+                self._freeze()
         except Exception:
             _log.exception("rl_otel watch: poll failed; going on")
         return more
+
+    def _freeze(self) -> None:
+        """Move every object now alive out of the collector's generations (``gc.freeze``), at most every
+        FREEZE_S, once runs were labelled for the endpoint since the last time: thousands of runs' recorders are
+        ~900,000 objects, and a full collection of them (~0.5 s, every other scrape of 5,000 runs while one
+        writes) was most of a scrape's time. A frozen object is still freed when nothing refers to it; cycles are
+        not: when a run was forgotten since, everything is unfrozen and collected once first."""
+        now = time.monotonic()
+        labelled = len(self._relabelled)
+        if labelled == self._frozen[0] or now - self._frozen[1] < FREEZE_S:
+            return
+        if self._dropped:
+            gc.unfreeze()
+            gc.collect()
+            self._dropped = False
+        gc.freeze()
+        self._frozen = (labelled, now)
 
     def _mark_ready(self) -> None:
         """Serve the restored runs none of whose files is still catching up."""
@@ -195,7 +240,8 @@ class Watcher:
         """Follow the files under the roots not followed yet (offsets from the state file when it knows them);
         True if there was one."""
         new = False
-        for found in scan.scan(self.roots, set(self.files)):
+        dirs: dict[str, tuple[int, int]] = {}
+        for found in scan.scan(self.roots, set(self.files), dirs):
             new = True
             fs = self.state.files.get(found.path)
             if fs is None:
@@ -204,6 +250,7 @@ class Watcher:
             key = (found.run, found.rank)
             self._followed_of[key] = self._followed_of.get(key, 0) + 1
             _log.debug("rl_otel watch: following %s (run %r, rank %d)", found.path, found.run, found.rank)
+        self._dirs = dirs
         return new
 
     def checkpoint(self, force: bool = False) -> None:
@@ -221,7 +268,7 @@ class Watcher:
         target = self.runs.pop(key, None)
         self.state.runs.pop(key, None)
         self._grew.pop(key, None)
-        self._dirty = True
+        self._dirty = self._dropped = True
         if target is not None:
             target.close()
             if why is not None:
@@ -236,7 +283,7 @@ class Watcher:
                 del self._grew[key]
                 target = self.runs.pop(key, None)
                 self.state.runs.pop(key, None)
-                self._dirty = True
+                self._dirty = self._dropped = True
                 if target is not None:
                     target.close()
                 _log.info("rl_otel watch: run %r rank %d wrote nothing for %.0f s: closed", key[0], key[1],

@@ -61,19 +61,27 @@ class Snapshot:
         return None
 
 
-def merged(snapshots: Sequence[Snapshot]) -> Snapshot:
+# what merged() made of one part's stored families, by the part's origin: (its StoreSnapshot, each family with
+# its points labelled)
+Relabelled = dict[int, tuple[StoreSnapshot, tuple[tuple[Family, list[Point]], ...]]]
+
+
+def merged(snapshots: Sequence[Snapshot], relabelled: Relabelled | None = None) -> Snapshot:
     """One snapshot of several: each family name once (the first spec of a name describes it), its points from
     every snapshot with their base labels made their own. Its stored part has a layout while every part has one
-    (an encoder reuses what it compiled while no series of any part came or went)."""
+    (an encoder reuses what it compiled while no series of any part came or went). ``relabelled``: a cache the
+    caller keeps between calls, so a part whose stored snapshot is the one of the last call is not labelled again
+    (``rl-otel watch``: 5,000 runs, one of them writing, were 165,000 points made anew at every scrape, ~0.4 s);
+    entries of parts gone are the caller's to drop."""
     layouts = tuple((s.origin, s.stored.layout) for s in snapshots)
     families: dict[str, tuple[Family, list[Point]]] = {}
     live: dict[str, tuple[Family, list[Point]]] = {}
     for snap in snapshots:
-        for fam in snap.stored.families:
+        for fam, own in _relabelled(snap, relabelled):
             entry = families.get(fam.spec.name)
             if entry is None:
                 entry = families[fam.spec.name] = (fam, [])
-            entry[1].extend(Point(fam.base + labels, value) for labels, value in fam.points)
+            entry[1].extend(own)
         for fam in snap.live:
             got = live.get(fam.spec.name)
             if got is None:
@@ -90,6 +98,21 @@ def merged(snapshots: Sequence[Snapshot]) -> Snapshot:
                            families=stored_families, layout=layouts if reusable else None)
     return Snapshot(stored, tuple(Family(first.spec, (), first.start_ns, points, first.scrape_only)
                                   for first, points in live.values()))
+
+
+def _relabelled(snap: Snapshot, cache: Relabelled | None) -> tuple[tuple[Family, list[Point]], ...]:
+    """``snap``'s stored families, each with its points labelled with the family's base labels (from ``cache``
+    while ``snap.stored`` is the snapshot they were made of: a store's snapshot is the same object until the next
+    write)."""
+    stored = snap.stored
+    if cache is not None:
+        got = cache.get(snap.origin)
+        if got is not None and got[0] is stored:
+            return got[1]
+    own = tuple((fam, [Point(fam.base + labels, value) for labels, value in fam.points]) for fam in stored.families)
+    if cache is not None:
+        cache[snap.origin] = (stored, own)
+    return own
 
 
 _HISTOGRAM = Kind.HISTOGRAM

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from rl_otel._internal.exporters.admission import Limits
 from rl_otel._internal.exporters.file_sd import TargetsFile, targets_path
 from rl_otel._internal.exporters.prometheus import Collect, ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.runtime.config import PrometheusConfig
@@ -33,13 +34,15 @@ def publish(prom: PrometheusConfig, endpoint: ScrapeEndpoint, *, host_name: str,
 class Served:
     """An endpoint serving ``collect`` and its file_sd targets file, started and closed together (what each of
     ``rl-otel watch``'s endpoints is: the shared one, or a run's own with ``--port-per-run``). The endpoint is
-    closed again when its targets file cannot be written; ``close()`` is idempotent."""
+    closed again when its targets file cannot be written; ``close()`` is idempotent. ``limits``: the endpoint's
+    (``None``: a training process's, with its CPU budget of 4% of a core)."""
 
     def __init__(self, prom: PrometheusConfig, collect: Collect, count: Callable[[str], None],
                  clock: Callable[[], int], *, host_name: str, run: str, rank: int, role: str,
-                 labels: Mapping[str, str]) -> None:
+                 labels: Mapping[str, str], limits: Limits | None = None) -> None:
         self.endpoint: ScrapeEndpoint | None = ScrapeEndpoint(scrape_registry(collect, count, clock), prom.host,
-                                                              prom.port, port_search=prom.port_search)
+                                                              prom.port, port_search=prom.port_search,
+                                                              limits=limits)
         try:
             self.targets = publish(prom, self.endpoint, host_name=host_name, run=run, rank=rank, role=role,
                                    labels=labels)
