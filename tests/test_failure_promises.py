@@ -512,7 +512,8 @@ def test_otlp_a_collector_that_hangs_costs_close_at_most_timeout_s_plus_1_s():
         t0 = time.monotonic()
         tel.close()
         took = time.monotonic() - t0
-        assert took < 1.0 + 1.0 + 1.0, took  # the deadline (timeout_s + 1 s, at least 2 s) plus scheduling slack
+        # the deadline (timeout_s + 1 s, at least 2 s), not the collector's 20 s: the slack is a loaded machine's
+        assert took < 1.0 + 1.0 + 8.0, took
     finally:
         receiver.close()
 
