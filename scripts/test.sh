@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's test command; .ci/run calls it. About 13 minutes on 2 cores from nothing (8.5 of them pytest).
+# The README's test command; .ci/run calls it. About 20 minutes on 2 busy cores from nothing (17 of them pytest).
 #
 #   1. Debian packages the tests run for real: prometheus (prometheus, promtool), victoria-metrics (vmalert),
 #      prometheus-alertmanager (amtool), installed with apt-get when missing.
