@@ -83,12 +83,13 @@ def test_sigusr1_after_close_does_what_the_program_set_since(tmp_path, case):
 @POSIX
 def test_the_faulthandler_and_sigaction_adapters_read_what_the_kernel_and_faulthandler_hold(tmp_path):
     """posix.py's adapters against the real faulthandler and kernel: they fail loudly if either changes."""
+    from rl_otel._internal.probes.hangs import _PipeEnd
     from rl_otel._internal.probes.posix import faulthandler_holds, os_action, os_handler, set_os_action
 
     sig = signal.SIGUSR2
     assert os_handler(sig) == 0
     with open(tmp_path / "a.txt", "w") as first, open(tmp_path / "b.txt", "w") as second:
-        mine = _File(first.fileno())
+        mine = _PipeEnd(first.fileno())  # the object rl_otel registers faulthandler with
         faulthandler.register(sig, file=mine, all_threads=False)
         try:
             assert faulthandler_holds(mine)
@@ -102,17 +103,6 @@ def test_the_faulthandler_and_sigaction_adapters_read_what_the_kernel_and_faulth
         assert set_os_action(sig, registered) and os_handler(sig) not in (0, None)  # put back as it was
         signal.signal(sig, signal.SIG_DFL)
         assert os_handler(sig) == 0
-
-
-class _File:
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def fileno(self) -> int:
-        return self.fd
-
-    def flush(self) -> None:
-        pass
 
 
 def test_a_sigterm_handler_is_never_put_back_from_a_telemetry_already_closed():
