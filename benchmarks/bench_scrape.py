@@ -149,7 +149,7 @@ def measure(repeat: int) -> dict[str, float]:
     try:
         node.feed(tel, steps=2)
         registry = _registry(tel)
-        views = list(tel._recorder.collect().families)  # what one scrape reads
+        views = list(tel._components.recorder.collect().families)  # what one scrape reads
         provider, stock = stock_reader(views)
         keys, rng, ppo = node.node_keys(), np.random.default_rng(1), node.ppo_batch(1)
 

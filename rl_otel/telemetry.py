@@ -2,9 +2,10 @@
 :func:`rl_otel.init`).
 
 It only guards and forwards, as the OTel SDK's instruments do: closed? a signal held while a step is logged?
-never raise. The series go through the :class:`~rl_otel._internal.pipeline.recorder.Recorder` (the one write and
-the one read), the resources live in :class:`~rl_otel._internal.runtime.components.Components`. What ``log()``,
-``submit()`` and ``phase()`` promise in detail: ``docs/logging.md``.
+never raise. Steps go to the :class:`~rl_otel._internal.pipeline.steplog.StepLog`, which records them through the
+:class:`~rl_otel._internal.pipeline.recorder.Recorder` (the one write and the one read); every part is built by
+:class:`~rl_otel._internal.runtime.components.Components`. What ``log()``, ``submit()`` and ``phase()`` promise in
+detail: ``docs/logging.md``.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from rl_otel._internal.pipeline.recorder import Recorder
+from rl_otel._internal.forks import reset_in_forked_child
 from rl_otel._internal.pipeline.records import HistogramValue
-from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel._internal.runtime.components import Components
 from rl_otel._internal.runtime.config import TelemetryConfig
 from rl_otel.catalog import Catalog
@@ -42,9 +43,10 @@ class Telemetry:
         self._closed = False
         self._close_lock = threading.Lock()
         reset_in_forked_child(self)  # every lock on the log() path is made again in a forked child (_after_fork)
-        self._components = Components(config, catalog)
-        self._recorder: Recorder = self._components.recorder
-        self._components.build(on_term=self.close, on_int=self.flush)  # closes what it made if a step fails
+        # the signal handlers reach back to close()/flush() weakly: nothing below the facade holds it
+        self._components = Components(config, catalog, on_term=_weakly(self.close), on_int=_weakly(self.flush))
+        self._steps = self._components.steplog
+        self._diag = self._components.diagnostics
         # closed at interpreter exit unless closed before (frameworks that never call finish(), like ROLL)
         self._pid = os.getpid()
         atexit.register(self._close_at_exit)
@@ -63,7 +65,7 @@ class Telemetry:
     @property
     def step(self) -> int | None:
         """The highest step logged so far (``None`` before the first ``log()``); ``step=None`` continues from it."""
-        return self._recorder.steps.last
+        return self._steps.steps.last
 
     @property
     def trackers(self) -> tuple[str, ...]:
@@ -73,7 +75,7 @@ class Telemetry:
     @property
     def tracer_provider(self) -> Any:
         """The ``TracerProvider`` phases use: ``init(tracer_provider=...)``'s, else this Telemetry's own."""
-        return self._components.tracer_provider
+        return self._components.tracers.get()
 
     @property
     def meter_provider(self) -> Any:
@@ -86,7 +88,7 @@ class Telemetry:
         """What the scrape endpoint serves now for one series (base units; ``None``: none), for a key as logged
         (``tel.value("critic/score/mean")``) or a family and its labels (``tel.value("rl_telemetry_errors_total",
         sink="input", reason="bad_value")``). Waits (bounded) for earlier :meth:`submit` jobs, as a scrape does."""
-        return self._recorder.value(key, labels)
+        return self._components.reads.value(key, labels)
 
     def log(self, metrics: Mapping[str, object], step: int | None = None, *, wait_for_trackers: bool = False) -> None:
         """Record one step's metrics; ``step=None`` is the highest step so far + 1 (0 at first).
@@ -98,14 +100,14 @@ class Telemetry:
         queues behind them). Never waits for the trackers, unless ``wait_for_trackers`` (a replay of history).
         Details: ``docs/logging.md``."""
         if self._closed:
-            self._recorder.diagnostics.warn_once("closed", "", "rl_otel: log() after close() is ignored")
+            self._diag.warn_once("closed", "", "rl_otel: log() after close() is ignored")
             return
         with self._components.held:  # a SIGTERM/SIGINT now is handled once this step is fully logged
             try:
-                self._recorder.log(metrics, step, wait_for_trackers)
+                self._steps.log(metrics, step, wait_for_trackers)
                 self._components.logged()  # the step's root span, in the one process that writes them
-            except Exception:  # the training step must go on
-                self._recorder.internal_error("log")
+            except Exception:  # boundary: the training step must go on (a bug of rl_otel's, counted and said)
+                self._steps.internal_error("log")
 
     def submit(self, fn: Callable[..., Mapping[str, object]], /, *args: Any, step: int | None = None,
                **kwargs: Any) -> Future:
@@ -119,14 +121,14 @@ class Telemetry:
         raises: the ``Future`` holds the dict, or ``fn``'s exception (counted, logged once per function)."""
         future: Future = Future()
         if self._closed or not callable(fn):
-            self._recorder.refuse(fn, future, closed=self._closed)
+            self._steps.refuse(fn, future, closed=self._closed)
             return future
         with self._components.held:
             try:
-                self._recorder.submit(fn, args, kwargs, step, future)
+                self._steps.submit(fn, args, kwargs, step, future)
                 self._components.logged()  # the step is taken now: its trace as with log()
-            except Exception as exc:  # the training step must go on
-                self._recorder.internal_error("submit")
+            except Exception as exc:  # boundary: the training step must go on (a bug of rl_otel's, counted)
+                self._steps.internal_error("submit")
                 if not future.done():
                     future.set_exception(exc)
         return future
@@ -147,10 +149,9 @@ class Telemetry:
         for phases run per micro-batch; default: ``init(phase_memory=...)``); ``policy_step``: the step whose policy
         made this phase's data (an async rollout), linked from its span (``docs/tracing.md``). Your code's
         exceptions propagate. Details: ``docs/logging.md``, on a GPU ``docs/gpu.md``, traces ``docs/tracing.md``."""
-        recorder = self._recorder
         return self._components.phase_runtime().open(
-            recorder.segment(cluster), recorder.segment(phase), onload=onload, offload=offload, step=step,
-            parent=parent, bucket=None if bucket is None else recorder.goodput.known_bucket(bucket),
+            _segment(cluster, self._diag), _segment(phase, self._diag), onload=onload, offload=offload, step=step,
+            parent=parent, bucket=None if bucket is None else self._components.goodput.known_bucket(bucket),
             memory=None if memory is None else bool(memory),
             policy_step=policy_step if type(policy_step) is int else None)
 
@@ -162,7 +163,7 @@ class Telemetry:
 
         Counted in ``rl_collective_wait_seconds_total{point}`` and the ``waiting`` bucket, never as the rank's
         compute time (the rank the others wait for computes longest). Details: ``docs/goodput.md``."""
-        return self._recorder.goodput.collective(str(point))
+        return self._components.goodput.collective(str(point))
 
     def engine(self, url: str, *, name: str) -> str | None:
         """Publish a rollout engine server (vLLM, SGLang) as a Prometheus scrape target, with this run's labels::
@@ -176,7 +177,7 @@ class Telemetry:
         once) when no file_sd directory is set. Raises ``ValueError`` for a URL without a host and port.
         Details: ``docs/engines.md``."""
         if self._closed:  # its file would outlive the process: nothing removes it any more
-            self._recorder.diagnostics.warn_once("closed", "engine", "rl_otel: engine() after close() is ignored")
+            self._diag.warn_once("closed", "engine", "rl_otel: engine() after close() is ignored")
             return None
         return self._components.engine_target(url, name)
 
@@ -209,3 +210,23 @@ class Telemetry:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+def _weakly(method: Callable[[], object]) -> Callable[[], object]:
+    """``method`` called through a weak reference to its object (nothing, once the object is gone)."""
+    ref = weakref.WeakMethod(method)
+
+    def call() -> object:
+        bound = ref()
+        return None if bound is None else bound()
+
+    return call
+
+
+def _segment(name: object, diag: Any) -> str:
+    """A phase or cluster name as one key segment: "/" replaced (said once)."""
+    text = str(name)
+    if "/" in text or not text:
+        fixed = text.replace("/", "_") or "unnamed"
+        diag.warn_once("phase_name", text, f"rl_otel: phase names are one key segment; {text!r} is used as {fixed!r}")
+        return fixed
+    return text

@@ -24,7 +24,8 @@ import yaml
 from rl_otel._internal.exporters.admission import Limits
 from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.exporters.webconfig import load_web_config
-from rl_otel._internal.pipeline.recorder import Recorder
+from rl_otel._internal.pipeline.records import Batch
+from rl_otel._internal.runtime.assembly import pipeline
 from rl_otel.catalog import default_catalog, meta
 from tests.certs import make_pki
 from tests.test_endpoint_hardening import auth, host_port
@@ -148,8 +149,9 @@ def endpoint(tmp_path, pki, kind: str, basic_auth: bool) -> tuple[ScrapeEndpoint
     if doc:
         (tmp_path / "web.yml").write_text(yaml.safe_dump(doc))
         web = load_web_config(tmp_path / "web.yml")
-    recorder = Recorder(default_catalog(), {"run": "attack", "role": "trainer", "rank": "0"}, max_series_per_metric=100)
-    recorder.record([(meta.STEP, (), 1.0)])
+    recorder = pipeline(default_catalog(), {"run": "attack", "role": "trainer", "rank": "0"},
+                        max_series_per_metric=100)
+    recorder.record(Batch([(meta.STEP, (), 1.0)]))
     registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect, on_error=lambda reason: None)
     served = ScrapeEndpoint(registry, "127.0.0.1", 0, web=web, limits=Limits())
     context = ssl.create_default_context(cafile=str(pki.ca)) if kind == "handshake" else None

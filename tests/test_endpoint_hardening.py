@@ -30,7 +30,8 @@ from rl_otel._internal.exporters import prometheus as prom
 from rl_otel._internal.exporters.admission import Governor, Limits
 from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
 from rl_otel._internal.exporters.webconfig import UNCACHED_BURST, UNCACHED_CHECKS_PER_S, BasicAuth, TokenBucket, Verdict
-from rl_otel._internal.pipeline.recorder import Recorder
+from rl_otel._internal.pipeline.records import Batch
+from rl_otel._internal.runtime.assembly import pipeline
 from rl_otel.catalog import default_catalog, meta
 from tests.certs import make_pki
 from tests.promtools import promtool_check, scrape
@@ -108,8 +109,9 @@ def endpoint_of():
     made = []
 
     def make(limits: Limits | None = None, web=None) -> ScrapeEndpoint:
-        recorder = Recorder(default_catalog(), {"run": "h", "role": "trainer", "rank": "0"}, max_series_per_metric=100)
-        recorder.record([(meta.STEP, (), 1.0)])
+        recorder = pipeline(default_catalog(), {"run": "h", "role": "trainer", "rank": "0"},
+                        max_series_per_metric=100)
+        recorder.record(Batch([(meta.STEP, (), 1.0)]))
         events: list[str] = []
         registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect, on_error=events.append)
         extra: dict = {"limits": limits} if limits else {}  # the endpoint took no limits before
@@ -156,10 +158,11 @@ def test_a_lone_surrogate_in_the_run_name_is_escaped():
 
 
 def test_one_family_failing_to_render_leaves_the_others_served():
-    recorder = Recorder(default_catalog(), {"run": "r", "role": "trainer", "rank": "0"}, max_series_per_metric=10)
+    recorder = pipeline(default_catalog(), {"run": "r", "role": "trainer", "rank": "0"},
+                        max_series_per_metric=10)
     catalog = default_catalog()
     good, bad = catalog.by_name("rl_actor_pg_loss"), catalog.by_name("rl_critic_score")
-    recorder.record([(good, (), 1.0), (bad, (("stat", "mean"),), object()), (meta.STEP, (), 3.0)])
+    recorder.record(Batch([(good, (), 1.0), (bad, (("stat", "mean"),), object()), (meta.STEP, (), 3.0)]))
     events: list[str] = []
     registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect, on_error=events.append)
     for fmt in (prom.TEXT, prom.OPENMETRICS):
@@ -197,13 +200,14 @@ def test_name_filters_cut_only_the_named_families(monkeypatch):
 def test_queued_scrapes_share_a_rendering_made_after_they_arrived():
     """A rendering read from the store after a request arrived holds every log() finished before it: requests
     queued behind each other share it, even when the store changed meanwhile; a later request gets a new one."""
-    recorder = Recorder(default_catalog(), {"run": "r", "role": "trainer", "rank": "0"}, max_series_per_metric=10)
+    recorder = pipeline(default_catalog(), {"run": "r", "role": "trainer", "rank": "0"},
+                        max_series_per_metric=10)
     registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect)
-    recorder.record([(meta.STEP, (), 1.0)])
+    recorder.record(Batch([(meta.STEP, (), 1.0)]))
     asked = time.monotonic_ns()
     first = registry.render_chunks(asked_ns=asked)[0]
     assert b'rl_step{rank="0",role="trainer",run="r"} 1.0' in first
-    recorder.record([(meta.STEP, (), 2.0)])  # done after the first request arrived
+    recorder.record(Batch([(meta.STEP, (), 2.0)]))  # done after the first request arrived
     assert registry.render_chunks(asked_ns=asked)[0] is first
     assert b'rl_step{rank="0",role="trainer",run="r"} 2.0' in registry.render_chunks(asked_ns=time.monotonic_ns())[0]
     assert b'rl_step{rank="0",role="trainer",run="r"} 2.0' in registry.render()
@@ -344,8 +348,8 @@ def test_a_scrape_waiting_behind_fresh_requests_is_accepted_once_they_are_answer
         gate.wait(30)
         return []
 
-    recorder = Recorder(default_catalog(), {"run": "h", "role": "trainer", "rank": "0"}, max_series_per_metric=100)
-    recorder.add_collector(slow)
+    recorder = pipeline(default_catalog(), {"run": "h", "role": "trainer", "rank": "0"}, max_series_per_metric=100,
+                        collectors=[slow])
     registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect)
     endpoint = ScrapeEndpoint(registry, "127.0.0.1", 0, limits=Limits(max_connections=4))
     never_read = [socket.create_connection(host_port(endpoint.url), timeout=10) for _ in range(4)]
@@ -467,7 +471,6 @@ def test_a_web_config_cannot_switch_tls_off(tmp_path):
 def test_past_its_cpu_budget_the_endpoint_starts_nothing_new_but_delivers_what_it_computed():
     """A budget of 0.1% of a core and a scrape costing 30 ms of CPU: the scrape puts the budget 20 s in debt;
     its answer still arrives, the next request waits for the budget (the kernel holds it meanwhile)."""
-    recorder = Recorder(default_catalog(), {"run": "h", "role": "trainer", "rank": "0"}, max_series_per_metric=100)
 
     def costly() -> list:
         end = time.thread_time() + 0.03
@@ -475,7 +478,8 @@ def test_past_its_cpu_budget_the_endpoint_starts_nothing_new_but_delivers_what_i
             pass
         return []
 
-    recorder.add_collector(costly)
+    recorder = pipeline(default_catalog(), {"run": "h", "role": "trainer", "rank": "0"}, max_series_per_metric=100,
+                        collectors=[costly])
     registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect)
     endpoint = ScrapeEndpoint(registry, "127.0.0.1", 0, limits=Limits(cpu_share=0.001, cpu_burst_s=0.01))
     try:
@@ -510,8 +514,8 @@ def test_the_process_full_collections_are_not_charged_to_the_endpoint_budget():
         collected.append(time.thread_time() - cpu)
         return []
 
-    recorder = Recorder(default_catalog(), {"run": "h", "role": "trainer", "rank": "0"}, max_series_per_metric=100)
-    recorder.add_collector(full_collection)
+    recorder = pipeline(default_catalog(), {"run": "h", "role": "trainer", "rank": "0"}, max_series_per_metric=100,
+                        collectors=[full_collection])
     registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect)
     endpoint = ScrapeEndpoint(registry, "127.0.0.1", 0, limits=Limits(cpu_share=0.001, cpu_burst_s=0.05))
     try:
@@ -654,11 +658,12 @@ def test_close_in_a_forked_child_releases_only_its_copies(endpoint_of):
 def test_a_client_that_stops_reading_its_response_is_dropped_and_counted():
     """A response that makes no progress for ``write_timeout_s`` (the client stopped reading: its window and the
     server's send buffer are full) is dropped, counted as ``client_timeout``, and the endpoint goes on serving."""
-    recorder = Recorder(default_catalog(), {"run": "h", "role": "trainer", "rank": "0"}, max_series_per_metric=50_000)
+    recorder = pipeline(default_catalog(), {"run": "h", "role": "trainer", "rank": "0"},
+                        max_series_per_metric=50_000)
     spec = default_catalog().resolve("eval/gsm8k/accuracy/mean@4").spec
     long = "t" * 200  # ~30,000 series of ~300 bytes: a response far larger than the sockets' buffers
-    recorder.record([(spec, (("taskset", f"{long}{i}"), ("metric", "accuracy"), ("stat", "mean"), ("k", "4")), 0.5)
-                 for i in range(30_000)])
+    recorder.record(Batch([(spec, (("taskset", f"{long}{i}"), ("metric", "accuracy"), ("stat", "mean"), ("k", "4")),
+                            0.5) for i in range(30_000)]))
     events: list[str] = []
     registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect, on_error=events.append)
     # the CPU budget is another test's subject: here two 9 MB renders on a loaded machine would put it in debt for

@@ -21,8 +21,8 @@ import pytest
 import rl_otel
 from rl_otel._internal.pipeline import goodput as goodput_module
 from rl_otel._internal.pipeline.goodput import Goodput
-from rl_otel._internal.pipeline.recorder import Recorder
 from rl_otel._internal.probes import live as live_probes
+from rl_otel._internal.runtime.assembly import Pipeline, pipeline
 from rl_otel.catalog import default_catalog
 from rl_otel.catalog.goodput import BUCKETS
 from tests.promtools import promtool_check, samples, scrape
@@ -209,17 +209,16 @@ def test_the_process_start_from_proc_matches_psutil(monkeypatch):
 # ------------------------------------------------------------------------------------------------ timing keys
 
 
-def _keyed(framework: str | None = None, *, live_started: float | None = None) -> tuple[Recorder, Goodput]:
+def _keyed(framework: str | None = None, *, live_started: float | None = None) -> tuple[Pipeline, Goodput]:
     """A recorder of ``framework``'s catalog; its start-up measured from ``live_started`` (a live process) or not
     at all (a watched run)."""
-    recorder = Recorder(default_catalog(framework), {"run": "keys", "role": "trainer", "rank": "0"})
-    if live_started is not None:
-        recorder.goodput.begin(live_started)
+    recorder = pipeline(default_catalog(framework), {"run": "keys", "role": "trainer", "rank": "0"},
+                        started=live_started)
     return recorder, recorder.goodput
 
 
-def _step(recorder: Recorder, values: dict[str, float], at: float) -> None:
-    recorder.goodput.step(recorder.ingest.route(values.items()).measurements, recorder.steps.advance(None), at)
+def _step(recorder: Pipeline, values: dict[str, float], at: float) -> None:
+    recorder.goodput.step(recorder.ingest.route(values.items()).measurements, recorder.steps.steps.advance(None), at)
 
 
 def _read(g: Goodput) -> tuple[dict[str, float], float]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 import rl_otel
-from rl_otel._internal.pipeline.recorder import Recorder
+from rl_otel._internal.runtime.assembly import pipeline
 from rl_otel.catalog import default_catalog
 from tests.promtools import scrape
 
@@ -69,7 +69,7 @@ def test_a_flat_step_and_the_same_step_nested_serve_the_same():
 
 def test_a_series_removed_by_its_ttl_comes_back_at_its_next_write():
     now = [10**18]
-    recorder = Recorder(default_catalog(), {"run": "ttl", "rank": "0"}, max_unknown_keys=100, series_ttl_s=1.0,
+    recorder = pipeline(default_catalog(), {"run": "ttl", "rank": "0"}, max_unknown_keys=100, series_ttl_s=1.0,
                         clock=lambda: now[0])
     row = {"actor/pg_loss": 1.0, "critic/score/mean": 2.0}
     recorder.log(row, 0)

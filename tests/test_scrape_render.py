@@ -79,7 +79,7 @@ def fed(seed_keys):
 def test_direct_render_is_byte_for_byte_the_stock_exporters(fed, seed_keys, fmt):
     renderer = Renderer()  # one renderer across steps: its per-series caches must follow every change
     for step in range(3):
-        views = fed._recorder.collect().families  # one collection for both (live values move)
+        views = fed._components.recorder.collect().families  # one collection for both (live values move)
         assert {view.spec.kind for view in views} == {Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM, Kind.INFO}
         assert any(view.spec is live.PROCESS_RSS for view in views)
         ours = renderer.render(views, fmt, set()).text + (EOF if fmt == OPENMETRICS else "")
@@ -116,19 +116,35 @@ def test_a_scrape_after_a_phase_sees_it_without_a_log(tel):
                          rf'rank="0",role="trainer",run="test"\}} {float(n)}$', text, flags=re.M), text
 
 
-def test_live_gauges_are_fresh_at_every_scrape_between_steps(tel):
+def test_live_gauges_are_fresh_at_every_scrape_between_steps():
+    import contextlib
+
+    from rl_otel._internal.exporters.prometheus import ScrapeEndpoint
+    from rl_otel._internal.runtime.assembly import pipeline
+    from rl_otel._internal.runtime.serving import scrape_registry
+
     calls = itertools.count(1)
-    tel._recorder.add_collector(lambda: [(live.GPU_PROCESS_ALLOCATED, (("device_id", "9"),), float(next(calls)))])
-    tel.log({"actor/lr": 1.0}, step=0)
+    parts = pipeline(default_catalog(), {"run": "test", "role": "trainer", "rank": "0"},
+                     collectors=[lambda: [(live.GPU_PROCESS_ALLOCATED, (("device_id", "9"),), float(next(calls)))]])
+    endpoint = ScrapeEndpoint(scrape_registry(parts.reads.collect, lambda reason: None, parts.store.clock),
+                              "127.0.0.1", 0)
+    parts.log({"actor/lr": 1.0}, step=0)
+    seen = []
+    with contextlib.closing(endpoint):
+        seen = _fresh_values(endpoint.url)
+    assert seen == sorted(set(seen)) and len(seen) == 4  # a new value at each scrape, no log() in between
+
+
+def _fresh_values(url: str) -> list[float]:
     seen = []
     for encoding in (None, "gzip", None, "gzip"):
-        text = fetch(tel.metrics_url, None, encoding)
+        text = fetch(url, None, encoding)
         found = re.search(r'^rl_gpu_process_memory_allocated_bytes\{device_id="9",rank="0",role="trainer",'
                           r'run="test"\} (\S+)$', text, flags=re.M)
         assert found is not None, text
         seen.append(float(found.group(1)))
         assert "rl_actor_learning_rate{" in text
-    assert seen == sorted(set(seen)) and len(seen) == 4  # a new value at each scrape, no log() in between
+    return seen
 
 
 def test_gzip_bodies_decompress_to_the_plain_scrape(tel):
@@ -144,22 +160,22 @@ def test_series_past_their_ttl_leave_a_cached_scrape():
     """No write between two scrapes, a series' TTL passes: the second scrape leaves it out (the cached rendering
     does not outlive it), and the next write removes it from the store."""
     from rl_otel._internal.exporters.prometheus import ScrapeRegistry
-    from rl_otel._internal.pipeline.recorder import Recorder
-    from rl_otel._internal.pipeline.records import Measurement
+    from rl_otel._internal.pipeline.records import Batch, Measurement
+    from rl_otel._internal.runtime.assembly import pipeline
 
     now = [10**18]
-    recorder = Recorder(default_catalog(), {"run": "ttl", "role": "trainer", "rank": "0"}, series_ttl_s=1.0,
+    recorder = pipeline(default_catalog(), {"run": "ttl", "role": "trainer", "rank": "0"}, series_ttl_s=1.0,
                         clock=lambda: now[0])
     registry = ScrapeRegistry(on_duplicate=lambda name: None, collect=recorder.collect, clock=recorder.store.clock)
     lr = default_catalog().resolve("actor/lr").spec
-    recorder.record([Measurement(lr, (), 1.0)], step=0)
+    recorder.record(Batch([Measurement(lr, (), 1.0)], step=0))
     assert b"rl_actor_learning_rate{" in registry.render(TEXT)
     now[0] += 999_000_000
     assert b"rl_actor_learning_rate{" in registry.render(TEXT)  # within its TTL
     now[0] += 2_000_000
     text = registry.render(TEXT)  # no write in between: the cache must not outlive the series
     assert b"rl_actor_learning_rate{" not in text and b"rl_step{" in text  # rl_step never expires
-    recorder.record([Measurement(lr, (), 2.0)], step=1)
+    recorder.record(Batch([Measurement(lr, (), 2.0)], step=1))
     # back at its next write
     assert b'rl_actor_learning_rate{rank="0",role="trainer",run="ttl"} 2.0' in registry.render(TEXT)
 
@@ -188,7 +204,7 @@ def strip_live(text: str) -> str:
 @pytest.mark.parametrize("fmt", [TEXT, OPENMETRICS])
 def test_each_family_is_cut_whole_from_a_rendering(fed, fmt):
     """``?name[]=`` is served from the families it names: each family's cut is its part of the text, in order."""
-    rendering = Renderer().render(fed._recorder.collect().families, fmt, set())
+    rendering = Renderer().render(fed._components.recorder.collect().families, fmt, set())
     parts = rendering.families()
     assert len(parts) > 80 and {p.state is not None for p in parts} == {True, False}  # histograms and others
     cuts = [rendering.text_of(set(part.samples)) for part in parts]

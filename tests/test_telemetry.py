@@ -322,32 +322,32 @@ def test_a_failing_init_step_closes_what_was_already_built(tmp_path, monkeypatch
 
 
 def test_store_removes_a_gone_series_and_a_step_never_goes_back():
-    from rl_otel._internal.pipeline.records import Measurement
+    from rl_otel._internal.pipeline.records import Batch, Measurement
     from rl_otel._internal.pipeline.snapshot import Snapshot
     from rl_otel._internal.pipeline.store import SeriesStore
     from rl_otel.catalog import meta
 
-    store = SeriesStore({"run": "r", "rank": "0"}, max_series_per_metric=10, ttl_s=None,
-                        dropped_spec=meta.DROPPED_SERIES, on_drop=lambda name: None)
+    store = SeriesStore({"run": "r", "rank": "0"}, max_series_per_metric=10, ttl_s=None)
     spec = rl_otel.default_catalog().resolve("critic/score/mean").spec
-    store.write([Measurement(spec, (("stat", "mean"),), 1.0), Measurement(spec, (("stat", "max"),), 2.0)])
+    store.write(Batch([Measurement(spec, (("stat", "mean"),), 1.0), Measurement(spec, (("stat", "max"),), 2.0)]))
     before = store.freeze()
     version = store.version
-    assert store.freeze(before) is before and store.version == version  # a read changes nothing
-    store.write([], gone=[(spec, (("stat", "mean"),))])
-    after = store.freeze(before)
+    assert store.freeze() is before and store.version == version  # a read changes nothing
+    store.write(Batch([], gone=[(spec, (("stat", "mean"),))]))
+    after = store.freeze()
     assert after.version > before.version and after.layout != before.layout
     assert Snapshot(after).value(spec.name, {"stat": "mean"}) is None
     assert Snapshot(after).value(spec.name, {"stat": "max"}) == 2.0
     assert Snapshot(before).value(spec.name, {"stat": "mean"}) == 1.0  # a snapshot never changes once taken
-    store.write([], gone=[(spec, (("stat", "mean"),)), (meta.STEP, ())])  # gone already; a family never written
-    assert store.freeze(after).layout == after.layout
+    store.write(Batch([], gone=[(spec, (("stat", "mean"),)), (meta.STEP, ())]))  # gone already; never written
+    assert store.freeze().layout == after.layout
     # with a step, a series keeps the newest step's value; without one, a write always lands
-    store.write([Measurement(spec, (("stat", "max"),), 5.0)], step=5)
-    store.write([Measurement(spec, (("stat", "max"),), 3.0), Measurement(spec, (("stat", "min"),), 3.0)], step=3)
+    store.write(Batch([Measurement(spec, (("stat", "max"),), 5.0)], step=5))
+    store.write(Batch([Measurement(spec, (("stat", "max"),), 3.0), Measurement(spec, (("stat", "min"),), 3.0)],
+                      step=3))
     snap = Snapshot(store.freeze())
     assert snap.value(spec.name, {"stat": "max"}) == 5.0 and snap.value(spec.name, {"stat": "min"}) == 3.0
-    store.write([Measurement(spec, (("stat", "max"),), 1.0)])
+    store.write(Batch([Measurement(spec, (("stat", "max"),), 1.0)]))
     assert Snapshot(store.freeze()).value(spec.name, {"stat": "max"}) == 1.0
 
 

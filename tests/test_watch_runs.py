@@ -60,13 +60,13 @@ def test_a_file_rewritten_from_step_zero_serves_the_restarted_run(tmp_path):
     w = _watcher(root)
     try:
         _drain(w)
-        assert w.runs[("r", 0)].recorder.value("critic/score/mean", {}) == 0.9
+        assert w.runs[("r", 0)].value("critic/score/mean") == 0.9
         path.unlink()  # the restarted training writes its file anew
         _write(path, [{"step": s, "critic/score/mean": 0.1} for s in range(3)])
         _drain(w)
-        recorder = w.runs[("r", 0)].recorder
-        assert recorder.value("critic/score/mean", {}) == 0.1
-        assert recorder.value("rl_step", {}) == 2.0
+        recorder = w.runs[("r", 0)]
+        assert recorder.value("critic/score/mean") == 0.1
+        assert recorder.value("rl_step") == 2.0
     finally:
         w.close()
 
@@ -79,14 +79,14 @@ def test_a_restarted_watcher_counts_none_of_the_restored_values_again(tmp_path):
     _write(root / "r" / "metrics.jsonl", rows)
     w = _watcher(root, state)
     _drain(w)
-    before = w.runs[("r", 0)].recorder.value("rl_goodput_bucket_seconds", {"bucket": "validation"})
+    before = w.runs[("r", 0)].value("rl_goodput_bucket_seconds", {"bucket": "validation"})
     assert before == 30.0
     w.close()
     w = _watcher(root, state)
     try:
         _drain(w)
-        recorder = w.runs[("r", 0)].recorder
-        assert recorder.value("critic/score/mean", {}) is None and recorder.value("rl_step", {}) == 3.0  # restored
+        recorder = w.runs[("r", 0)]
+        assert recorder.value("critic/score/mean") is None and recorder.value("rl_step") == 3.0  # restored
         for bucket in ("validation", "generation"):
             assert not recorder.value("rl_goodput_bucket_seconds", {"bucket": bucket}), bucket
     finally:
@@ -129,7 +129,7 @@ def test_idle_files_and_directories_are_looked_at_less_often_and_growth_is_still
         for _ in range(21):  # read within IDLE_MAX_S (10 s)
             w.poll()
             clock[0] += 0.5
-        assert w.runs[("run3", 0)].recorder.value("critic/score/mean", {}) == 0.25
+        assert w.runs[("run3", 0)].value("critic/score/mean") == 0.25
     finally:
         w.close()
 
@@ -153,7 +153,7 @@ def test_a_new_run_is_followed_at_the_next_poll_however_long_the_walk_has_backed
             for _ in range(2):
                 w.poll()
             assert (run, 0) in w.runs, (run, sorted(w.runs))
-            assert w.runs[(run, 0)].recorder.value("critic/score/mean", {}) == 0.25
+            assert w.runs[(run, 0)].value("critic/score/mean") == 0.25
         (root / "later").mkdir()  # a run's directory made first, its file a poll later
         w.poll()
         _write(root / "later" / "metrics.jsonl", [{"step": 1, "critic/score/mean": 0.125}])

@@ -28,9 +28,11 @@ from typing import IO, Any
 from rl_otel._internal.atomic import atomic_write
 from rl_otel._internal.exporters.exposition import Renderer
 from rl_otel._internal.exporters.textformat import OPENMETRICS
+from rl_otel._internal.pipeline.ingest import Ingest
 from rl_otel._internal.pipeline.recorder import Recorder
-from rl_otel._internal.pipeline.records import Family, Labels, Measurement
+from rl_otel._internal.pipeline.records import Batch, Count, Labels, Measurement
 from rl_otel._internal.pipeline.router import Refusal
+from rl_otel._internal.runtime.assembly import pipeline
 from rl_otel.catalog import Catalog, meta
 from rl_otel.watch import events, frameworks, jsonl, scan
 from rl_otel.watch.records import RecordTail
@@ -82,15 +84,16 @@ def backfill(paths: Sequence[str], out: str | os.PathLike, *, max_unknown_keys: 
                 continue
             timed.sort(key=lambda p: (p[0], p[1]))  # time order (a restarted training's second file interleaves)
             named = frameworks.infer(timed[0][3]) if framework == "auto" else framework
-            recorder = Recorder(catalog or frameworks.catalog_for(named),
-                                {"run": run, "role": ROLE, "rank": str(rank)}, max_unknown_keys=max_unknown_keys)
+            parts = pipeline(catalog or frameworks.catalog_for(named), {"run": run, "role": ROLE, "rank": str(rank)},
+                             max_unknown_keys=max_unknown_keys)
+            recorder, ingest, router = parts.recorder, parts.ingest, parts.ingest.router
             written: set[tuple[str, Labels]] = set()
             for ts, _i, step, values in timed:
                 for key in values:
-                    route = recorder.router.route(key)
+                    route = router.route(key)
                     if isinstance(route, Refusal):
                         summary.refused.setdefault(key, route.detail)
-                touched = _record(recorder, values, step, round(ts, 3))
+                touched = _record(recorder, ingest, values, step, round(ts, 3))
                 _encode(renderer, recorder, touched, f"{round(ts, 3):.3f}", families, written)
             summary.series += len(written)
             if sum(len(fam.lines) for fam in families.values()) > SPOOL_LINES:
@@ -100,14 +103,17 @@ def backfill(paths: Sequence[str], out: str | os.PathLike, *, max_unknown_keys: 
     return summary
 
 
-def _record(recorder: Recorder, values: dict[str, Any], step: int | None, ts: float) -> dict[str, set[Labels]]:
-    """Record one point at its time (every series written, whatever its step: a backfill's order is time) and
-    return the series it changed, by family name."""
-    routed = recorder.ingest.route(values.items())
+def _record(recorder: Recorder, ingest: Ingest, values: dict[str, Any], step: int | None,
+            ts: float) -> dict[str, set[Labels]]:
+    """Record one point at its time (every series written, whatever its step: a backfill's order is time, so the
+    step's series are plain measurements here, not a step's marks) and return the series it changed, by family
+    name."""
+    routed = ingest.route(values.items())
     measurements = routed.measurements
     if step is not None:
         measurements += [Measurement(meta.STEP, (), float(step)), Measurement(meta.LAST_STEP_TIMESTAMP, (), ts)]
-    recorder.record(measurements, gone=routed.gone)
+    recorder.record(Batch(measurements, gone=routed.gone,
+                          counts=[Count(meta.DROPPED_SERIES, (("metric", m),)) for m in routed.refused]))
     touched: dict[str, set[Labels]] = {}
     for spec, labels, _value in measurements:
         touched.setdefault(spec.name, set()).add(labels)
@@ -116,15 +122,11 @@ def _record(recorder: Recorder, values: dict[str, Any], step: int | None, ts: fl
 
 def _encode(renderer: Renderer, recorder: Recorder, touched: dict[str, set[Labels]], stamp: str,
             families: dict[str, _Family], written: set[tuple[str, Labels]]) -> None:
-    """The touched series as they are served now, each sample line stamped (the endpoint's encoder)."""
-    views = []
-    for fam in recorder.collect().stored.families:
-        wanted = touched.get(fam.spec.name)
-        if wanted:
-            points = [p for p in fam.points if p.labels in wanted]
-            if points:
-                views.append(Family(fam.spec, fam.base, fam.start_ns, points))
-                written.update((fam.spec.name, p.labels) for p in points)
+    """The touched series as they are served now, each sample line stamped (the endpoint's encoder). Reads only
+    those series (``collect(only=)``): a point costs what it wrote, not the whole store."""
+    views = list(recorder.collect(only=touched).stored.families)
+    for fam in views:
+        written.update((fam.spec.name, p.labels) for p in fam.points)
     if not views:
         return
     rendering = renderer.render(views, OPENMETRICS, set())

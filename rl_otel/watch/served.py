@@ -1,8 +1,8 @@
 """One watched run and rank: a :class:`~rl_otel._internal.pipeline.recorder.Recorder` of its own, fed with what
 its files hold.
 
-:class:`RunTarget` records the values read from the run's files with ``recorder.log(values, step)`` - the same
-router, store, catalog and labels as a training process - and keeps what the state file needs to serve them again
+:class:`RunTarget` records the values read from the run's files through a step log (``log(values, step)``) - the
+same router, store, catalog and labels as a training process - and keeps what the state file needs to serve them again
 after a restart: the last ``[step, value]`` of each key and, for a histogram key, its counts as served. Its
 recorder is made at the first values (``--framework auto`` infers the framework from them) or at once for a run
 restored from the state file. The watcher serves every run's recorder from one endpoint (or, with
@@ -20,14 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from rl_otel._internal.exporters.otel_env import resolve_resource
-from rl_otel._internal.exporters.textformat import target_info_labels
 from rl_otel._internal.pipeline.recorder import Recorder
 from rl_otel._internal.pipeline.records import HistogramValue
+from rl_otel._internal.runtime.assembly import Pipeline, pipeline
 from rl_otel._internal.runtime.config import PrometheusConfig
+from rl_otel._internal.runtime.identity import info_batch, resource_of
 from rl_otel._internal.runtime.serving import Served
-from rl_otel._version import __version__
-from rl_otel.catalog import Catalog, Kind, meta
+from rl_otel.catalog import Catalog, Kind
 from rl_otel.watch import frameworks
 from rl_otel.watch.state import RunState
 
@@ -71,6 +70,7 @@ class RunTarget:
         self._given_catalog = catalog  # else the run's framework's (frameworks.catalog_for), once it is known
         self.catalog = catalog or frameworks.catalog_for(state.framework)
         self.recorder: Recorder | None = None
+        self._parts: Pipeline | None = None  # the recorder's writer, its reads, its goodput accounting
         self.ready = True
         self.served: Served | None = None  # port_per_run only
         self._next_try = 0.0
@@ -98,18 +98,16 @@ class RunTarget:
             st.framework = frameworks.infer(keys) if given == "auto" else given
         if self._given_catalog is None:
             self.catalog = frameworks.catalog_for(st.framework)
-        recorder = Recorder(self.catalog, {"run": st.run, "role": ROLE, "rank": str(st.rank)},
-                            max_unknown_keys=self.options.max_unknown_keys)
-        resource = resolve_resource(
-            {"service.name": "rl_otel", "service.version": __version__, "service.instance.id":
-                f"{socket.gethostname()}/{st.run}/{ROLE}/{st.rank}"},
-            {"rl.run": st.run, "rl.rank": st.rank, "rl.role": ROLE, "rl.framework": st.framework,
-             "rl.source": "rl-otel watch"}, {})
-        recorder.store.write_info(meta.BUILD_INFO, (("version", __version__),))
-        recorder.store.write_info(meta.TARGET_INFO, target_info_labels(resource.attributes), base_labels=False)
+        # a training process's options by default (no start-up measured: a watched run's start is not known)
+        parts = pipeline(self.catalog, {"run": st.run, "role": ROLE, "rank": str(st.rank)},
+                         max_unknown_keys=self.options.max_unknown_keys)
+        recorder = parts.recorder
+        recorder.record(info_batch(resource_of(host_name=socket.gethostname(), run=st.run, role=ROLE, rank=st.rank,
+                                               own={"rl.framework": st.framework, "rl.source": "rl-otel watch"},
+                                               host_attribute=False)))
         if self.options.port_per_run and not self._serve(recorder, now):
             return False
-        self.recorder = recorder
+        self.recorder, self._parts = recorder, parts
         self._restore()
         _log.info("rl_otel watch: run %r rank %d (framework %s) served%s", st.run, st.rank, st.framework,
                   f" at {self.url}" if self.url else "")
@@ -160,8 +158,8 @@ class RunTarget:
         if self.recorder is None and not self.start(values):
             return  # the values are remembered: served (restored) once it starts
         try:
-            self.recorder.log(values, step)  # type: ignore[union-attr]  # started above
-        except Exception:  # a watcher never stops for one run
+            self._parts.log(values, step)  # type: ignore[union-attr]  # started above
+        except Exception:  # boundary: a watcher never stops for one run (a file's values are user data)
             _log.debug("rl_otel watch: log failed", exc_info=True)
 
     def count_error(self, reason: str, n: int = 1) -> None:
@@ -176,11 +174,15 @@ class RunTarget:
         """The run's state for the state file, the histograms read back from what is served."""
         if self.recorder is not None:
             for key in list(self._hist_keys):
-                h = self.recorder.value(key, {})
+                h = self.value(key)
                 if isinstance(h, HistogramValue):
                     self.state.hists[key] = [self._hist_steps.get(key), [int(c) for c in h.counts], h.sum, h.count,
                                              h.min, h.max]
         return self.state
+
+    def value(self, key: str, labels: dict[str, str] | None = None) -> float | HistogramValue | None:
+        """What the run serves now for one series (``Telemetry.value``'s read); ``None`` before it started."""
+        return None if self._parts is None else self._parts.value(key, labels)
 
     def close(self) -> None:
         """Stop the run's own endpoint and remove its targets file (``port_per_run``); idempotent."""
@@ -202,8 +204,8 @@ class RunTarget:
         held before the restart (a histogram from its saved counts)."""
         from rl_otel.stats import BucketCounts
 
-        recorder = self.recorder
-        assert recorder is not None
+        parts = self._parts
+        assert parts is not None
         by_step: dict[int, dict[str, Any]] = {}
         for key, (step, value) in self.state.values.items():
             by_step.setdefault(step if step is not None else 0, {})[key] = value
@@ -215,11 +217,12 @@ class RunTarget:
         # the goodput counters start again at 0 in this process (a counter reset to Prometheus, whose increase()
         # already holds what the previous process counted): the restored values' timing keys are not counted again
         # (before, every key's last value was: validation 91.15 s instead of 49.96 s)
-        recorder.goodput.muted = True
+        parts.goodput.muted = True
         try:
             for step in sorted(by_step):
-                recorder.log(by_step[step], step)
+                parts.log(by_step[step], step)
         finally:
-            recorder.goodput.muted = False
+            parts.goodput.muted = False
         for reason, n in self.state.errors.items():  # the totals, the errors counted before it started included
-            recorder.diagnostics.count("watch", reason, n)
+            parts.diagnostics.count("watch", reason, n)
+

@@ -256,7 +256,7 @@ class EngineFamilies:
             for _, total in cumulative:
                 counts.append(int(total - before))
                 before = total
-            value = HistogramValue(counts, entry["sum"], int(cumulative[-1][1]), math.nan, math.nan)
+            value = HistogramValue(tuple(counts), entry["sum"], int(cumulative[-1][1]), math.nan, math.nan)
             spec = self._spec(name, Kind.HISTOGRAM, metric.documentation, bounds)
             items.append((spec, self._served(dict(key)), value))
         return items

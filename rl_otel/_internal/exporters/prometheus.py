@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -101,7 +101,8 @@ class ScrapeRegistry:
 
     def __init__(self, on_duplicate: Callable[[str], None], collect: Collect | None = None,
                  on_error: Callable[[str], None] = lambda reason: None,
-                 clock: Callable[[], int] = time.time_ns) -> None:
+                 clock: Callable[[], int] = time.time_ns, *, routes: Mapping[str, Callable[[], str]] | None = None,
+                 exemplars: Callable[[], dict] | None = None) -> None:
         self._scrape_lock = threading.Lock()
         self._collectors_lock = threading.Lock()
         reset_in_forked_child(self)
@@ -115,9 +116,9 @@ class ScrapeRegistry:
         self._plans: dict[str, tuple[object, Plan]] = {}  # format -> (snapshot layout, the plan compiled for it)
         # more GET paths, each answered with the text its function returns (which must never raise), behind the
         # endpoint's TLS and basic auth as /metrics is: ``/debug/stacks`` (probes/hangs.py)
-        self.routes: dict[str, Callable[[], str]] = {}
+        self.routes: dict[str, Callable[[], str]] = dict(routes or {})
         # the phases' latest exemplars (exporters/exemplars.py), written into OpenMetrics renderings only
-        self.exemplars: Callable[[], dict] | None = None
+        self.exemplars = exemplars
         # when /metrics was asked (monotonic): close() waits for one scrape of the final state (rl_run_finished)
         self._scraped = threading.Condition()
         self._scrapes: list[float] = []  # the last three

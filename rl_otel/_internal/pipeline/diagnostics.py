@@ -53,7 +53,7 @@ class Diagnostics:
         if not self._counts:
             return None
         with self._lock:
-            points = list(map(Point, self._counts, self._counts.values()))
+            points = tuple(map(Point, self._counts, self._counts.values()))
         return Family(meta.ERRORS, base, self._start_ns, points)
 
     def warn_once(self, what: str, key: str, message: str) -> bool:
@@ -75,6 +75,14 @@ class Diagnostics:
             message = f"{message[:_MESSAGE_CHARS]}... ({len(message) - _MESSAGE_CHARS} more characters)"
         _log.warning(message)
         return True
+
+    def phase_failed(self, what: str) -> None:
+        """A phase's telemetry (``what``: its span, snapshot, record...) failed: counted as ``sink="phase",
+        reason="internal"``, said once per ``what``, its traceback at debug level (call from an ``except`` block).
+        The phase and the training go on."""
+        self.count("phase", "internal")
+        if self.warn_once("phase", what, f"rl_otel: a phase's telemetry ({what}) failed; training goes on"):
+            _log.debug("rl_otel: phase telemetry failure", exc_info=True)
 
     def bad(self, key: str, why: str, reason: str = "bad_value") -> None:
         """A key (or value, or step) ``log()`` skips: counted under ``sink="input"`` with ``reason``, said once."""

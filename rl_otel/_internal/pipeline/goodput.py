@@ -37,8 +37,8 @@ from time import perf_counter, time
 from types import TracebackType
 
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
-from rl_otel._internal.pipeline.records import Labels, Measurement
-from rl_otel._internal.pipeline.timing_keys import STARTUP, WAITING, TimingKeys
+from rl_otel._internal.pipeline.records import Batch, Labels, Measurement
+from rl_otel._internal.pipeline.timing_keys import DURATIONS, STARTUP, WAITING, TimingKeys
 from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel.catalog import MetricSpec, live
 from rl_otel.catalog.goodput import BUCKETS
@@ -93,7 +93,7 @@ class Goodput:
     counted in ``rl_telemetry_errors_total{sink="live", reason="goodput"}``, a live family's source failing, and
     the accounting goes on)."""
 
-    def __init__(self, diagnostics: Diagnostics | None = None) -> None:
+    def __init__(self, diagnostics: Diagnostics | None = None, started: float | None = None) -> None:
         self._diag = diagnostics or Diagnostics()
         self._lock = threading.Lock()
         self.phased = False  # a phase or collective ran: the timeline accounts for this process (read unlocked)
@@ -113,6 +113,7 @@ class Goodput:
         self._logged = False  # a step was recorded
         self._keys = TimingKeys()
         reset_in_forked_child(self)
+        self.begin(started)
 
     def _after_fork(self) -> None:
         self._lock = threading.Lock()  # the parent's may have been held by another thread at the fork
@@ -292,6 +293,14 @@ class Goodput:
                     self._wall += added.wall
         except Exception:
             self._failed()
+
+    def recorded(self, batch: Batch) -> None:
+        """The recorder's consumer: a recorded step's timing keys (in a process without phases; the timeline
+        accounts for one with phases)."""
+        if batch.step is None or batch.phase is not None or self.phased or self.muted:
+            return
+        self.step([m for m in batch.measurements if m.spec.name in DURATIONS], batch.step,
+                  time() if batch.timestamp is None else batch.timestamp)
 
     def _end_startup(self, t: float, spent: float = 0.0) -> None:
         """Start-up ends at ``t`` (perf_counter), less the ``spent`` seconds of the first step's own timers."""

@@ -9,7 +9,7 @@ other keys of the step are stored and mirrored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,20 +41,17 @@ class Routed:
     measurements: list[Measurement] = field(default_factory=list)
     gone: list[tuple[MetricSpec, Labels]] = field(default_factory=list)
     mirrored: dict[str, Any] | None = None
-    watched: list[Measurement] = field(default_factory=list)  # those of the watched families (durations)
+    refused: list[str] = field(default_factory=list)  # the metrics of the values the routing refused, to count
 
 
 class Ingest:
-    """Routes ``(key, value)`` pairs (thread-safe; never raises): ``on_refused(metric)`` counts a value the
-    catalog routing refuses (a name collision, past ``max_unknown_keys``); the measurements of the ``watched``
-    families (the goodput accounting's durations) are also listed apart, found in the same pass."""
+    """Routes ``(key, value)`` pairs (thread-safe; never raises); a value the catalog routing refuses (a name
+    collision, past ``max_unknown_keys``) is said once and listed in :attr:`Routed.refused`, for its writer to
+    count."""
 
-    def __init__(self, router: Router, diagnostics: Diagnostics, on_refused: Callable[[str], None],
-                 watched: frozenset[str] = frozenset()) -> None:
+    def __init__(self, router: Router, diagnostics: Diagnostics) -> None:
         self.router = router
         self.diagnostics = diagnostics
-        self._on_refused = on_refused
-        self._watched = watched
 
     def route(self, metrics: KeyValues, *, mirror: bool = False) -> Routed:
         """Split ``(key, value)`` pairs into the two views of :class:`Routed`. With ``mirror``, the trackers' view
@@ -63,7 +60,6 @@ class Ingest:
         routed = Routed(mirrored={} if mirror else None)
         deferred: list[tuple[str, object]] = []  # GPU tensors: read together once the other keys are routed
         mirrored, add, cached = routed.mirrored, routed.measurements.append, self.router.cached
-        watched, watch = self._watched, routed.watched.append
         try:
             for key, raw in metrics:
                 if raw.__class__ is float:  # the per-step case, written out here: a float for a known gauge or counter
@@ -72,11 +68,7 @@ class Ingest:
                         spec = route.spec
                         if mirrored is not None:
                             mirrored[key] = raw
-                        measurement = _NEW(Measurement, (spec, route.labels,
-                                                         raw if spec.scale == 1.0 else raw * spec.scale))
-                        add(measurement)
-                        if spec.name in watched:
-                            watch(measurement)
+                        add(_NEW(Measurement, (spec, route.labels, raw if spec.scale == 1.0 else raw * spec.scale)))
                         continue
                 if on_device(raw):
                     deferred.append((key, raw))
@@ -137,7 +129,7 @@ class Ingest:
                     mirrored[key] = tracked
         route = self.router.route(key)
         if isinstance(route, Refusal):
-            self._on_refused(route.metric)
+            routed.refused.append(route.metric)
             self.diagnostics.warn_once(route.reason, key, f"rl_otel: {route.detail}; it is not exported to Prometheus")
             return
         spec = route.spec
@@ -154,7 +146,4 @@ class Ingest:
             self.diagnostics.bad(key, f"a distribution, but {spec.prometheus_name} is a {spec.kind.value}: log its "
                                       "mean/max/min, or a *_dist key")
             return
-        measurement = Measurement(spec, route.labels, value * spec.scale if spec.scale != 1.0 else value)
-        routed.measurements.append(measurement)
-        if spec.name in self._watched:
-            routed.watched.append(measurement)
+        routed.measurements.append(Measurement(spec, route.labels, value * spec.scale if spec.scale != 1.0 else value))

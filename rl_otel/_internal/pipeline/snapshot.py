@@ -23,13 +23,18 @@ class Snapshot:
     """Every family of a recorder at one collection: ``stored`` (the store's snapshot) and ``live``; ``origin``
     tells the recorders of one process apart (what :func:`merged` keys a layout by)."""
 
-    __slots__ = ("_by_name", "live", "origin", "stored")
+    __slots__ = ("live", "origin", "stored")
+    stored: StoreSnapshot
+    live: tuple[Family, ...]
+    origin: int
 
     def __init__(self, stored: StoreSnapshot, live: tuple[Family, ...] = (), origin: int = 0) -> None:
-        self.stored = stored
-        self.live = live
-        self.origin = origin
-        self._by_name: dict[str, Family] | None = None
+        object.__setattr__(self, "stored", stored)
+        object.__setattr__(self, "live", live)
+        object.__setattr__(self, "origin", origin)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a Snapshot is immutable (setting {name!r})")
 
     @property
     def families(self) -> tuple[Family, ...]:
@@ -37,16 +42,16 @@ class Snapshot:
         return self.stored.families + self.live if self.live else self.stored.families
 
     def family(self, name: str) -> Family | None:
-        """The family named ``name``, or whose samples are (a counter's ``..._total``)."""
-        if self._by_name is None:
-            by_name: dict[str, Family] = {}
-            families = self.families
-            for fam in reversed(families):  # the first family of a name wins
-                by_name[fam.spec.prometheus_name] = fam
-            for fam in reversed(families):
-                by_name[fam.spec.name] = fam
-            self._by_name = by_name
-        return self._by_name.get(name)
+        """The family named ``name``, or whose samples are (a counter's ``..._total``); the first family of a name
+        wins (a lookup: ``tel.value()`` reads one series per call)."""
+        families = self.families
+        for fam in families:
+            if fam.spec.name == name:
+                return fam
+        for fam in families:
+            if fam.spec.prometheus_name == name:
+                return fam
+        return None
 
     def value(self, name: str, labels: Mapping[str, object] | Labels | None = None) -> float | HistogramValue | None:
         """One series' value: ``labels`` besides the family's base ones, as a dict or as pairs; ``None`` for
@@ -63,7 +68,7 @@ class Snapshot:
 
 # what merged() made of one part's stored families, by the part's origin: (its StoreSnapshot, each family with
 # its points labelled)
-Relabelled = dict[int, tuple[StoreSnapshot, tuple[tuple[Family, list[Point]], ...]]]
+Relabelled = dict[int, tuple[StoreSnapshot, tuple[tuple[Family, tuple[Point, ...]], ...]]]
 
 
 def merged(snapshots: Sequence[Snapshot], relabelled: Relabelled | None = None) -> Snapshot:
@@ -87,20 +92,20 @@ def merged(snapshots: Sequence[Snapshot], relabelled: Relabelled | None = None) 
             if got is None:
                 got = live[fam.spec.name] = (fam, [])
             got[1].extend(Point(fam.base + labels, value) for labels, value in fam.points)
-    stored_families = tuple(Family(first.spec, (), first.start_ns, points, first.scrape_only)
+    stored_families = tuple(Family(first.spec, (), first.start_ns, tuple(points), first.scrape_only)
                             for first, points in families.values())
-    numbers = [p.value for fam in stored_families if fam.spec.kind is not _HISTOGRAM for p in fam.points]
-    hists = [p.value for fam in stored_families if fam.spec.kind is _HISTOGRAM for p in fam.points]
+    numbers = tuple(p.value for fam in stored_families if fam.spec.kind is not _HISTOGRAM for p in fam.points)
+    hists = tuple(p.value for fam in stored_families if fam.spec.kind is _HISTOGRAM for p in fam.points)
     until = [s.stored.valid_until_ns for s in snapshots if s.stored.valid_until_ns is not None]
     reusable = all(layout is not None for _, layout in layouts)
     stored = StoreSnapshot(hash(tuple(s.stored.version for s in snapshots)), min(until) if until else None,
                            numbers=numbers, hists=hists,  # type: ignore[arg-type]
                            families=stored_families, layout=layouts if reusable else None)
-    return Snapshot(stored, tuple(Family(first.spec, (), first.start_ns, points, first.scrape_only)
+    return Snapshot(stored, tuple(Family(first.spec, (), first.start_ns, tuple(points), first.scrape_only)
                                   for first, points in live.values()))
 
 
-def _relabelled(snap: Snapshot, cache: Relabelled | None) -> tuple[tuple[Family, list[Point]], ...]:
+def _relabelled(snap: Snapshot, cache: Relabelled | None) -> tuple[tuple[Family, tuple[Point, ...]], ...]:
     """``snap``'s stored families, each with its points labelled with the family's base labels (from ``cache``
     while ``snap.stored`` is the snapshot they were made of: a store's snapshot is the same object until the next
     write)."""
@@ -109,7 +114,8 @@ def _relabelled(snap: Snapshot, cache: Relabelled | None) -> tuple[tuple[Family,
         got = cache.get(snap.origin)
         if got is not None and got[0] is stored:
             return got[1]
-    own = tuple((fam, [Point(fam.base + labels, value) for labels, value in fam.points]) for fam in stored.families)
+    own = tuple((fam, tuple([Point(fam.base + labels, value) for labels, value in fam.points]))
+                for fam in stored.families)
     if cache is not None:
         cache[snap.origin] = (stored, own)
     return own

@@ -4,28 +4,36 @@ rl_otel aggregates here instead of in OTel SDK instruments because the SDK drops
 (an alert must see a NaN loss), costs a few µs per attributed record (``benchmarks/bench_log.py``), and keeps a
 vanished sync-gauge series forever. The store is bounded (series cap per metric, optional TTL).
 
-It has one writer's method, :meth:`SeriesStore.write` (the recorder's ``record``; ``note_dropped`` and
-``write_info`` are its two special cases), and one reader's, :meth:`SeriesStore.freeze`: an immutable
-:class:`StoreSnapshot` of the stored series. Reading never changes the store: ``freeze`` takes the previous
-snapshot the reader kept and returns it again while nothing changed (the memo is the reader's, see
-``recorder.py``). Expired series are left out of a snapshot and removed by the next write. Thread-safe: one lock
-guards all families.
+It has one writer's method, :meth:`SeriesStore.write` of a :class:`~rl_otel._internal.pipeline.records.Batch`
+(called by the recorder's ``record``), and one reader's, :meth:`SeriesStore.freeze`: an immutable
+:class:`StoreSnapshot` of the stored series, made of tuples and NamedTuples only, which holds nothing of the
+store. While nothing changed, ``freeze`` returns the snapshot it made last (its memo, kept under the store's
+lock). Expired series are left out of a snapshot and removed by the next write. Thread-safe: one lock guards all
+families.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from rl_otel._internal.pipeline.histogram import BulkHistogram
-from rl_otel._internal.pipeline.records import Family, HistogramValue, Labels, Mark, Measurement, Point
+from rl_otel._internal.pipeline.records import Batch, Family, HistogramValue, Info, Labels, Mark, Point
 from rl_otel._internal.pipeline.worker import reset_in_forked_child
-from rl_otel.catalog import Kind, MetricSpec
+from rl_otel.catalog import Kind, MetricSpec, meta
 
 __all__ = ["HistogramValue", "SeriesStore", "StoreSnapshot"]
+
+
+class Written(NamedTuple):
+    """What a write left out: ``(spec, n)`` for a histogram measurement with ``n`` NaN/Inf values (Prometheus
+    buckets cannot hold them), and the metrics whose series cap refused a new series."""
+
+    non_finite: list[tuple[MetricSpec, int]]
+    capped: tuple[str, ...]
 
 
 @dataclass(slots=True)
@@ -37,6 +45,7 @@ class Series:
     value: float | BulkHistogram | None = None
     time_ns: int = 0
     step: int | None = None
+    order: int = 0  # when it was made, among the store's series: a family's series are served in this order
 
 
 class _ShapedFamily(NamedTuple):
@@ -47,28 +56,26 @@ class _ShapedFamily(NamedTuple):
     base: Labels
     start_ns: int
     scrape_only: bool
-    labels: list[Labels]
+    labels: tuple[Labels, ...]
     histogram: bool
     first: int
     stop: int
 
 
 class _Shape(NamedTuple):
-    """The families and series of one layout, without their values: what snapshots of that layout share.
-    ``numbers``/``hists``: the stored gauge and counter (and info) families, and the histogram families, whose
-    series' values a snapshot copies in that order."""
+    """The families and series of one layout, without their values: what snapshots of that layout share
+    (immutable; the store keeps, beside it, which of its families' series fill ``numbers`` and ``hists``)."""
 
     layout: int
-    families: list[_ShapedFamily]
-    numbers: list[_Family]
-    hists: list[_Family]
+    families: tuple[_ShapedFamily, ...]
 
 
 class StoreSnapshot:
     """The stored families at one store version, immutable.
 
     ``numbers`` holds the values of the gauge, counter and info series, ``hists`` those of the histogram series
-    (as :class:`HistogramValue` s), each in the order of :attr:`families`. ``layout`` is equal for two snapshots
+    (as :class:`HistogramValue` s), each in the order of :attr:`families`; all of it tuples, nothing of it the
+    store's. ``layout`` is equal for two snapshots
     with the same families and series in the same order (a reader may keep what it compiled from one for the
     next; any hashable), ``None`` when it cannot be reused (expired series left out); ``valid_until_ns``: when the
     next series expires (``None``: never, without a write)."""
@@ -76,27 +83,33 @@ class StoreSnapshot:
     __slots__ = ("_families", "_shape", "hists", "layout", "numbers", "valid_until_ns", "version")
 
     def __init__(self, version: int, valid_until_ns: int | None, *, shape: _Shape | None = None,
-                 numbers: list[float] | None = None, hists: list[HistogramValue] | None = None,
+                 numbers: tuple[float, ...] = (), hists: tuple[HistogramValue, ...] = (),
                  families: tuple[Family, ...] | None = None, layout: object = None) -> None:
         self.version = version
         self.valid_until_ns = valid_until_ns
         self.layout: object = shape.layout if shape is not None else layout
         self._shape = shape
-        self.numbers: list[float] = numbers or []
-        self.hists: list[HistogramValue] = hists or []
+        self.numbers = numbers
+        self.hists = hists
         self._families = families
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if hasattr(self, "_families"):  # set once, in __init__
+            raise AttributeError(f"a StoreSnapshot is immutable (setting {name!r})")
+        object.__setattr__(self, name, value)
 
     @property
     def families(self) -> tuple[Family, ...]:
-        """Every stored family with its series' values (made at the first read)."""
-        if self._families is None:
-            assert self._shape is not None  # made from a shape, or given its families
-            numbers, hists = self.numbers, self.hists
-            self._families = tuple([
-                Family(f.spec, f.base, f.start_ns,
-                       list(map(Point, f.labels, (hists if f.histogram else numbers)[f.first:f.stop])), f.scrape_only)
-                for f in self._shape.families])
-        return self._families
+        """Every stored family with its series' values (made at each read from the values and the shape: each
+        reader reads it once per snapshot)."""
+        if self._families is not None:
+            return self._families
+        assert self._shape is not None  # made from a shape, or given its families
+        numbers, hists = self.numbers, self.hists
+        return tuple([Family(f.spec, f.base, f.start_ns,
+                             tuple(map(Point, f.labels, (hists if f.histogram else numbers)[f.first:f.stop])),
+                             f.scrape_only)
+                      for f in self._shape.families])
 
     def valid(self, now_ns: int) -> bool:
         """Whether no series of it has expired by ``now_ns``."""
@@ -112,35 +125,37 @@ class _Family:
     base: Labels | None = None  # labels on every series besides its own: None for the store's (run, role, rank)
     scrape_only: bool = False
     capped: bool = True  # new series past max_series_per_metric are refused (not for rl_otel's own dropped counts)
+    order: int = 0  # when it was made, among the store's families: the order families are served in
 
 
 class SeriesStore:
     """All of rl_otel's stored series, keyed by metric name and label pairs.
 
     ``base_labels`` are on every series (run, role, rank). ``max_series_per_metric`` bounds each family; a new
-    label set past the cap is dropped, counted in ``dropped_spec`` and reported through ``on_drop(metric_name)``
-    (the caller warns once), called after the store's lock is released. ``ttl_s`` expires series not written for
-    that long (families written with ``expires=False`` - liveness, self-monitoring - never expire), by ``clock``.
+    label set past the cap is dropped, counted in ``rl_telemetry_dropped_series_total{metric}`` and named in what
+    :meth:`write` returns (its writer warns once). ``ttl_s`` expires series not written for
+    that long (rl_otel's own marks, counts and info series never expire), by ``clock``.
     """
 
     def __init__(self, base_labels: Mapping[str, str], *, max_series_per_metric: int, ttl_s: float | None,
-                 dropped_spec: MetricSpec, on_drop: Callable[[str], None],
                  clock: Callable[[], int] | None = None) -> None:
         # nanoseconds since the epoch (default: time.time_ns, looked up at each call): when a series was written,
         # and when it expires
         self.clock: Callable[[], int] = clock if clock is not None else _wall_clock
         self.base: Labels = tuple(base_labels.items())
-        self._max_series = max_series_per_metric
+        self.max_series_per_metric = max_series_per_metric
         self._ttl_ns = None if ttl_s is None else int(ttl_s * 1e9)
         self._next_expiry_ns: int | None = None  # no series expires before it (the next write removes those past)
-        self._dropped_spec = dropped_spec
-        self._on_drop = on_drop
         self._families: dict[str, _Family] = {}
         self.start_ns = self.clock()
         self._lock = threading.Lock()
         self._version = 0  # bumped under the lock by every change of the stored series
         self._layout = 0  # bumped under the lock whenever a series comes or goes
-        self._capped: list[str] = []  # metrics that refused a new series under the lock, for on_drop after it
+        self._made = 0  # series made so far
+        self._memo: StoreSnapshot | None = None  # the snapshot freeze() made last
+        self._shape: _Shape | None = None  # the shape of the memo's layout...
+        self._shape_numbers: list[_Family] = []  # ...and the families whose series fill its numbers
+        self._shape_hists: list[_Family] = []  # ...and its histograms
         reset_in_forked_child(self)
 
     def _after_fork(self) -> None:
@@ -155,28 +170,30 @@ class SeriesStore:
 
     # -- writing ----------------------------------------------------------------------------------------------
 
-    def write(self, measurements: Iterable[Measurement], *, step: int | None = None,
-              gone: Iterable[tuple[MetricSpec, Labels]] = (), marks: Iterable[Mark] = (),
-              expires: bool = True) -> list[tuple[MetricSpec, int]]:
-        """Store measurements under one lock acquisition (a reader sees all of them or none). Returns
-        ``(spec, n)`` for each histogram measurement that had ``n`` non-finite values left out.
+    def write(self, batch: Batch) -> Written:
+        """Store a batch under one lock acquisition (a reader sees all of it or none). Returns what it left out:
+        ``(spec, n)`` for each histogram measurement that had ``n`` non-finite values left out, and the metrics
+        whose cap refused a new series.
 
-        With ``step``, a series already holding a newer step's value keeps it (a gauge is not set back, a counter
-        does not decrease, a histogram does not take the older step's values); ``step=None`` always writes.
-        ``gone``: gauge series to remove (a ``None`` logged). ``marks``: the step's unlabelled series, which
-        never expire (only with ``step``). ``expires=False``: the series never expire."""
+        With ``batch.step``, a series already holding a newer step's value keeps it (a gauge is not set back, a
+        counter does not decrease, a histogram does not take the older step's values), and the step's marks
+        (``rl_step``, ``rl_last_step_timestamp_seconds``, never expiring) are set; ``step=None`` always writes.
+        ``gone``: gauge series to remove (a ``None`` logged). ``counts``, ``infos``: rl_otel's own counters and
+        info series (never expiring, outside the series cap)."""
         now = self.clock()
+        step = batch.step
         left_out: list[tuple[MetricSpec, int]] = []
+        capped: list[str] = []
         with self._lock:
             self._version += 1
             if self._next_expiry_ns is not None and now >= self._next_expiry_ns:
                 self._remove_expired(now)
             families = self._families
-            for spec, labels, value in measurements:
+            for spec, labels, value in batch.measurements:
                 fam = families.get(spec.name)
                 series = None if fam is None else fam.series.get(labels)
                 if series is None:
-                    series = self._series(spec, labels, expires, now)
+                    series = self._series(spec, labels, True, now, capped)
                     if series is None:
                         continue
                 if step is not None:
@@ -193,54 +210,54 @@ class SeriesStore:
                 else:
                     series.value = value  # type: ignore[assignment]  # a float (the pipeline coerced it)
                 series.time_ns = now
-            for spec, labels in gone:
-                fam = self._families.get(spec.name)
+            for spec, labels in batch.gone:
+                fam = families.get(spec.name)
                 if fam is not None and fam.series.pop(labels, None) is not None:
                     self._layout += 1
             if step is not None:
-                for spec, value, keep_newest in marks:
+                timestamp = batch.timestamp
+                for spec, value, keep_newest in (Mark(meta.STEP, float(step), True),
+                                                 Mark(meta.LAST_STEP_TIMESTAMP, time.time() if timestamp is None
+                                                      else timestamp, False)):
                     series = self._series(spec, (), False, now)
                     if series is None or (keep_newest and series.step is not None and step < series.step):
                         continue
                     series.value, series.time_ns, series.step = value, now, step
-        if self._capped:
-            self._report_capped()
-        return left_out
+            for spec, labels, amount in batch.counts:
+                self._add(spec, labels, amount, now)
+            for info in batch.infos:
+                self._info(info, now)
+        return Written(left_out, tuple(dict.fromkeys(capped)))
 
-    def note_dropped(self, metric_name: str) -> None:
-        """Count a value refused before the store (``rl_telemetry_dropped_series_total{metric=...}``)."""
-        now = self.clock()
-        with self._lock:
-            self._version += 1
-            self._add(self._dropped_spec, (("metric", metric_name),), 1.0, now)
+    def _info(self, info: Info, now: int) -> None:
+        """Set an info series (the caller holds the lock)."""
+        spec = info.spec
+        if spec.name not in self._families:
+            self._made += 1
+            self._families[spec.name] = _Family(spec, False, base=() if info.own_labels else None, scrape_only=True,
+                                                capped=False, order=self._made)
+        series = self._series(spec, info.labels, False, now)
+        assert series is not None  # an uncapped family
+        series.value, series.time_ns = info.value, now
 
-    def write_info(self, spec: MetricSpec, labels: Labels, *, base_labels: bool = True, value: float = 1.0) -> None:
-        """Set a constant series (``value``, 1.0 unless told; never expires, outside the series cap) whose labels
-        state facts about the process: ``rl_otel_build_info{version}``, ``target_info`` from the OTel resource
-        (``base_labels=False``: the series has only ``labels``), ``rl_run_finished`` (0, then 1).
-        Info families are the scrape endpoint's: the OTLP push leaves them out."""
-        with self._lock:
-            self._version += 1
-            if spec.name not in self._families:
-                self._families[spec.name] = _Family(spec, False, base=None if base_labels else (), scrape_only=True,
-                                                    capped=False)
-            series = self._series(spec, labels, False, self.clock())
-            assert series is not None  # an uncapped family
-            series.value, series.time_ns = value, self.clock()
-
-    def _series(self, spec: MetricSpec, labels: Labels, expires: bool, now: int) -> Series | None:
-        """The series of ``labels`` in ``spec``'s family, made if new; ``None`` if the cap refuses it (counted).
-        The caller holds the lock."""
+    def _series(self, spec: MetricSpec, labels: Labels, expires: bool, now: int,
+                capped: list[str] | None = None) -> Series | None:
+        """The series of ``labels`` in ``spec``'s family, made if new; ``None`` if the cap refuses it (counted, and
+        its name added to ``capped``). The caller holds the lock. rl_otel's own families (``expires=False``) are
+        outside the cap."""
         fam = self._families.get(spec.name)
         if fam is None:
-            fam = self._families[spec.name] = _Family(spec, expires, capped=spec is not self._dropped_spec)
+            self._made += 1
+            fam = self._families[spec.name] = _Family(spec, expires, capped=expires, order=self._made)
         series = fam.series.get(labels)
         if series is None:
-            if fam.capped and len(fam.series) >= self._max_series:
-                self._add(self._dropped_spec, (("metric", spec.name),), 1.0, now)
-                self._capped.append(spec.name)  # reported by _report_capped once the lock is released
+            if fam.capped and len(fam.series) >= self.max_series_per_metric:
+                self._add(meta.DROPPED_SERIES, (("metric", spec.name),), 1.0, now)
+                if capped is not None:
+                    capped.append(spec.name)
                 return None
-            series = fam.series[labels] = Series()
+            self._made += 1
+            series = fam.series[labels] = Series(order=self._made)
             self._layout += 1
             if fam.expires and self._ttl_ns is not None and self._next_expiry_ns is None:
                 self._next_expiry_ns = now + self._ttl_ns
@@ -268,23 +285,20 @@ class SeriesStore:
                     oldest = first if oldest is None else min(oldest, first)
         self._next_expiry_ns = None if oldest is None else oldest + ttl + 1
 
-    def _report_capped(self) -> None:
-        """Call ``on_drop`` for the series refused by the cap, outside the lock (the callback logs)."""
-        with self._lock:
-            capped, self._capped = self._capped, []
-        for name in dict.fromkeys(capped):
-            self._on_drop(name)
-
     # -- reading ----------------------------------------------------------------------------------------------
 
-    def freeze(self, previous: StoreSnapshot | None = None) -> StoreSnapshot:
-        """The stored families now, series past their TTL left out. ``previous`` (the reader's last snapshot) is
-        returned itself while nothing changed, and its layout's shape reused while no series came or went. Reads
-        only: the store is the same before and after."""
+    def freeze(self, only: Mapping[str, Collection[Labels]] | None = None) -> StoreSnapshot:
+        """The stored families now, series past their TTL left out. The snapshot made last is returned itself
+        while nothing changed, and its layout's shape reused while no series came or went. ``only``: just these
+        series, by family name (``rl-otel backfill`` reads what one point wrote: a read as long as the point, not
+        the store). Reads the series; what it keeps is its memo (under the lock)."""
         now = self.clock()
-        if previous is not None and previous.version == self._version and previous.valid(now):
-            return previous
+        memo = self._memo
+        if only is None and memo is not None and memo.version == self._version and memo.valid(now):
+            return memo
         with self._lock:
+            if only is not None:
+                return self._selected(only)
             now, ttl = self.clock(), self._ttl_ns
             valid_until = None
             if ttl is not None:
@@ -293,17 +307,19 @@ class SeriesStore:
                 if oldest is not None and now - oldest > ttl:
                     return self._unexpired(now, ttl)
                 valid_until = None if oldest is None else oldest + ttl + 1
-            shape = previous._shape if previous is not None else None
-            if shape is None or shape.layout != self._layout:
-                shape = self._new_shape()
-            return StoreSnapshot(
-                self._version, valid_until, shape=shape,
-                numbers=[s.value for fam in shape.numbers for s in fam.series.values()],  # type: ignore[misc]
-                hists=[_histogram_value(s.value) for fam in shape.hists  # type: ignore[arg-type]
-                       for s in fam.series.values()])
+            if self._shape is None or self._shape.layout != self._layout:
+                self._new_shape()
+            assert self._shape is not None
+            snapshot = self._memo = StoreSnapshot(
+                self._version, valid_until, shape=self._shape,
+                numbers=tuple([s.value for fam in self._shape_numbers  # type: ignore[misc]
+                               for s in fam.series.values()]),
+                hists=tuple([_histogram_value(s.value) for fam in self._shape_hists  # type: ignore[arg-type]
+                             for s in fam.series.values()]))
+            return snapshot
 
-    def _new_shape(self) -> _Shape:
-        """The shape of the current layout (the caller holds the lock)."""
+    def _new_shape(self) -> None:
+        """The shape of the current layout, and which families fill it (the caller holds the lock)."""
         shaped: list[_ShapedFamily] = []
         numbers: list[_Family] = []
         hists: list[_Family] = []
@@ -315,8 +331,26 @@ class SeriesStore:
                 first = at[hist]
                 at[hist] += len(fam.series)
                 shaped.append(_ShapedFamily(fam.spec, self.base if fam.base is None else fam.base, fam.start_ns,
-                                            fam.scrape_only, list(fam.series), hist, first, at[hist]))
-        return _Shape(self._layout, shaped, numbers, hists)
+                                            fam.scrape_only, tuple(fam.series), hist, first, at[hist]))
+        self._shape = _Shape(self._layout, tuple(shaped))
+        self._shape_numbers, self._shape_hists = numbers, hists
+
+    def _selected(self, only: Mapping[str, Collection[Labels]]) -> StoreSnapshot:
+        """A snapshot of the series named in ``only`` (the caller holds the lock); it has no layout."""
+        families = []
+        chosen = sorted(((fam, wanted) for name, wanted in only.items()
+                         if (fam := self._families.get(name)) is not None),
+                        key=lambda item: item[0].order)  # the store's own order, as a full snapshot has it
+        for fam, wanted in chosen:
+            hist = fam.spec.kind is Kind.HISTOGRAM
+            found = sorted(((labels, s) for labels in wanted if (s := fam.series.get(labels)) is not None),
+                           key=lambda item: item[1].order)  # the family's own order, as a full snapshot has it
+            points = tuple(Point(labels, _histogram_value(s.value) if hist else s.value)  # type: ignore[arg-type]
+                           for labels, s in found)
+            if points:
+                families.append(Family(fam.spec, self.base if fam.base is None else fam.base, fam.start_ns,
+                                       points, fam.scrape_only))
+        return StoreSnapshot(self._version, None, families=tuple(families))
 
     def _unexpired(self, now: int, ttl: int) -> StoreSnapshot:
         """A snapshot without the series past their TTL, which stay in the store until the next write removes
@@ -329,8 +363,8 @@ class SeriesStore:
                 valid_until = first if valid_until is None else min(valid_until, first)
             if items:
                 hist = fam.spec.kind is Kind.HISTOGRAM
-                points = [Point(labels, _histogram_value(s.value) if hist else s.value)  # type: ignore[arg-type]
-                          for labels, s in items]
+                points = tuple(Point(labels, _histogram_value(s.value) if hist else s.value)  # type: ignore[arg-type]
+                               for labels, s in items)
                 families.append(Family(fam.spec, self.base if fam.base is None else fam.base, fam.start_ns,
                                        points, fam.scrape_only))
         return StoreSnapshot(self._version, valid_until, families=tuple(families))
@@ -344,4 +378,4 @@ def _wall_clock() -> int:
 
 
 def _histogram_value(h: BulkHistogram) -> HistogramValue:
-    return HistogramValue(h.counts.tolist(), h.sum, h.count, h.min, h.max)
+    return HistogramValue(tuple(h.counts.tolist()), h.sum, h.count, h.min, h.max)

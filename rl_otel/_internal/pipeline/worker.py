@@ -50,34 +50,15 @@ import contextlib
 import os
 import sys
 import threading
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from time import monotonic
 from typing import Generic, Literal, TypeVar, cast
 
+from rl_otel._internal.forks import reset_in_forked_child
+
 T = TypeVar("T")
 Job = Callable[[], None]
-
-_FORK_AWARE: weakref.WeakSet = weakref.WeakSet()
-
-
-def reset_in_forked_child(obj: object) -> None:
-    """Have ``obj._after_fork()`` called in every forked child (``obj`` held weakly)."""
-    _FORK_AWARE.add(obj)
-
-
-def _after_fork_in_child() -> None:
-    for obj in list(_FORK_AWARE):
-        try:
-            obj._after_fork()
-        except Exception:  # a child must never fail to start because of telemetry
-            pass
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
 
 def _call(job: Job) -> None:
     job()

@@ -41,6 +41,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
+from rl_otel._internal.pipeline.records import Batch
 from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel._internal.probes.live import Item, RunningPhases
 from rl_otel._internal.probes.posix import faulthandler_holds
@@ -192,6 +193,13 @@ class HangWatch:
         reset_in_forked_child(self)
 
     # -- the training thread's one call ---------------------------------------------------------------------
+
+    def recorded(self, batch: Batch) -> None:
+        """The recorder's consumer: a finished phase, or a recorded step, is progress."""
+        if batch.phase is not None:
+            self.progressed(*batch.phase)
+        elif batch.step is not None:
+            self.progressed("", "", 0.0)
 
     def progressed(self, cluster: str, phase: str, seconds: float) -> None:
         """A step was recorded (``cluster`` empty) or a phase finished after ``seconds`` (the recorder's hook)."""

@@ -268,30 +268,32 @@ class NvmlPoller:
 
 
 class LiveGauges:
-    """Installs the live collectors on a series store; ``close()`` stops the NVML poller."""
+    """The live collectors of a process (its memory, torch's, the running phases, NVML's poller when NVML loads):
+    :attr:`collectors`, for the recorder; ``close()`` stops the NVML poller."""
 
-    def __init__(self, add_collector: Callable[[Callable[[], list[Item]]], None], cpu: CpuProbe,
-                 on_error: Callable[[str], None], *, nvml: Any | None = None) -> None:
-        self._on_error = on_error
-        add_collector(self._safe("process_memory", process_memory(cpu)))
-        add_collector(self._safe("torch_memory", torch_process_memory))
-        add_collector(self._safe("phases", running_phases(cpu).collect))
+    def __init__(self, cpu: CpuProbe, on_error: Callable[[str], None], *, nvml: Any | None = None) -> None:
+        collectors = [_safe(on_error, "process_memory", process_memory(cpu)),
+                      _safe(on_error, "torch_memory", torch_process_memory),
+                      _safe(on_error, "phases", running_phases(cpu).collect)]
         nvml = nvml if nvml is not None else load_nvml()
         self.nvml: NvmlPoller | None = None
         if nvml is not None:
             self.nvml = NvmlPoller(nvml, on_error=on_error)
-            add_collector(self._safe("nvml", self.nvml.collect))
-
-    def _safe(self, reason: str, fn: Callable[[], list[Item]]) -> Callable[[], list[Item]]:
-        def collect() -> list[Item]:
-            try:
-                return fn()
-            except Exception:
-                self._on_error(reason)
-                return []
-
-        return collect
+            collectors.append(_safe(on_error, "nvml", self.nvml.collect))
+        self.collectors: tuple[Callable[[], list[Item]], ...] = tuple(collectors)
 
     def close(self) -> None:
         if self.nvml is not None:
             self.nvml.close()
+
+
+def _safe(on_error: Callable[[str], None], reason: str, fn: Callable[[], list[Item]]) -> Callable[[], list[Item]]:
+    """``fn``, its failure counted as ``reason`` and its series left out of this collection."""
+    def collect() -> list[Item]:
+        try:
+            return fn()
+        except Exception:  # boundary: reads the OS (psutil), torch's allocator, NVML
+            on_error(reason)
+            return []
+
+    return collect

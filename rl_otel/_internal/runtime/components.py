@@ -1,16 +1,18 @@
-"""The resources of one Telemetry - providers, probes, the scrape endpoint, its targets file, the OTLP push, the
-tracker bridge, signal handlers - built in order and closed in reverse with one :class:`contextlib.ExitStack`.
+"""The resources of one Telemetry - the recorder and its step log, probes, the scrape endpoint, its targets file,
+the OTLP push, the tracker bridge, signal handlers - built by one constructor, in order, each handed what it needs
+(nothing is assigned to a part after it is made, and no part holds what built it: ``tests/test_no_back_references.py``),
+and closed in reverse with one :class:`contextlib.ExitStack`.
 
 A failure while building closes what was built so far (no port, file or thread left behind) and propagates to
 ``init()``. At close each step runs on its own: one that raises (the OTel SDK's ``shutdown`` can) is counted in
 ``rl_telemetry_errors_total{sink="close", reason=<step>}`` and logged once, and the steps after it still run.
 
 Close order (the reverse of registration), with the signal handlers around it all: a SIGTERM or SIGINT during the
-close is held until every part is closed, then delivered (see ``signals.py``); the metrics worker drains before
-the trackers close (queued steps reach them); the trackers close before the endpoint stops (a last scrape still
-sees the final step); a static target's last scrape sees ``rl_run_finished`` 1 (:meth:`Components._final_scrape`)
-before the endpoint stops; the OTLP meter provider's shutdown pushes once more; rl_otel's own tracer provider ends
-last (phases may still end while the others close).
+close is held until every part is closed, then delivered (see ``signals.py``); the stack dumps stop first; the
+metrics worker drains before the trackers close (queued steps reach them) and before the endpoint stops (a last
+scrape still sees the final step); a static target's last scrape sees ``rl_run_finished`` 1
+(:func:`final_scrape`) before the endpoint stops; the OTLP meter provider's shutdown pushes once more;
+rl_otel's own tracer provider ends last (phases may still end while the others close).
 """
 
 from __future__ import annotations
@@ -19,23 +21,31 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl_otel._internal.exporters.file_sd import TargetsFile, targets_path
-from rl_otel._internal.exporters.otel_env import resolve_resource
 from rl_otel._internal.exporters.prometheus import ScrapeEndpoint, ScrapeRegistry
-from rl_otel._internal.exporters.textformat import target_info_labels
+from rl_otel._internal.forks import reset_in_forked_child
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
-from rl_otel._internal.pipeline.recorder import Recorder
-from rl_otel._internal.pipeline.worker import reset_in_forked_child
+from rl_otel._internal.pipeline.goodput import Goodput
+from rl_otel._internal.pipeline.ingest import Ingest
+from rl_otel._internal.pipeline.reads import SettledReads
+from rl_otel._internal.pipeline.recorder import Collector, Recorder
+from rl_otel._internal.pipeline.records import Batch, Info
+from rl_otel._internal.pipeline.router import Router
+from rl_otel._internal.pipeline.steplog import StepLog, metrics_worker, settle
+from rl_otel._internal.pipeline.store import SeriesStore
 from rl_otel._internal.probes.hangs import HangWatch
 from rl_otel._internal.probes.live import LiveGauges, process_start_time
 from rl_otel._internal.probes.memory import CpuProbe, GpuProbe
 from rl_otel._internal.probes.torch_collectives import CollectiveProbe
 from rl_otel._internal.runtime.config import PrometheusConfig, TelemetryConfig
+from rl_otel._internal.runtime.identity import info_batch, process_resource
 from rl_otel._internal.runtime.serving import publish, scrape_registry
 from rl_otel._internal.runtime.signals import SignalFlush
+from rl_otel._internal.tracing.providers import TracerProviders
 from rl_otel._internal.trackers.bridge import Bridge, NullBridge
 from rl_otel._internal.trackers.config import command_line_secrets, process_command_line, scrub
 from rl_otel._internal.trackers.sinks import SinkError
@@ -45,7 +55,7 @@ from rl_otel.catalog import Catalog, meta
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
 
-    from rl_otel._internal.exporters.exemplars import Exemplars
+    from rl_otel._internal.exporters.engines import EngineFamilies
     from rl_otel._internal.tracing.phase import PhaseRuntime
     from rl_otel._internal.tracing.steps import StepSpans
 
@@ -57,136 +67,108 @@ FINAL_SCRAPE_MAX_S = 20.0
 
 
 class Components:
-    """What one Telemetry runs on. Build it with :meth:`build`; :meth:`close` once."""
+    """What one Telemetry runs on, built by the constructor (``on_term``/``on_int``: what a SIGTERM/SIGINT runs,
+    once the step being logged is); :meth:`close` once."""
 
-    def __init__(self, config: TelemetryConfig, catalog: Catalog) -> None:
+    def __init__(self, config: TelemetryConfig, catalog: Catalog, *, on_term: Callable[[], object],
+                 on_int: Callable[[], object]) -> None:
         self.config = config
-        # explicit (init's resource=) > OTEL_SERVICE_NAME > OTEL_RESOURCE_ATTRIBUTES > rl_otel's defaults (the SDK
-        # Resource object itself is built when something needs it: see the resource property)
-        self._resource = resolve_resource(
-            {"service.name": "rl_otel", "service.version": __version__, "service.instance.id":
-                f"{config.host_name}/{config.run}/{config.role}/{config.rank}", "host.name": config.host_name},
-            {"rl.run": config.run, "rl.rank": config.rank, "rl.role": config.role,
-             "rl.local_rank": config.local_rank, "rl.world_size": config.world_size},
-            dict(config.resource))
-        self.recorder = recorder = Recorder(
-            catalog, config.base_labels, max_series_per_metric=config.max_series_per_metric,
-            max_unknown_keys=config.max_unknown_keys, series_ttl_s=config.series_ttl_s,
-            submit_queue_size=config.submit_queue_size, close_timeout_s=config.close_timeout_s)
-        self.diagnostics: Diagnostics = recorder.diagnostics
-        self._tracer_provider: Any = config.tracer_provider  # the user's, or rl_otel's own (built when needed)
+        self._resource = process_resource(config)
+        self.diagnostics = diag = Diagnostics()
         self._lazy_lock = threading.Lock()
-        self.registry: ScrapeRegistry | None = None
-        self.endpoint: ScrapeEndpoint | None = None
-        self.targets: TargetsFile | None = None
-        self.bridge: Bridge | NullBridge = NullBridge()
-        self.signals: SignalFlush | None = None
-        self.live: LiveGauges | None = None
-        self.engines: Any = None  # exporters.engines.EngineFamilies, when engines= serves some
         self._engine_targets: dict[str, TargetsFile] = {}  # tel.engine()'s targets files, by engine name
-        self.hangs: HangWatch | None = None
-        self.cpu: CpuProbe | None = None
-        self._phases: PhaseRuntime | None = None
-        self.exemplars: Exemplars | None = None  # the phases' trace IDs for OpenMetrics scrapes
-        self.step_spans: StepSpans | None = None  # this process writes the steps' root spans (tracing/steps.py)
+        self._phases: PhaseRuntime | None = None  # built at the first phase()
         self._user_meter_provider: Any = None
-        self._providers: list[tuple[str, Any]] = []  # OTel providers rl_otel shuts down (see _shutdown_providers)
-        self._user_meter_lock = threading.Lock()
-        self._stack = contextlib.ExitStack()
+        self._providers: list[tuple[str, Any]] = []  # OTel meter providers rl_otel shuts down (with its tracer's)
         reset_in_forked_child(self)
+        with contextlib.ExitStack() as stack:
+            self._build(stack, catalog, diag, on_term, on_int)
+            self._stack = stack.pop_all()
 
     def _after_fork(self) -> None:
         self._lazy_lock = threading.Lock()  # the parent's may have been held by another thread at the fork
-        self._user_meter_lock = threading.Lock()
 
-    def build(self, *, on_term: Callable[[], object], on_int: Callable[[], object]) -> None:
-        """Create every resource the config asks for, in order; on a failure, close those made and re-raise."""
-        with contextlib.ExitStack() as stack:
-            self._build(stack, on_term, on_int)
-            self._stack = stack.pop_all()
-
-    def _closing(self, stack: contextlib.ExitStack, step: str, part: Any, method: str = "close") -> None:
-        """Register ``part.method()`` (looked up at close time) as the close step named ``step``."""
-        def guarded() -> None:
-            try:
-                getattr(part, method)()
-            except Exception as exc:
-                self._close_failed(step, exc)
-        stack.callback(guarded)
-
-    def _build(self, stack: contextlib.ExitStack, on_term: Callable[[], object], on_int: Callable[[], object]) -> None:
-        config, recorder, diag = self.config, self.recorder, self.diagnostics
+    def _build(self, stack: contextlib.ExitStack, catalog: Catalog, diag: Diagnostics, on_term: Callable[[], object],
+               on_int: Callable[[], object]) -> None:
+        config = self.config
         # the OTel providers shut down last (phases may end while the rest closes), together: each may wait up to
         # its export timeout for an unreachable collector, so in sequence they would take a multiple of it
         stack.callback(self._shutdown_providers)
+        exemplars = None
+        if config.prometheus is not None:  # the phases' trace IDs, served as exemplars in OpenMetrics scrapes
+            from rl_otel._internal.exporters.exemplars import Exemplars
+
+            exemplars = Exemplars()
+        self.tracers = tracers = TracerProviders(config.tracer_provider, config.tracing, self._resource.sdk,
+                                                 lambda reason: diag.count("tracing", reason),
+                                                 exemplars.note if exemplars is not None else None)
         if config.tracing is not None:  # spans exported from the start; else the provider is built when needed
-            self.tracer_provider  # noqa: B018 (builds it)
-        self._step_spans()
+            tracers.get()
+        self.step_spans = _step_spans(config, tracers, diag)
         self.cpu = cpu = CpuProbe()
-        self._closing(stack, "cpu_probe", cpu)
-        recorder.goodput.begin(process_start_time())  # start-up: from the process's start to its first phase/step
+        _closing(stack, diag, "cpu_probe", cpu)
+        # where the time goes, from the process's start (start-up) to its first phase or step, then fed by them
+        self.goodput = goodput = Goodput(diag, started=process_start_time())
+        serves = config.prometheus is not None or _pushes_metrics(config)
+        collectors: list[Collector] = [goodput.collect]
+        self.live = None
+        if serves:
+            self.live = LiveGauges(cpu, lambda reason: diag.count("live", reason))
+            _closing(stack, diag, "live", self.live)
+            collectors += self.live.collectors
+        self.engines = _engine_families(config, diag) if serves and config.engines is not None else None
+        if self.engines is not None:
+            _closing(stack, diag, "engines", self.engines)
+            collectors.append(self.engines.collect)
+        # this rank's torch.distributed collectives, from torch's flight recorder (nothing until torch.distributed
+        # is initialized): which collective it is in, in the series and in its dumps' headers
+        collectives = CollectiveProbe(lambda reason: diag.count("hangs", reason))
+        self.hangs = hangs = _hang_watch(config, diag, collectives.describe)  # threads: at listen(), first phase
+        collectors += (hangs.collect, collectives.collect)
+        store = SeriesStore(config.base_labels, max_series_per_metric=config.max_series_per_metric,
+                            ttl_s=config.series_ttl_s)
+        self.recorder = recorder = Recorder(store, diag, collectors=collectors,
+                                            consumers=(goodput.recorded, hangs.recorded))
+        router = Router(catalog, config.max_unknown_keys)
+        worker = metrics_worker(diag, config.submit_queue_size, config.close_timeout_s)
+        self.reads = SettledReads(recorder, router, partial(settle, worker))
         # build_info and target_info (the OTel resource, Prometheus' convention) are ordinary store families
-        recorder.store.write_info(meta.BUILD_INFO, (("version", __version__),))
-        recorder.store.write_info(meta.TARGET_INFO, target_info_labels(self._resource.attributes), base_labels=False)
+        recorder.record(info_batch(self._resource))
+        self.registry: ScrapeRegistry | None = None
+        self.endpoint: ScrapeEndpoint | None = None
+        self.targets: TargetsFile | None = None
         if config.prometheus is not None:
-            self.registry = scrape_registry(recorder.collect, lambda reason: diag.count("prometheus", reason),
-                                            recorder.store.clock)
-            pending = getattr(self._tracer_provider, "pending", None)  # rl_otel's own provider, built for tracing=
-            if pending is not None:
-                pending.on_root = self._exemplars().note
-        pushes = config.otlp is not None and self._otlp(stack, config)
-        if self.registry is not None or pushes:
-            self.live = LiveGauges(recorder.add_collector, cpu, lambda reason: diag.count("live", reason))
-        if self.registry is not None and config.prometheus is not None:
+            self.registry = scrape_registry(self.reads.collect, lambda reason: diag.count("prometheus", reason),
+                                            store.clock, routes=_debug_routes(config, hangs),
+                                            exemplars=exemplars.current if exemplars is not None else None)
             self._serve(stack, self.registry, config.prometheus)
-        if self.live is not None:
-            self._closing(stack, "live", self.live)
-        if self.live is not None and config.engines is not None:
-            self._serve_engines(stack, config)
-        self.bridge = self._start_bridge()
-        self._closing(stack, "trackers", self.bridge)
-        if self.bridge.active:
-            recorder.mirror = self.bridge.submit
-        self._closing(stack, "metrics_worker", recorder.worker)  # drains before the trackers close
-        self._watch_hangs(stack)
+        if config.otlp is not None:
+            self._otlp(config, tracers, diag)
+        self.bridge = _start_bridge(config, diag)
+        _closing(stack, diag, "trackers", self.bridge)
+        self.steplog = StepLog(recorder, Ingest(router, diag), worker,
+                               mirror=self.bridge.submit if self.bridge.active else None)
+        _closing(stack, diag, "metrics_worker", self.steplog)  # drains before the trackers close
+        # stack dumps: closed first, no dump starts while the rest closes; the watchdog starts with the first phase
+        _closing(stack, diag, "hangs", hangs)
+        if config.stack_dump_signal is not None:
+            hangs.listen(config.stack_dump_signal)
         # a signal handler when a SIGTERM would leave something behind: steps buffered for the trackers, or a
         # file_sd target that would keep a "target down" alert firing after the rank is gone
         # (built last, so no failure follows it here; close() itself puts the previous handlers back, at its end)
         # (or spans not yet sent: a Ray worker gets a SIGTERM ~5 s before it is killed, with Ray's own handler)
-        if config.handle_sigterm and (self.bridge.active or self.targets is not None or self._spans_exported()):
+        self.signals = None
+        if config.handle_sigterm and (self.bridge.active or self.targets is not None or _spans_exported(config)):
             self.signals = SignalFlush(on_term=on_term, on_int=on_int, timeout_s=config.close_timeout_s)
-
-    def _spans_exported(self) -> bool:
-        """Whether rl_otel's own tracer provider exports spans (``tracing=``, or an OTLP span push)."""
-        config = self.config
-        return config.tracer_provider is None and (
-            config.tracing is not None or (config.otlp is not None and config.otlp.traces is not None))
-
-    def _step_spans(self) -> None:
-        """The steps' root spans, written by one process of the run (``tracing/steps.py``), on rl_otel's own
-        provider only: the step span's IDs are chosen by its ID generator."""
-        config = self.config
-        from rl_otel._internal.tracing.steps import emits_step_spans
-
-        if not (self._spans_exported() and emits_step_spans(config.role, config.rank)):
-            return
-        from rl_otel._internal.tracing.steps import StepSpans
-        from rl_otel._internal.tracing.tracing import ChosenIdGenerator
-
-        ids = self.tracer_provider.id_generator
-        if not isinstance(ids, ChosenIdGenerator):
-            return
-        self.step_spans = StepSpans(lambda: self.tracer_provider.get_tracer("rl_otel", __version__), ids.chosen,
-                                    config.run, {"rank": config.rank},
-                                    lambda reason: self.diagnostics.count("tracing", reason))
 
     def logged(self) -> None:
         """A step was logged: the spans of phases that started before any step was known go to its trace, and
         the process that writes the step spans writes this one (``tracing/pending.py``, ``tracing/steps.py``)."""
-        last = self.recorder.steps.last
-        if last is None or self._tracer_provider is None:
+        last = self.steplog.steps.last
+        provider = self.tracers.peek()
+        if last is None or provider is None:
             return
-        pending = getattr(self._tracer_provider, "pending", None)
+        pending = getattr(provider, "pending", None)
         if pending is not None and pending.waiting:
             from rl_otel._internal.tracing.steps import step_ids
 
@@ -194,18 +176,6 @@ class Components:
         spans = self.step_spans
         if spans is not None:
             spans.logged(last)
-    def _serve_engines(self, stack: contextlib.ExitStack, config: TelemetryConfig) -> None:
-        """The rollout engine's families of this process (``exporters/engines.py``), a live collector: read at
-        each collection, counted against the series cap, their misses counted as ``sink="live"``."""
-        from rl_otel._internal.exporters.engines import EngineFamilies
-
-        assert config.engines is not None
-        diag = self.diagnostics
-        self.engines = engines = EngineFamilies(config.engines, rank=config.rank,
-                                                max_series_per_metric=config.max_series_per_metric,
-                                                count=lambda reason: diag.count("live", reason))
-        self.recorder.add_collector(engines.collect)
-        self._closing(stack, "engines", engines)
 
     def engine_target(self, url: str, name: str) -> str | None:
         """Publish an engine server's ``url`` as a scrape target in the file_sd directory (``tel.engine``): the
@@ -230,81 +200,14 @@ class Components:
                 old.close()
             targets = TargetsFile(path, address, {**config.base_labels, **engine_labels(name), **labels})
             self._engine_targets[name] = targets
-        self._closing(self._stack, f"engine_target_{name}", targets)
+        _closing(self._stack, self.diagnostics, f"engine_target_{name}", targets)
         return str(path)
-
-    def _watch_hangs(self, stack: contextlib.ExitStack) -> None:
-        """Stack dumps (``probes/hangs.py``): the progress hook, the series, ``/debug/stacks``, the signal; the
-        watchdog starts with the first phase (:meth:`phase_runtime`). Closed first: no dump starts while the rest
-        closes."""
-        config, recorder = self.config, self.recorder
-        self.hangs = hangs = HangWatch(base=config.base_labels, factor=config.hang_factor,
-                                       quantile=config.hang_quantile, min_s=config.hang_min_s,
-                                       directory=config.stack_dump_dir,
-                                       count=lambda reason: self.diagnostics.count("hangs", reason),
-                                       redact=_command_line_scrubber())
-        self._closing(stack, "hangs", hangs)
-        recorder.on_progress = hangs.progressed
-        recorder.add_collector(hangs.collect)
-        # this rank's torch.distributed collectives, from torch's flight recorder (nothing until torch.distributed
-        # is initialized): which collective it is in, in the series and in its dumps' headers
-        collectives = CollectiveProbe(lambda reason: self.diagnostics.count("hangs", reason))
-        recorder.add_collector(collectives.collect)
-        hangs.describe = collectives.describe
-        if self.registry is not None and config.stack_dump_http and config.prometheus is not None:
-            if _private(config.prometheus):
-                self.registry.routes["/debug/stacks"] = hangs.http_text
-            else:
-                import logging
-
-                off = (f"# rl_otel: GET /debug/stacks is off: the endpoint on {config.prometheus.host} has no "
-                       "authentication (a dump shows the process's code and paths); it is served where the web config "
-                       "sets basic auth or client certificates, or the endpoint is bound to loopback "
-                       "(docs/security.md). SIGUSR1 writes a dump to the dump directory.\n")
-                self.registry.routes["/debug/stacks"] = lambda: off  # (else the path would answer the metrics)
-                logging.getLogger("rl_otel").info(off.strip("# \n"))
-        if config.stack_dump_signal is not None:
-            hangs.listen(config.stack_dump_signal)
 
     @property
     def resource(self) -> Resource:
-        """The OTel SDK ``Resource``, built at the first read: by what needs the SDK object (a provider, the OTLP
-        push); ``target_info`` is written from the attributes alone."""
+        """The OTel SDK ``Resource``: what needs the SDK object (a provider, the OTLP push) reads it;
+        ``target_info`` is written from the attributes alone."""
         return self._resource.sdk()
-
-    @property
-    def tracer_provider(self) -> Any:
-        """The user's TracerProvider, or rl_otel's own, built at the first need (a phase, an OTLP span push, a
-        read of ``Telemetry.tracer_provider``): a process that never records a span never loads the SDK's trace
-        package (~15 ms of ``init()``)."""
-        if self._tracer_provider is None:
-            with self._lazy_lock:
-                if self._tracer_provider is None:
-                    from rl_otel._internal.tracing.tracing import build_tracer_provider
-
-                    diag = self.diagnostics
-                    provider = build_tracer_provider(self.config.tracing, self.resource,
-                                                     on_error=lambda reason: diag.count("tracing", reason))
-                    if self.registry is not None:  # the phases' trace IDs as exemplars on the endpoint
-                        provider.pending.on_root = self._exemplars().note
-                    self._providers.append(("tracer_provider", provider))
-                    self._tracer_provider = provider
-        return self._tracer_provider
-
-    def _exemplars(self) -> Exemplars:
-        """The phases' latest exemplars, served by the scrape registry in OpenMetrics renderings."""
-        from rl_otel._internal.exporters.exemplars import Exemplars
-
-        if self.exemplars is None:
-            self.exemplars = Exemplars()
-        if self.registry is not None:
-            self.registry.exemplars = self.exemplars.current
-        return self.exemplars
-
-    def built_tracer_provider(self) -> Any:
-        """The TracerProvider if it exists (the user's, or rl_otel's once built), else ``None``: then no span
-        processor can have been added to it, and a phase records no span (see ``tracing/contexts.py``)."""
-        return self._tracer_provider
 
     def phase_runtime(self) -> PhaseRuntime:
         """What every phase shares (the tracer, the probes), built at the first ``phase()``; the TracerProvider
@@ -316,23 +219,19 @@ class Components:
 
             with self._lazy_lock:
                 if self._phases is None:
-                    assert self.cpu is not None  # built by build()
-                    steps = self.recorder.steps
-                    tracer = PhaseTracer(self.built_tracer_provider, lambda: self.tracer_provider, "rl_otel",
-                                         __version__, run=self.config.run, step_spans=self.step_spans,
+                    config, diag, steplog, steps = self.config, self.diagnostics, self.steplog, self.steplog.steps
+                    tracer = PhaseTracer(self.tracers.peek, self.tracers.get, "rl_otel", __version__, run=config.run,
+                                         step_spans=self.step_spans,
                                          known_step=lambda: None if steps.last is None else steps.next())
                     self._phases = PhaseRuntime(
-                        tracer=tracer, rank=self.config.rank, gpu=GpuProbe(), cpu=self.cpu,
-                        next_step=self.recorder.steps.next, record=self.recorder.record_phase,
-                        fail=self._phase_failed, record_gpu=self.recorder.record_phase_gpu,
-                        count=lambda reason: self.diagnostics.count("phase", reason),
-                        goodput=self.recorder.goodput, memory=self.config.phase_memory,
-                        peaks=self.config.phase_peaks, gpu_time=self.config.phase_gpu_time)
+                        tracer=tracer, rank=config.rank, gpu=GpuProbe(), cpu=self.cpu, next_step=steps.next,
+                        record=steplog.record_phase, fail=diag.phase_failed, record_gpu=steplog.record_phase_gpu,
+                        count=lambda reason: diag.count("phase", reason), goodput=self.goodput,
+                        memory=config.phase_memory, peaks=config.phase_peaks, gpu_time=config.phase_gpu_time)
                     # closed first (built after the others): the GPU times still pending are resolved (bounded)
                     # while the store and the tracer provider are open
-                    self._closing(self._stack, "phases", self._phases)
-                    if self.hangs is not None:  # the watchdog reads the running phases from now on
-                        self.hangs.watch(self._phases.running)  # type: ignore[arg-type]  # set by __post_init__
+                    _closing(self._stack, diag, "phases", self._phases)
+                    self.hangs.watch(self._phases.running)  # type: ignore[arg-type]  # set by __post_init__
                 runtime = self._phases
         return runtime
 
@@ -350,39 +249,26 @@ class Components:
         def left() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-        ran = self.recorder.worker.flush(timeout_s)
+        ran = self.steplog.flush(timeout_s)
         timed = True if self._phases is None else self._phases.flush(left())
         written = self.bridge.flush(left())
-        return self._flush_spans(left()) and written and ran and timed
+        return _flush_spans(self.tracers, self.diagnostics, left()) and written and ran and timed
 
-    def _flush_spans(self, timeout_s: float | None) -> bool:
-        """Send the spans ended so far (rl_otel's own provider, if built; a user's provider is the user's)."""
-        provider = self._tracer_provider
-        if provider is None or self.config.tracer_provider is not None:
-            return True
-        try:
-            millis = 30_000 if timeout_s is None else max(1, int(timeout_s * 1000))
-            return bool(provider.force_flush(millis))
-        except Exception:
-            self.diagnostics.count("tracing", "flush_failed")
-            return False
-
-    def _otlp(self, stack: contextlib.ExitStack, config: TelemetryConfig) -> bool:
+    def _otlp(self, config: TelemetryConfig, tracers: TracerProviders, diag: Diagnostics) -> None:
         """The OTLP push: a reader on an SDK MeterProvider exporting the store's families, and a span processor
-        on rl_otel's own tracer provider (a user's provider exports its spans itself). True if metrics are
-        pushed."""
+        on rl_otel's own tracer provider (a user's provider exports its spans itself)."""
         assert config.otlp is not None
         from rl_otel._internal.exporters import otlp
         from rl_otel._internal.exporters.otlp_push import store_metrics
 
-        diag, recorder = self.diagnostics, self.recorder
+        recorder = self.recorder
         reader = otlp.metric_reader(config.otlp, lambda: store_metrics(recorder.collect()), self.resource,
                                     on_error=lambda reason: diag.count("otlp", reason))
-        if config.otlp.traces is not None and config.tracer_provider is None:
-            self.tracer_provider.add_span_processor(
+        if config.otlp.traces is not None and not tracers.user:
+            tracers.get().add_span_processor(
                 otlp.span_processor(config.otlp, on_error=lambda reason: diag.count("otlp", reason)))
         if reader is None:
-            return False
+            return
         from opentelemetry.metrics import Observation
         from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 
@@ -396,84 +282,34 @@ class Components:
         provider.get_meter("rl_otel", __version__).create_observable_gauge(
             meta.BUILD_INFO.name, callbacks=[lambda _options: [Observation(1, info)]],
             unit=meta.BUILD_INFO.unit, description=meta.BUILD_INFO.description)
-        return True
 
     def _serve(self, stack: contextlib.ExitStack, registry: ScrapeRegistry, prom: PrometheusConfig) -> None:
         """Start the scrape endpoint and, when asked, publish it in a file_sd targets file."""
-        config = self.config
+        config, diag = self.config, self.diagnostics
         self.endpoint = endpoint = ScrapeEndpoint(registry, prom.host, prom.port, web=prom.web,
                                                   port_search=prom.port_search)
-        self._closing(stack, "endpoint", endpoint)
+        _closing(stack, diag, "endpoint", endpoint)
         self.targets = publish(prom, endpoint, host_name=config.host_name, run=config.run, rank=config.rank,
                                role=config.role, labels=config.base_labels)
         if self.targets is not None:
-            self._closing(stack, "targets_file", self.targets)
+            _closing(stack, diag, "targets_file", self.targets)
         else:  # a static target stays listed after the run: its last scrape tells a finished run from a killed one
-            self.recorder.store.write_info(meta.RUN_FINISHED, (), value=0.0)
-            stack.callback(self._final_scrape)
-
-    def _final_scrape(self) -> None:
-        """At close, before the endpoint stops: serve ``rl_run_finished`` 1 and wait for one more scrape, until
-        1.5 intervals (+0.25 s) after the last scrape and :data:`FINAL_SCRAPE_MAX_S` at most; no wait unless the
-        endpoint is scraped regularly (its last three scrapes evenly spaced: a Prometheus watches).
-        RLScrapeTargetDown stays quiet for a static target whose last scraped value is 1 (the run finished), and
-        fires for one that went down at 0 (killed). A file_sd target needs none of it: its file is removed at
-        close."""
-        registry = self.registry
-        if registry is None:
-            return
-        try:
-            self.recorder.store.write_info(meta.RUN_FINISHED, (), value=1.0)
-            regular = registry.scrape_interval()
-            if regular is None:
-                return
-            interval, last = regular
-            wait = min(last + 1.5 * interval + 0.25 - time.monotonic(), FINAL_SCRAPE_MAX_S)  # the next one's due
-            if wait > 0 and registry.wait_next_scrape(wait):
-                deadline = time.monotonic() + 1.0  # its body handed to the kernel: closing then cuts nothing
-                while self.endpoint is not None and self.endpoint.server.sending and time.monotonic() < deadline:
-                    time.sleep(0.005)
-        except Exception as exc:
-            self._close_failed("final_scrape", exc)
-
-    def _start_bridge(self) -> Bridge | NullBridge:
-        from rl_otel._internal.runtime.ranks import mirrors_to_trackers
-        from rl_otel._internal.trackers.bridge import build_bridge
-        from rl_otel._internal.trackers.config import scrub, secret_values
-
-        cfg, diag = self.config, self.diagnostics
-        secrets = frozenset(s for t in cfg.trackers for s in secret_values(dict(t.kwargs)))
-
-        def sink_error(sink: str, reason: str, exc: BaseException | None) -> None:
-            diag.count(sink, reason, exc.steps if isinstance(exc, SinkError) else 1)
-            detail = "" if exc is None else f": {type(exc).__name__}: {scrub(str(exc), secrets)}"
-            diag.warn_once(f"sink_{reason}", sink, f"rl_otel: tracker {sink!r} failed ({reason}){detail}; "
-                                                   "training and the other trackers go on (counted in "
-                                                   "rl_telemetry_errors_total)")
-
-        return build_bridge(cfg.trackers, run=cfg.run, mirror=mirrors_to_trackers(cfg.rank, cfg.tracker_ranks),
-                            on_error=sink_error, queue_size=cfg.sink_queue_size, close_timeout_s=cfg.close_timeout_s)
-
-    def _phase_failed(self, what: str) -> None:
-        import logging
-
-        self.diagnostics.count("phase", "internal")
-        if self.diagnostics.warn_once("phase", what, f"rl_otel: a phase's telemetry ({what}) failed; training "
-                                                     "goes on"):
-            logging.getLogger("rl_otel").debug("rl_otel: phase telemetry failure", exc_info=True)
+            self.recorder.record(Batch([], infos=(Info(meta.RUN_FINISHED, (), 0.0),)))
+            stack.callback(final_scrape, self.recorder, registry, endpoint, diag)
 
     def user_meter_provider(self) -> Any:
         """A MeterProvider for the user's own instruments, built at the first call (see
         :mod:`rl_otel._internal.exporters.instruments`); shut down with the rest."""
         from rl_otel._internal.exporters.instruments import build_meter_provider
 
-        with self._user_meter_lock:
+        with self._lazy_lock:
             if self._user_meter_provider is None:
+                diag = self.diagnostics
                 provider = build_meter_provider(self.resource, self.registry, self.config.otlp,
-                                                on_error=lambda reason: self.diagnostics.count("otlp", reason))
+                                                on_error=lambda reason: diag.count("otlp", reason))
                 if provider is None:  # neither a scrape endpoint nor an OTLP push to serve them on
                     return None
-                self._closing(self._stack, "user_meter_provider", provider, "shutdown")
+                _closing(self._stack, diag, "user_meter_provider", provider, "shutdown")
                 self._user_meter_provider = provider
             return self._user_meter_provider
 
@@ -484,9 +320,12 @@ class Components:
         timeout + 1 s (at least 2 s). A failure or a timeout is counted (``sink="close"``,
         ``reason=<provider>``)."""
         providers, self._providers = self._providers, []
+        own = self.tracers.own()
+        if own is not None:
+            providers.append(("tracer_provider", own))
         if not providers:
             return
-        otlp_config = self.config.otlp
+        diag, otlp_config = self.diagnostics, self.config.otlp
         push_limit = max((otlp_config.timeout_s if otlp_config is not None else 0.0) + 1.0, 2.0)
         started = time.monotonic()
         threads = []
@@ -494,8 +333,8 @@ class Components:
             def shut(name: str = name, provider: Any = provider) -> None:
                 try:
                     provider.shutdown()
-                except Exception as exc:
-                    self._close_failed(name, exc)
+                except Exception as exc:  # boundary: the OTel SDK's shutdown (an exporter's network)
+                    _close_failed(diag, name, exc)
             thread = threading.Thread(target=shut, name=f"rl_otel-close-{name}", daemon=True)
             thread.start()
             threads.append((name, thread))
@@ -503,12 +342,7 @@ class Components:
             limit = self.config.close_timeout_s if name == "tracer_provider" else push_limit
             thread.join(max(0.0, started + limit - time.monotonic()))
             if thread.is_alive():
-                self._close_failed(name, TimeoutError(f"still shutting down after {limit:g} s"))
-
-    def _close_failed(self, step: str, exc: BaseException) -> None:
-        self.diagnostics.count("close", step)
-        self.diagnostics.warn_once("close", step, f"rl_otel: closing {step} failed ({type(exc).__name__}: {exc}); "
-                                                  "the other parts are closed")
+                _close_failed(diag, name, TimeoutError(f"still shutting down after {limit:g} s"))
 
     def begin_close(self) -> None:
         """A SIGTERM/SIGINT arriving from now on waits for the end of the close."""
@@ -528,8 +362,146 @@ class Components:
             if signals is not None:
                 try:
                     signals.uninstall()  # delivers the signals held during the close: the process may end here
-                except Exception as exc:
-                    self._close_failed("signals", exc)
+                except Exception as exc:  # boundary: the OS's signal calls
+                    _close_failed(self.diagnostics, "signals", exc)
+
+
+# -- the builder's parts: functions handed what they need ---------------------------------------------------------
+
+
+def _closing(stack: contextlib.ExitStack, diag: Diagnostics, step: str, part: Any, method: str = "close") -> None:
+    """Register ``part.method()`` (looked up at close time) as the close step named ``step``."""
+    def guarded() -> None:
+        try:
+            getattr(part, method)()
+        except Exception as exc:  # boundary: a part's close (sinks, the OTel SDK, files, threads), counted
+            _close_failed(diag, step, exc)
+    stack.callback(guarded)
+
+
+def _close_failed(diag: Diagnostics, step: str, exc: BaseException) -> None:
+    diag.count("close", step)
+    diag.warn_once("close", step, f"rl_otel: closing {step} failed ({type(exc).__name__}: {exc}); the other parts "
+                                  "are closed")
+
+
+def _spans_exported(config: TelemetryConfig) -> bool:
+    """Whether rl_otel's own tracer provider exports spans (``tracing=``, or an OTLP span push)."""
+    return config.tracer_provider is None and (
+        config.tracing is not None or (config.otlp is not None and config.otlp.traces is not None))
+
+
+def _pushes_metrics(config: TelemetryConfig) -> bool:
+    """Whether the OTLP push sends metrics (a metrics endpoint or the user's exporter: ``otlp.metric_reader``)."""
+    otlp = config.otlp
+    return otlp is not None and (otlp.exporter is not None or otlp.metrics is not None)
+
+
+def _step_spans(config: TelemetryConfig, tracers: TracerProviders, diag: Diagnostics) -> StepSpans | None:
+    """The steps' root spans, written by one process of the run (``tracing/steps.py``), on rl_otel's own
+    provider only: the step span's IDs are chosen by its ID generator."""
+    from rl_otel._internal.tracing.steps import emits_step_spans
+
+    if not (_spans_exported(config) and emits_step_spans(config.role, config.rank)):
+        return None
+    from rl_otel._internal.tracing.steps import StepSpans
+    from rl_otel._internal.tracing.tracing import ChosenIdGenerator
+
+    ids = tracers.get().id_generator
+    if not isinstance(ids, ChosenIdGenerator):
+        return None
+    return StepSpans(lambda: tracers.get().get_tracer("rl_otel", __version__), ids.chosen, config.run,
+                     {"rank": config.rank}, lambda reason: diag.count("tracing", reason))
+
+
+def _engine_families(config: TelemetryConfig, diag: Diagnostics) -> EngineFamilies:
+    """The rollout engine's families of this process (``exporters/engines.py``), a live collector: read at each
+    collection, counted against the series cap, their misses counted as ``sink="live"``."""
+    from rl_otel._internal.exporters.engines import EngineFamilies
+
+    assert config.engines is not None
+    return EngineFamilies(config.engines, rank=config.rank, max_series_per_metric=config.max_series_per_metric,
+                          count=lambda reason: diag.count("live", reason))
+
+
+def _hang_watch(config: TelemetryConfig, diag: Diagnostics, describe: Callable[[float], list[str]]) -> HangWatch:
+    """Stack dumps (``probes/hangs.py``): the progress it consumes, its series, ``/debug/stacks``, the signal;
+    ``describe``: more lines for a dump's header (the collectives probe's)."""
+    return HangWatch(base=config.base_labels, factor=config.hang_factor, quantile=config.hang_quantile,
+                     min_s=config.hang_min_s, directory=config.stack_dump_dir,
+                     count=lambda reason: diag.count("hangs", reason), redact=_command_line_scrubber(),
+                     describe=describe)
+
+
+def _debug_routes(config: TelemetryConfig, hangs: HangWatch) -> dict[str, Callable[[], str]]:
+    """``GET /debug/stacks``: a dump where only who may see the process reaches the endpoint, else a refusal
+    saying why (else the path would answer the metrics)."""
+    if not config.stack_dump_http or config.prometheus is None:
+        return {}
+    if _private(config.prometheus):
+        return {"/debug/stacks": hangs.http_text}
+    import logging
+
+    off = (f"# rl_otel: GET /debug/stacks is off: the endpoint on {config.prometheus.host} has no authentication "
+           "(a dump shows the process's code and paths); it is served where the web config sets basic auth or "
+           "client certificates, or the endpoint is bound to loopback (docs/security.md). SIGUSR1 writes a dump "
+           "to the dump directory.\n")
+    logging.getLogger("rl_otel").info(off.strip("# \n"))
+    return {"/debug/stacks": lambda: off}
+
+
+def _start_bridge(config: TelemetryConfig, diag: Diagnostics) -> Bridge | NullBridge:
+    from rl_otel._internal.runtime.ranks import mirrors_to_trackers
+    from rl_otel._internal.trackers.bridge import build_bridge
+    from rl_otel._internal.trackers.config import secret_values
+
+    secrets = frozenset(s for t in config.trackers for s in secret_values(dict(t.kwargs)))
+
+    def sink_error(sink: str, reason: str, exc: BaseException | None) -> None:
+        diag.count(sink, reason, exc.steps if isinstance(exc, SinkError) else 1)
+        detail = "" if exc is None else f": {type(exc).__name__}: {scrub(str(exc), secrets)}"
+        diag.warn_once(f"sink_{reason}", sink, f"rl_otel: tracker {sink!r} failed ({reason}){detail}; training "
+                                               "and the other trackers go on (counted in rl_telemetry_errors_total)")
+
+    return build_bridge(config.trackers, run=config.run, mirror=mirrors_to_trackers(config.rank,
+                                                                                      config.tracker_ranks),
+                        on_error=sink_error, queue_size=config.sink_queue_size,
+                        close_timeout_s=config.close_timeout_s)
+
+
+def _flush_spans(tracers: TracerProviders, diag: Diagnostics, timeout_s: float | None) -> bool:
+    """Send the spans ended so far (rl_otel's own provider, if built; a user's provider is the user's)."""
+    provider = tracers.own()
+    if provider is None:
+        return True
+    try:
+        millis = 30_000 if timeout_s is None else max(1, int(timeout_s * 1000))
+        return bool(provider.force_flush(millis))
+    except Exception:  # boundary: the OTel SDK's exporters (the network)
+        diag.count("tracing", "flush_failed")
+        return False
+
+
+def final_scrape(recorder: Recorder, registry: ScrapeRegistry, endpoint: ScrapeEndpoint, diag: Diagnostics) -> None:
+    """At close, before the endpoint stops: serve ``rl_run_finished`` 1 and wait for one more scrape, until
+    1.5 intervals (+0.25 s) after the last scrape and :data:`FINAL_SCRAPE_MAX_S` at most; no wait unless the
+    endpoint is scraped regularly (its last three scrapes evenly spaced: a Prometheus watches).
+    RLScrapeTargetDown stays quiet for a static target whose last scraped value is 1 (the run finished), and
+    fires for one that went down at 0 (killed). A file_sd target needs none of it: its file is removed at
+    close."""
+    try:
+        recorder.record(Batch([], infos=(Info(meta.RUN_FINISHED, (), 1.0),)))
+        regular = registry.scrape_interval()
+        if regular is None:
+            return
+        interval, last = regular
+        wait = min(last + 1.5 * interval + 0.25 - time.monotonic(), FINAL_SCRAPE_MAX_S)  # the next one's due
+        if wait > 0 and registry.wait_next_scrape(wait):
+            deadline = time.monotonic() + 1.0  # its body handed to the kernel: closing then cuts nothing
+            while endpoint.server.sending and time.monotonic() < deadline:
+                time.sleep(0.005)
+    except Exception as exc:  # boundary: the close must go on (the endpoint's server, the OS clock)
+        _close_failed(diag, "final_scrape", exc)
 
 
 def _command_line_scrubber() -> Callable[[str], str] | None:

@@ -408,6 +408,15 @@ FILE_KEYS: tuple[str, ...] = tuple(o.name for o in OPTIONS if o.in_file)
 INTEGRATION_OPTIONS: tuple[str, ...] = (*(o.name for o in OPTIONS), "config")
 
 
+def default(name: str) -> Any:
+    """Option ``name``'s default, as :data:`OPTIONS` defines it (for what runs without ``init()``: ``rl-otel
+    watch``'s recorders)."""
+    for option in OPTIONS:
+        if option.name == name:
+            return option.default
+    raise KeyError(name)
+
+
 def merge(given: Mapping[str, Any], from_file: Mapping[str, Any]) -> dict[str, Any]:
     """Every option's value: given (not :data:`UNSET`) > the config file > the default. A tracker choice given
     in code replaces the file's as a whole (``track_with`` given drops the file's ``trackers``)."""

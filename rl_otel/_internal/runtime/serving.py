@@ -11,11 +11,14 @@ from rl_otel._internal.exporters.prometheus import Collect, ScrapeEndpoint, Scra
 from rl_otel._internal.runtime.config import PrometheusConfig
 
 
-def scrape_registry(collect: Collect, count: Callable[[str], None], clock: Callable[[], int]) -> ScrapeRegistry:
+def scrape_registry(collect: Collect, count: Callable[[str], None], clock: Callable[[], int], *,
+                    routes: Mapping[str, Callable[[], str]] | None = None,
+                    exemplars: Callable[[], dict] | None = None) -> ScrapeRegistry:
     """A registry serving ``collect(settle=, on_error=)``; what a scrape absorbs is counted as ``count(reason)``
-    (``rl_telemetry_errors_total{sink="prometheus"}``), a second family of one name as ``duplicate_family``."""
+    (``rl_telemetry_errors_total{sink="prometheus"}``), a second family of one name as ``duplicate_family``;
+    ``routes``, ``exemplars``: :class:`~rl_otel._internal.exporters.prometheus.ScrapeRegistry`'s."""
     return ScrapeRegistry(on_duplicate=lambda name: count("duplicate_family"), collect=collect, on_error=count,
-                          clock=clock)
+                          clock=clock, routes=routes, exemplars=exemplars)
 
 
 def publish(prom: PrometheusConfig, endpoint: ScrapeEndpoint, *, host_name: str, run: str, rank: int, role: str,

@@ -35,12 +35,12 @@ class PendingSteps(SpanProcessor):
     """A span processor in front of the provider's processors: holds the spans of provisional traces until their
     step is known. Thread-safe; the processors behind it get spans as they would have, only later."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_root: Callable[[ReadableSpan], None] | None = None) -> None:
         self._processors: tuple[SpanProcessor, ...] = ()
         self._wake = threading.Event()  # a phase ended: its spans are sent now (on the flusher thread)
         self._flusher: threading.Thread | None = None
         self._flusher_pid = 0
-        self.on_root: Callable[[ReadableSpan], None] | None = None  # a phase's root span, in its final trace
+        self.on_root = on_root  # told of a phase's root span, in its final trace (the endpoint's exemplars)
         self._lock = threading.Lock()
         self._pending: set[int] = set()  # provisional trace IDs whose step is not known yet
         self._resolved: OrderedDict[int, tuple[int, int, int]] = OrderedDict()  # provisional -> (step, ids)

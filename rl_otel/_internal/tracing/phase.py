@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from time import perf_counter, time_ns
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -99,7 +100,8 @@ class PhaseRuntime:
         if self.running is None:
             self.running = running_phases(self.cpu)
         if self.record_gpu is not None and self.gpu_time:  # no event until a phase runs where CUDA is in use
-            self.gpu_timer = GpuTimer(self.gpu.live, self._gpu_resolved, count=self._count, fail=self.fail)
+            self.gpu_timer = GpuTimer(self.gpu.live, partial(_gpu_resolved, self.record_gpu),
+                                      count=self.count or self.fail, fail=self.fail)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Resolve (bounded) the GPU times of the phases ended so far, on the calling thread with each phase's
@@ -114,23 +116,6 @@ class PhaseRuntime:
         if timer is not None:
             timer.close(CLOSE_WAIT_S)
 
-    def _count(self, reason: str) -> None:
-        (self.count or self.fail)(reason)
-
-    def _gpu_resolved(self, timed: GpuPhase, seconds: dict[str, float] | None) -> None:
-        """Where the phase's events resolved (its thread, or flush/close): store the GPU seconds and end the root
-        span (if it was kept open for them)."""
-        pending: GpuPending = timed.payload
-        try:
-            if seconds is not None and self.record_gpu is not None:
-                self.record_gpu(pending.cluster, pending.phase, seconds)
-        finally:
-            root = pending.root
-            if root is not None:
-                if seconds is not None:
-                    root.set_attributes({GPU_ATTRIBUTES[part]: value for part, value in seconds.items()})
-                root.end(end_time=pending.end_ns)
-
     def open(self, cluster: str, phase: str, *, onload: Callable[[], Any] | None,
              offload: Callable[[], Any] | None, step: int | None, parent: Mapping[str, str] | None,
              bucket: str | None = None, memory: bool | None = None, policy_step: int | None = None) -> Phase:
@@ -138,6 +123,22 @@ class PhaseRuntime:
         OTel API with it, waits for the first phase)."""
         return Phase(self, cluster, phase, onload=onload, offload=offload, step=step, parent=parent, bucket=bucket,
                      memory=self.memory if memory is None else memory, policy_step=policy_step)
+
+
+def _gpu_resolved(record_gpu: Callable[[str, str, dict[str, float]], None], timed: GpuPhase,
+                  seconds: dict[str, float] | None) -> None:
+    """Where a phase's events resolved (its thread, or flush/close): store the GPU seconds and end the root span
+    (if it was kept open for them)."""
+    pending: GpuPending = timed.payload
+    try:
+        if seconds is not None:
+            record_gpu(pending.cluster, pending.phase, seconds)
+    finally:
+        root = pending.root
+        if root is not None:
+            if seconds is not None:
+                root.set_attributes({GPU_ATTRIBUTES[part]: value for part, value in seconds.items()})
+            root.end(end_time=pending.end_ns)
 
 
 class Phase:
@@ -403,7 +404,4 @@ class Phase:
             return None
 
     def _fail(self, what: str) -> None:
-        try:
-            self._rt.fail(what)
-        except Exception:
-            pass
+        self._rt.fail(what)  # Diagnostics.phase_failed: counts and says once, never raises

@@ -126,9 +126,9 @@ class OwnTracerProvider(TracerProvider):
 
     has_span_processor = False
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, on_root: Callable[[ReadableSpan], None] | None = None, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.pending = PendingSteps()
+        self.pending = PendingSteps(on_root)
 
     def add_span_processor(self, span_processor: SpanProcessor) -> None:
         first = not self.has_span_processor
@@ -139,11 +139,12 @@ class OwnTracerProvider(TracerProvider):
 
 
 def build_tracer_provider(config: TracingConfig | None, resource: Resource,
-                          on_error: Callable[[str], None] | None = None) -> OwnTracerProvider:
+                          on_error: Callable[[str], None] | None = None,
+                          on_root: Callable[[ReadableSpan], None] | None = None) -> OwnTracerProvider:
     """A TracerProvider with random IDs (a step span's chosen ones, :class:`ChosenIdGenerator`) and the configured
     exporter (none for ``config=None``); with ``on_error``, a failed span export is counted
-    (``span_export_failed``)."""
-    provider = OwnTracerProvider(resource=resource, id_generator=ChosenIdGenerator())
+    (``span_export_failed``); ``on_root`` is told of each phase's root span in its final trace (``pending.py``)."""
+    provider = OwnTracerProvider(on_root, resource=resource, id_generator=ChosenIdGenerator())
     if config is None:
         return provider
     from rl_otel._internal.exporters.otlp import counted_span_exporter, span_exporter
