@@ -200,7 +200,7 @@ class Watcher:
                 self.checkpoint()
             if self.options.freeze_gc:
                 self._freeze()
-        except Exception:
+        except Exception:  # boundary: the watch loop's pass (files of any content)
             _log.exception("rl_otel watch: poll failed; going on")
         return more
 
@@ -386,7 +386,7 @@ class Watcher:
         for line in lines.lines:
             try:
                 parsed = jsonl.parse(line, self.options.step_keys, self.options.time_keys)
-            except Exception:
+            except Exception:  # boundary: a line of a file of any content
                 corrupt += 1
                 continue
             if parsed is not None:

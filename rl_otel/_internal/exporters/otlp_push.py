@@ -113,7 +113,7 @@ class StoreExporter(MetricExporter):
             extra = []
         try:
             result = self._inner.export(merge(metrics_data, self._resource, extra), timeout_millis=timeout_millis)
-        except Exception:
+        except Exception:  # boundary: the OTel SDK's exporter (network, serialisation)
             _log.warning("rl_otel: OTLP metric export raised", exc_info=True)
             result = MetricExportResult.FAILURE
         if result is not MetricExportResult.SUCCESS:
