@@ -34,10 +34,8 @@ ALLOWLIST: Places = {
         (1, "the OTel SDK's span exporter"),
     ("rl_otel/_internal/exporters/otlp_push.py", "StoreExporter.export"):
         (2, "the OTel SDK's export thread and exporter"),
-    ("rl_otel/_internal/exporters/prometheus.py", "ScrapeRegistry.render_chunks"): (2, "a scrape request"),
     ("rl_otel/_internal/exporters/prometheus.py", "ScrapeRegistry._registered"):
         (1, "registered prometheus_client collectors"),
-    ("rl_otel/_internal/exporters/prometheus.py", "ScrapeRegistry._render_stored"): (1, "a scrape request"),
     ("rl_otel/_internal/pipeline/goodput.py", "Goodput.enter"): (1, "training thread, no guard above"),
     ("rl_otel/_internal/pipeline/goodput.py", "Goodput.switch"): (1, "training thread, no guard above"),
     ("rl_otel/_internal/pipeline/goodput.py", "Goodput.leave"): (1, "training thread, no guard above"),

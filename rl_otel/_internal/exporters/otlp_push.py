@@ -107,7 +107,7 @@ class StoreExporter(MetricExporter):
             extra = self._produce()
             if self._delta.counters or self._delta.histograms:
                 extra = self._delta.convert(extra)
-        except Exception:  # push what the SDK has
+        except Exception:  # boundary: the OTel SDK's export thread calls this: push what the SDK has
             _log.exception("rl_otel: collecting the series store for OTLP failed")
             self._on_error("collect")
             extra = []
