@@ -58,7 +58,7 @@ ALLOWLIST: Places = {
     ("rl_otel/_internal/probes/live.py", "NvmlPoller.close"): (1, "NVML"),
     ("rl_otel/_internal/probes/live.py", "NvmlPoller._run"): (2, "NVML, the poller thread's loop"),
     ("rl_otel/_internal/probes/live.py", "NvmlPoller._poll"): (1, "NVML"),
-    ("rl_otel/_internal/probes/live.py", "LiveGauges._safe.collect"): (1, "a collector reading NVML or the OS"),
+    ("rl_otel/_internal/probes/live.py", "LiveGauges._safe.collect"): (1, "psutil/the OS, torch's allocator"),
     ("rl_otel/_internal/probes/memory.py", "torch_cuda"): (1, "torch.cuda"),
     ("rl_otel/_internal/probes/memory.py", "GpuProbe.live"): (1, "torch.cuda"),
     ("rl_otel/_internal/probes/torch_collectives.py", "_group_names"): (1, "torch.distributed internals"),

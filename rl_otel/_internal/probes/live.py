@@ -273,20 +273,22 @@ class LiveGauges:
     def __init__(self, add_collector: Callable[[Callable[[], list[Item]]], None], cpu: CpuProbe,
                  on_error: Callable[[str], None], *, nvml: Any | None = None) -> None:
         self._on_error = on_error
+        # the OS's and torch's reads are guarded here (counted under their own reason); the running phases and
+        # the NVML poller's last poll are rl_otel's own bookkeeping (the NVML calls are guarded in its thread)
         add_collector(self._safe("process_memory", process_memory(cpu)))
         add_collector(self._safe("torch_memory", torch_process_memory))
-        add_collector(self._safe("phases", running_phases(cpu).collect))
+        add_collector(running_phases(cpu).collect)
         nvml = nvml if nvml is not None else load_nvml()
         self.nvml: NvmlPoller | None = None
         if nvml is not None:
             self.nvml = NvmlPoller(nvml, on_error=on_error)
-            add_collector(self._safe("nvml", self.nvml.collect))
+            add_collector(self.nvml.collect)
 
     def _safe(self, reason: str, fn: Callable[[], list[Item]]) -> Callable[[], list[Item]]:
         def collect() -> list[Item]:
             try:
                 return fn()
-            except Exception:  # boundary: a live collector reading NVML or the OS
+            except Exception:  # boundary: psutil/the OS, or torch's allocator
                 self._on_error(reason)
                 return []
 
