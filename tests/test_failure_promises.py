@@ -234,6 +234,25 @@ def test_prometheus_collect_a_store_failing_during_a_scrape_leaves_the_rest_serv
     assert errors(tel, "prometheus", "collect") == 1
 
 
+def test_prometheus_internal_a_bug_in_rendering_the_store_answers_500_not_a_partial_scrape(tel, monkeypatch):
+    """``prometheus``/``internal``: rendering the stored series is rl_otel's own code, with no guard of its own (a
+    family that cannot render is left out by the renderer): a bug there answers 500, counted, never a scrape
+    that silently lacks the store; the next scrape serves it again."""
+    from rl_otel._internal.exporters.prometheus import ScrapeRegistry
+
+    tel.log({"critic/score/mean": 0.5}, step=0)
+    real = ScrapeRegistry._rendered
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("plan exploded")
+
+    monkeypatch.setattr(ScrapeRegistry, "_rendered", broken)
+    assert status_of(tel.metrics_url) == 500
+    monkeypatch.setattr(ScrapeRegistry, "_rendered", real)
+    assert samples(scrape(tel.metrics_url), "rl_critic_score")
+    assert (errors(tel, "prometheus", "internal"), errors(tel, "prometheus", "collect")) == (1, 0)
+
+
 def test_prometheus_internal_a_failing_request_answers_500_counted_with_one_traceback(tel, monkeypatch, caplog):
     """``prometheus``/``internal``: a request that fails inside the endpoint answers 500, is counted each time,
     and logs its traceback once a minute at most; the endpoint goes on serving."""

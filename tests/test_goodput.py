@@ -198,6 +198,26 @@ def test_a_failing_accounting_is_counted_and_the_phase_goes_on(clock, monkeypatc
         tel.close()
 
 
+def test_a_bug_in_the_step_accounting_raises_there_and_log_still_goes_on(monkeypatch):
+    """The timing keys' accounting is rl_otel's own bookkeeping, with no guard of its own: a bug there raises (no
+    counter hides it), and the facade's guard keeps it from the training step (counted ``input``/``internal``)."""
+    from rl_otel._internal.pipeline.timing_keys import TimingKeys
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(TimingKeys, "account", broken)
+    with pytest.raises(RuntimeError, match="boom"):
+        Goodput().step([], 0, time.time())
+    tel = _tel()
+    try:
+        tel.log({"timing_s/step": 1.0}, step=0)
+        assert tel.value("rl_telemetry_errors_total", sink="input", reason="internal") == 1
+        assert tel.value("rl_telemetry_errors_total", sink="live", reason="goodput") is None
+    finally:
+        tel.close()
+
+
 def test_the_process_start_from_proc_matches_psutil(monkeypatch):
     with_psutil = live_probes.process_start_time()
     assert with_psutil == psutil.Process().create_time()

@@ -100,6 +100,8 @@ def test_jsonl_lines_nested_keys_step_and_time_fields():
         jsonl.parse(b"[1, 2]")
     with pytest.raises(ValueError):
         jsonl.parse(b'{"step": 1, "x": ')
+    with pytest.raises(RecursionError):  # nested deeper than the interpreter recurses (the watcher: corrupt)
+        jsonl.parse(b"[" * 100_000)
 
 
 def test_a_jsonl_line_without_its_newline_waits(tmp_path):
@@ -375,12 +377,12 @@ def test_corrupt_records_are_counted_on_the_endpoint_and_the_good_ones_served(tm
     data = bytearray(_file(run / "x", *good))
     data[-5] ^= 0xFF  # the last record's data
     (run / "events.out.tfevents.3.host").write_bytes(bytes(data))
-    (run / "metrics.jsonl").write_text('{"step": 0, "loss": 1}\nnot json\n')
+    (run / "metrics.jsonl").write_text('{"step": 0, "loss": 1}\nnot json\n' + "[" * 100_000 + "\n")
     w = ThreadedWatcher([str(tmp_path / "runs")], framework="verl")
     try:
         url = w.url("exp")
-        wait_for(lambda: served(url, "rl_telemetry_errors_total", sink="watch", reason="corrupt_record") == 2,
-                 what="two corrupt records counted")
+        wait_for(lambda: served(url, "rl_telemetry_errors_total", sink="watch", reason="corrupt_record") == 3,
+                 what="three corrupt records counted (one event, a line no JSON, a line nested too deep)")
         assert served(url, "rl_critic_score", stat="mean") == 0.5  # step 2's value: step 3 was corrupt
         assert served(url, "target_info", rl_framework="verl") == 1.0
     finally:

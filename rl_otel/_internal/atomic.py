@@ -35,6 +35,7 @@ def atomic_write(path: str | os.PathLike[str], *, mode: int | None = None,
             os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
+        # boundary: the OS and the caller's body (any error, even KeyboardInterrupt): no temp file left, re-raised
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise

@@ -41,7 +41,7 @@ def config_get(node: Any, key: str) -> Any:
         return None
     try:
         return node.get(key) if isinstance(node, Mapping) else getattr(node, key, None)
-    except Exception:
+    except Exception:  # boundary: the framework's config object (OmegaConf raises its own errors)
         return None
 
 

@@ -86,7 +86,7 @@ class RLOtelTracker(GeneralTracker):
         if self._telemetry is None and not self._failed:
             try:
                 self.start()
-            except Exception as exc:
+            except Exception as exc:  # boundary: starting Telemetry inside accelerate's loop (config, OS, network)
                 self._failed = True
                 _log.warning("rl_otel: RLOtelTracker could not start (%s: %s); nothing is logged",
                              type(exc).__name__, exc)

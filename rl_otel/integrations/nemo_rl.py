@@ -93,7 +93,7 @@ class RLOtelLogger:
                     if self._last_step is None or at > self._last_step:
                         self._last_step = at
             telemetry.log(data, at)
-        except Exception as exc:
+        except Exception as exc:  # boundary: the framework's values and step (user objects)
             self._fail(exc)
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
@@ -187,7 +187,7 @@ def attach(logger: Any, cfg: Any = None, **options: Any) -> RLOtelLogger | None:
     if module is None:
         try:
             module = importlib.import_module("nemo_rl.utils.logger")
-        except Exception:
+        except Exception:  # boundary: importing NeMo-RL
             module = None
     interface = getattr(module, "LoggerInterface", None)
     problems = check_logger(logger, interface)
@@ -199,7 +199,7 @@ def attach(logger: Any, cfg: Any = None, **options: Any) -> RLOtelLogger | None:
     if interface is not None:
         try:
             interface.register(RLOtelLogger)  # isinstance(backend, LoggerInterface)
-        except Exception:
+        except Exception:  # boundary: NeMo-RL's ABC registration
             pass
     backend = RLOtelLogger(cfg, **options)
     logger.loggers.append(backend)

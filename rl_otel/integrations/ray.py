@@ -290,7 +290,7 @@ def register(tel: Telemetry, *, labels: dict[str, str] | None = None, name: str 
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.2)
-        except Exception as exc:
+        except Exception as exc:  # boundary: Ray (actor calls, timeouts, a shut-down cluster)
             _log.warning("rl_otel: registering %s with the Ray targets registry failed: %s", target.address, exc)
             return Registration(None, None)
     _log.warning("rl_otel: no Ray actor %r after %.0f s (call rl_otel.integrations.ray.serve_targets() in the "

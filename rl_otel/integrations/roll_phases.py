@@ -135,7 +135,7 @@ def install_here(tracer_provider: Any = None) -> bool:
         _tracer_provider = tracer_provider
     try:
         module = importlib.import_module(MODULE)
-    except Exception as exc:
+    except Exception as exc:  # boundary: importing ROLL
         _warn_once("import", f"rl_otel: ROLL's phases make no spans in this process: cannot import {MODULE} "
                              f"({type(exc).__name__}: {exc})")
         return False
@@ -158,7 +158,7 @@ def install_here(tracer_provider: Any = None) -> bool:
             try:
                 if loaded is not None and loaded.__dict__.get(NAME) is original:
                     setattr(loaded, NAME, wrapper)
-            except Exception:
+            except Exception:  # boundary: another library's module object (a lazy module may raise)
                 continue
     return True
 
@@ -191,7 +191,7 @@ def uninstall() -> None:
             try:
                 if loaded is not None and loaded.__dict__.get(NAME) is wrapper:
                     setattr(loaded, NAME, original)
-            except Exception:
+            except Exception:  # boundary: another library's module object (a lazy module may raise)
                 continue
     cluster: Any = getattr(sys.modules.get(CLUSTER_MODULE), "Cluster", None)
     init = getattr(cluster, "__init__", None)
@@ -231,7 +231,7 @@ class _PhaseSpans(contextlib.ContextDecorator):
         token = self._guard(_attach, onload)  # spans ROLL's load_states makes nest under onload
         try:
             result = self._cm.__enter__()
-        except BaseException as exc:
+        except BaseException as exc:  # boundary: ROLL's context manager (user code): spans ended, re-raised
             self._guard(_detach, token)
             self._guard(self._finish, onload, exc)
             self._guard(self._finish, self._root, exc)
@@ -250,7 +250,7 @@ class _PhaseSpans(contextlib.ContextDecorator):
         token = self._guard(_attach, offload if offload is not None else self._root)
         try:
             suppress = bool(self._cm.__exit__(exc_type, exc, tb))
-        except BaseException as raised:
+        except BaseException as raised:  # boundary: ROLL's context manager (user code): spans ended, re-raised
             self._guard(_detach, token)
             self._guard(self._finish, offload, raised)
             self._guard(self._finish, self._root, raised)
@@ -322,7 +322,7 @@ class _PhaseSpans(contextlib.ContextDecorator):
     def _guard(function: Callable[..., Any], *args: Any) -> Any:
         try:
             return function(*args)
-        except Exception as exc:
+        except Exception as exc:  # boundary: the OTel SDK (spans) inside ROLL's phase
             _warn_once("span", f"rl_otel: a ROLL phase span failed ({type(exc).__name__}: {exc}); the phase goes "
                                "on, further failures are silent")
             return None
@@ -388,7 +388,7 @@ def patch_cluster(cluster_cls: Any = None) -> bool:
     if cluster_cls is None:
         try:
             cluster_cls = importlib.import_module(CLUSTER_MODULE).Cluster
-        except Exception as exc:
+        except Exception as exc:  # boundary: importing ROLL
             _warn_once("cluster-import", f"rl_otel: ROLL's workers get no phase spans: cannot import "
                                          f"{CLUSTER_MODULE}.Cluster ({type(exc).__name__}: {exc})")
             return False

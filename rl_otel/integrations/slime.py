@@ -79,7 +79,7 @@ def check_slime() -> dict[str, Any]:
         try:
             function = getattr(importlib.import_module(module_name), name)
             parameters = tuple(inspect.signature(function).parameters)
-        except Exception as exc:
+        except Exception as exc:  # boundary: importing slime and inspecting its functions
             problems.append(f"{module_name}.{name}: {type(exc).__name__}: {exc}")
             continue
         if parameters[:len(wanted)] != wanted:
@@ -103,7 +103,7 @@ def log_rollout_data(rollout_id: int, args: Any, samples: Any, rollout_extra_met
         data.update(_prefixed(functions["compute_metrics_from_samples"](args, samples), "rollout/"))
         data.update(_prefixed(functions["compute_perf_metrics_from_samples"](args, samples, rollout_time), "perf/"))
         telemetry.log(data, int(functions["compute_rollout_step"](args, rollout_id)))
-    except Exception as exc:
+    except Exception as exc:  # boundary: slime's functions and the rollout's samples (user code)
         _warn_once("rollout", f"rl_otel: slime rollout {rollout_id} not logged ({type(exc).__name__}: {exc}); "
                               "further failures are silent")
     return False
@@ -127,7 +127,7 @@ def log_eval_rollout_data(rollout_id: int, args: Any, data: Mapping[str, Any],
             if truncated:
                 out[f"eval/{name}-truncated_ratio"] = float(sum(truncated)) / len(truncated)
         telemetry.log(out, int(functions["compute_rollout_step"](args, rollout_id)))
-    except Exception as exc:
+    except Exception as exc:  # boundary: slime's functions and the evaluation results (user code)
         _warn_once("eval", f"rl_otel: slime evaluation {rollout_id} not logged ({type(exc).__name__}: {exc}); "
                            "further failures are silent")
     return False
@@ -154,7 +154,7 @@ def _functions() -> dict[str, Any] | None:
     if _state.functions is None and not _state.disabled:
         try:
             _state.functions = check_slime()
-        except Exception as exc:
+        except RuntimeError as exc:  # what check_slime raises: slime missing or of another shape
             _state.disabled = True
             _log.warning("rl_otel: slime is not the shape rl_otel's slime hooks rely on (%s); nothing is logged "
                          "to rl_otel (use `rl-otel watch` on slime's TensorBoard files instead)", exc)
@@ -177,7 +177,7 @@ def _telemetry(args: Any) -> Telemetry | None:
                 _state.telemetry = _framework_telemetry(str(run) if run else None, options, stem)
             except ConfigurationError:
                 raise  # a bad option: refused by name, at the first rollout
-            except Exception as exc:
+            except Exception as exc:  # boundary: starting Telemetry inside slime's rollout (OS, network)
                 _state.disabled = True
                 _log.warning("rl_otel: slime's rollouts are not served to Prometheus: %s: %s",
                              type(exc).__name__, exc)

@@ -84,7 +84,7 @@ class RLOtelMonitor:
     def __del__(self) -> None:  # as Trinity's Monitor.__del__; quiet at interpreter shutdown
         try:
             self.close()
-        except Exception:
+        except Exception:  # boundary: a finalizer (interpreter shutdown): never raise from __del__
             pass
 
     @classmethod

@@ -236,7 +236,7 @@ def install_from_plugin(tracking_cls: Any = None) -> None:
     (verl would swallow it at DEBUG level) and ``import verl`` goes on without the ``rl_otel`` backend."""
     try:
         install(tracking_cls)
-    except Exception as exc:
+    except Exception as exc:  # boundary: verl's plugin loader (verl's classes of any version)
         _log.warning("rl_otel: verl's trainer.logger cannot use 'rl_otel' in this process: %s: %s",
                      type(exc).__name__, exc)
 

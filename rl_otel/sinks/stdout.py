@@ -157,10 +157,7 @@ class _ConceptPicker:
         return self._of_key[key]
 
     def _lookup(self, key: str) -> int | None:
-        try:
-            resolved = self._catalog.resolve(key)
-        except Exception:  # a key the catalog cannot read is simply not shown
-            return None
+        resolved = self._catalog.resolve(key)
         if not resolved.known:
             return None
         name, labels = resolved.spec.prometheus_name, dict(resolved.labels)

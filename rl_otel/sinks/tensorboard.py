@@ -85,7 +85,7 @@ class TensorBoardSink:
         writer = self._writer
         try:
             writer.add_event(event.SerializeToString())
-        except Exception as exc:
+        except Exception as exc:  # boundary: the OS (writing the event file)
             self._drop_writer(exc)
             raise SinkError(error_reason(exc), f"the event file writer failed ({exc}); the step is lost") from exc
 
@@ -96,7 +96,7 @@ class TensorBoardSink:
             return
         try:
             writer.close()  # releases the file; the failed write's records are lost
-        except Exception:
+        except Exception:  # boundary: the OS (closing the event file)
             pass
 
     def _histogram(self, arr: np.ndarray):

@@ -51,7 +51,7 @@ class EventFileWriter:
         self._broken: BaseException | None = None
         try:
             self.add_event(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
-        except BaseException:
+        except BaseException:  # boundary: the OS (the header write): the file closed, re-raised
             # the header did not reach the disk (disk full): no handle and no empty file per reopen attempt
             self._file.close()
             with contextlib.suppress(OSError):
@@ -66,7 +66,7 @@ class EventFileWriter:
             view = memoryview(encode(event))
             while view:  # an unbuffered write may write less than asked (a nearly full disk)
                 view = view[self._write(view):]
-        except BaseException as exc:
+        except BaseException as exc:  # boundary: the OS (the write, even interrupted): the writer broken, re-raised
             self._broken = exc
             raise
 

@@ -152,7 +152,7 @@ def _points(found: scan.Found, summary: Summary, step_keys: Sequence[str],
                     point = events.scalars(data)
                 except ImportError:
                     raise
-                except Exception:
+                except Exception:  # boundary: a record of the user's files, decoded by protobuf/TensorBoard
                     summary.corrupt += 1
                     continue
                 if point is not None:
@@ -167,7 +167,7 @@ def _points(found: scan.Found, summary: Summary, step_keys: Sequence[str],
         for line in chunk.lines:
             try:
                 parsed = jsonl.parse(line, step_keys, time_keys)
-            except Exception:
+            except (ValueError, RecursionError):  # a line of any content: what json and the checks raise
                 summary.corrupt += 1
                 continue
             if parsed is not None:

@@ -105,7 +105,7 @@ class RunTarget:
         recorder.record(info_batch(resource_of(host_name=socket.gethostname(), run=st.run, role=ROLE, rank=st.rank,
                                                own={"rl.framework": st.framework, "rl.source": "rl-otel watch"},
                                                host_attribute=False)))
-        if self.options.port_per_run and not self._serve(recorder, now):
+        if self.options.port_per_run and not self._serve(parts, now):
             return False
         self.recorder, self._parts = recorder, parts
         self._restore()
@@ -113,14 +113,14 @@ class RunTarget:
                   f" at {self.url}" if self.url else "")
         return True
 
-    def _serve(self, recorder: Recorder, now: float) -> bool:
+    def _serve(self, parts: Pipeline, now: float) -> bool:
         st, prom = self.state, self.options.prometheus()
-        diag = recorder.diagnostics
+        diag, store = parts.diagnostics, parts.store
         try:
-            self.served = Served(prom, recorder.collect, lambda reason: diag.count("prometheus", reason),
-                                 recorder.store.clock, host_name=socket.gethostname(), run=st.run, rank=st.rank,
-                                 role=ROLE, labels=dict(recorder.store.base))
-        except Exception as exc:
+            self.served = Served(prom, parts.collect, lambda reason: diag.count("prometheus", reason), store.clock,
+                                 host_name=socket.gethostname(), run=st.run, rank=st.rank,
+                                 role=ROLE, labels=dict(store.base))
+        except Exception as exc:  # boundary: binding a socket, writing the targets file (the OS)
             self._next_try = now + _RETRY_S
             _log.error("rl_otel watch: run %r rank %d cannot be served yet (%s); retrying in %.0f s", st.run,
                        st.rank, exc, _RETRY_S)

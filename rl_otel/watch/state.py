@@ -98,7 +98,7 @@ def load(path: Path) -> State:
             return State.from_json(json.load(f))
     except FileNotFoundError:
         return State()
-    except Exception as exc:
+    except Exception as exc:  # boundary: the state file (OS errors, JSON of any shape)
         _log.warning("rl_otel watch: state file %s unreadable (%s); starting from the files' beginnings", path, exc)
         return State()
 
@@ -110,6 +110,6 @@ def save(state: State, path: Path) -> bool:
         with atomic_write(path) as f:
             json.dump(state.to_json(), f, separators=(",", ":"))
         return True
-    except Exception as exc:
+    except OSError as exc:  # the directory or the disk refuses (the JSON is the watcher's own: it encodes)
         _log.warning("rl_otel watch: state file %s not written: %s", path, exc)
         return False

@@ -200,7 +200,7 @@ class Watcher:
                 self.checkpoint()
             if self.options.freeze_gc:
                 self._freeze()
-        except Exception:
+        except Exception:  # boundary: the watch loop's pass (files of any content)
             _log.exception("rl_otel watch: poll failed; going on")
         return more
 
@@ -375,7 +375,7 @@ class Watcher:
                     found = events.scalars(data)
                 except ImportError:
                     raise
-                except Exception:  # CRC-valid bytes that are no Event
+                except Exception:  # boundary: protobuf decoding CRC-valid bytes that are no Event
                     corrupt += 1
                     continue
                 if found is not None:
@@ -386,7 +386,7 @@ class Watcher:
         for line in lines.lines:
             try:
                 parsed = jsonl.parse(line, self.options.step_keys, self.options.time_keys)
-            except Exception:
+            except (ValueError, RecursionError):  # what a line of any content raises: no JSON object, too deep
                 corrupt += 1
                 continue
             if parsed is not None:

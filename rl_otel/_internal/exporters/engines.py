@@ -168,7 +168,7 @@ class EngineFamilies:
     def collect(self) -> list[Item]:
         try:
             metrics = list(self._metrics())
-        except Exception:
+        except Exception:  # boundary: the engine's registry (vLLM/SGLang/prometheus_client objects)
             self._count("engine_read")
             return []
         items: list[Item] = []
@@ -177,7 +177,7 @@ class EngineFamilies:
             try:
                 if metric.name.startswith(prefixes):
                     items += self._family(metric)
-            except Exception:
+            except Exception:  # boundary: an engine's metric object of any shape costs only its family
                 self._count("engine_family")
         return items
 

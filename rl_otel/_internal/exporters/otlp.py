@@ -280,7 +280,7 @@ def counted_span_exporter(inner: Any, on_error: Callable[[str], None]) -> Any:
         def export(self, spans: Any) -> SpanExportResult:
             try:
                 result = inner.export(spans)
-            except Exception:
+            except Exception:  # boundary: the OTel SDK's exporter (network, serialisation)
                 _log.warning("rl_otel: span export raised", exc_info=True)
                 result = SpanExportResult.FAILURE
             if result is not SpanExportResult.SUCCESS:

@@ -107,13 +107,13 @@ class StoreExporter(MetricExporter):
             extra = self._produce()
             if self._delta.counters or self._delta.histograms:
                 extra = self._delta.convert(extra)
-        except Exception:  # push what the SDK has
+        except Exception:  # boundary: the OTel SDK's export thread calls this: push what the SDK has
             _log.exception("rl_otel: collecting the series store for OTLP failed")
             self._on_error("collect")
             extra = []
         try:
             result = self._inner.export(merge(metrics_data, self._resource, extra), timeout_millis=timeout_millis)
-        except Exception:
+        except Exception:  # boundary: the OTel SDK's exporter (network, serialisation)
             _log.warning("rl_otel: OTLP metric export raised", exc_info=True)
             result = MetricExportResult.FAILURE
         if result is not MetricExportResult.SUCCESS:

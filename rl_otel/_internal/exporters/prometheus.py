@@ -197,12 +197,9 @@ class ScrapeRegistry:
             taken_ns = time.monotonic_ns()
             snapshot = None
             if self._collect is not None:
-                try:
-                    # a shared rendering holds every write done before this request: nothing to wait for
-                    snapshot = self._collect(settle=not shared, on_error=self.on_error)
-                except Exception:  # never break a scrape: serve the registered collectors
-                    _log.exception("rl_otel: collecting the series failed")
-                    self.on_error("collect")
+                # a shared rendering holds every write done before this request: nothing to wait for. A store
+                # that cannot be read is counted through on_error and leaves the live families served.
+                snapshot = self._collect(settle=not shared, on_error=self.on_error)
             if shared or snapshot is None:
                 stored = cached if shared else _Stored(None, b"", frozenset())
             else:
@@ -211,14 +208,11 @@ class ScrapeRegistry:
             seen = set(stored.names)
             live = ""
             if snapshot is not None and snapshot.live:
-                try:
-                    views: Iterable[Family] = snapshot.live
-                    if names is not None:
-                        views = [v for v in views if not self._renderer.samples(v.spec).isdisjoint(names)]
-                    live = self._renderer.render(views, fmt, seen, on_error=self.on_error).text
-                except Exception:  # never break a scrape
-                    _log.exception("rl_otel: rendering the live gauges failed")
-                    self.on_error("collect")
+                views: Iterable[Family] = snapshot.live
+                if names is not None:
+                    views = [v for v in views if not self._renderer.samples(v.spec).isdisjoint(names)]
+                # a family that fails to render is left out and counted (on_error), the others served
+                live = self._renderer.render(views, fmt, seen, on_error=self.on_error).text
             registered = self._registered(fmt, seen, names) if self._collectors else ""
             tail = registered + live
             if names is not None:
@@ -254,21 +248,16 @@ class ScrapeRegistry:
         cached = self._stored.get(fmt)
         if cached is not None and cached.snapshot is snapshot:
             return cached
-        try:
-            rendering = self._rendered(snapshot, fmt)
-            if fmt == OPENMETRICS and self.exemplars is not None:
-                from rl_otel._internal.exporters.exemplars import with_exemplars
+        rendering = self._rendered(snapshot, fmt)
+        if fmt == OPENMETRICS and self.exemplars is not None:
+            from rl_otel._internal.exporters.exemplars import with_exemplars
 
-                rendering = dataclasses.replace(rendering, text=with_exemplars(rendering.text, self.exemplars()))
-            try:
-                body = rendering.text.encode()
-            except UnicodeEncodeError:  # not expected (labels are escaped): leave out the families that fail
-                rendering = _encodable_families(rendering, self.on_error)
-                body = rendering.text.encode()
-        except Exception:  # never break a scrape: serve the live gauges and the registered collectors
-            _log.exception("rl_otel: rendering the stored series failed")
-            self.on_error("collect")
-            return _Stored(None, b"", frozenset())
+            rendering = dataclasses.replace(rendering, text=with_exemplars(rendering.text, self.exemplars()))
+        try:
+            body = rendering.text.encode()
+        except UnicodeEncodeError:  # not expected (labels are escaped): leave out the families that fail
+            rendering = _encodable_families(rendering, self.on_error)
+            body = rendering.text.encode()
         stored = self._stored[fmt] = _Stored(snapshot, body, rendering.names, taken_ns, rendering)
         return stored
 

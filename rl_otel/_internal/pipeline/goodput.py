@@ -89,9 +89,11 @@ class Collective:
 
 
 class Goodput:
-    """The goodput accounting of one recorder. Thread-safe; nothing here raises to a caller (a failure is
-    counted in ``rl_telemetry_errors_total{sink="live", reason="goodput"}``, a live family's source failing, and
-    the accounting goes on)."""
+    """The goodput accounting of one recorder. Thread-safe. The timeline's calls (:meth:`enter`, :meth:`switch`,
+    :meth:`leave`), made on the training thread with no guard above them, never raise: a failure is counted in
+    ``rl_telemetry_errors_total{sink="live", reason="goodput"}`` and the accounting goes on. :meth:`step` and
+    :meth:`collect` run under the recorder's guards (a write's, a live collector's): pure bookkeeping, a bug in
+    them raises in tests."""
 
     def __init__(self, diagnostics: Diagnostics | None = None, started: float | None = None) -> None:
         self._diag = diagnostics or Diagnostics()
@@ -158,7 +160,7 @@ class Goodput:
                 else:
                     stack.append(frame)
             return frame
-        except Exception:
+        except Exception:  # training thread: phase.py and Collective call this unguarded; a bug is counted
             self._failed()
             return None
 
@@ -169,7 +171,7 @@ class Goodput:
                 self._commit(perf_counter())
                 frame.bucket = bucket
                 frame.busy = frame.point is None and bucket != WAITING
-        except Exception:
+        except Exception:  # training thread: phase.py calls this unguarded; a bug is counted, never raised
             self._failed()
 
     def leave(self, frame: Frame) -> None:
@@ -189,7 +191,7 @@ class Goodput:
                         stack.remove(frame)
                     if not stack:
                         del self._stacks[frame.ident]
-        except Exception:
+        except Exception:  # training thread: phase.py and Collective call this unguarded; a bug is counted
             self._failed()
 
     def collective(self, point: str) -> Collective:
@@ -261,38 +263,35 @@ class Goodput:
         process."""
         if self.phased or self.muted:
             return
-        try:
-            keys = self._keys
-            refused = keys.refused
-            found = keys.timers(measurements)
-            if keys.refused != refused:
-                self._diag.count("input", "bad_duration", keys.refused - refused)
-                self._diag.warn_once("bad_duration", "timer", "rl_otel: a timing key held a duration no clock can "
-                                     "produce (NaN, infinite, negative or over 30 days); it is left out of the "
-                                     "goodput buckets and counted (rl_telemetry_errors_total{sink=\"input\", "
-                                     "reason=\"bad_duration\"})")
-            # ``at`` is the wall clock's reading at log(): durations run on the monotonic clock, so ``at`` is moved
-            # by however far the wall clock has been set since init() (NTP, an operator: +1 h would make the wall
-            # time go down, a counter reset to Prometheus; -1 h would add an hour of waiting)
-            pc, wall = perf_counter(), time()
-            at -= wall - (self._clock0[1] + (pc - self._clock0[0]))
-            with self._lock:
-                if self.phased:
-                    return
-                first, self._logged = not self._logged, True
-                added = self._keys.account(found, step, at, first=first, measured_startup=self._origin is not None)
-                t = self._clock0[0] + (at - self._clock0[1])
-                if self._startup_open:
-                    self._end_startup(t, added.wall if added is not None else 0.0)
-                    self._t = t  # where the timeline would start (phases later): the time after start-up
-                if added is not None:
-                    self._serving = True
-                    self._t = None  # timed steps account for the time from here: a timeline would start fresh
-                    for bucket, seconds in added.buckets.items():
-                        self._buckets[bucket] += seconds
-                    self._wall += added.wall
-        except Exception:
-            self._failed()
+        keys = self._keys
+        refused = keys.refused
+        found = keys.timers(measurements)
+        if keys.refused != refused:
+            self._diag.count("input", "bad_duration", keys.refused - refused)
+            self._diag.warn_once("bad_duration", "timer", "rl_otel: a timing key held a duration no clock can "
+                                 "produce (NaN, infinite, negative or over 30 days); it is left out of the "
+                                 "goodput buckets and counted (rl_telemetry_errors_total{sink=\"input\", "
+                                 "reason=\"bad_duration\"})")
+        # ``at`` is the wall clock's reading at log(): durations run on the monotonic clock, so ``at`` is moved
+        # by however far the wall clock has been set since init() (NTP, an operator: +1 h would make the wall
+        # time go down, a counter reset to Prometheus; -1 h would add an hour of waiting)
+        pc, wall = perf_counter(), time()
+        at -= wall - (self._clock0[1] + (pc - self._clock0[0]))
+        with self._lock:
+            if self.phased:
+                return
+            first, self._logged = not self._logged, True
+            added = self._keys.account(found, step, at, first=first, measured_startup=self._origin is not None)
+            t = self._clock0[0] + (at - self._clock0[1])
+            if self._startup_open:
+                self._end_startup(t, added.wall if added is not None else 0.0)
+                self._t = t  # where the timeline would start (phases later): the time after start-up
+            if added is not None:
+                self._serving = True
+                self._t = None  # timed steps account for the time from here: a timeline would start fresh
+                for bucket, seconds in added.buckets.items():
+                    self._buckets[bucket] += seconds
+                self._wall += added.wall
 
     def recorded(self, batch: Batch) -> None:
         """The recorder's consumer: a recorded step's timing keys (in a process without phases; the timeline
@@ -313,29 +312,25 @@ class Goodput:
     # -- the read ------------------------------------------------------------------------------------------------
 
     def collect(self) -> list[Item]:
-        """The series now (a live collector of the recorder: the time running now included); never raises."""
-        try:
-            t = perf_counter()
-            phased = self.phased
-            with self._lock:
-                if not self._serving:
-                    return []
-                buckets = self._buckets.copy()
-                waits = self._waits.copy()
-                compute, wall = self._compute, self._wall
-                if self._startup_open:
-                    assert self._origin is not None
-                    startup = max(self._startup_served, self._origin[0] + (t - self._origin[1]))
-                    self._startup_served = startup  # the reader's memo: start-up never ends below what was served
-                    buckets[STARTUP] += startup
-                    wall += startup
-                elif self._since is not None:
-                    wall += t - self._since
-                    if self._t is not None and t > self._t:
-                        compute += self._spread(t - self._t, buckets, waits)
-        except Exception:
-            self._failed()
-            return []
+        """The series now (a live collector of the recorder: the time running now included)."""
+        t = perf_counter()
+        phased = self.phased
+        with self._lock:
+            if not self._serving:
+                return []
+            buckets = self._buckets.copy()
+            waits = self._waits.copy()
+            compute, wall = self._compute, self._wall
+            if self._startup_open:
+                assert self._origin is not None
+                startup = max(self._startup_served, self._origin[0] + (t - self._origin[1]))
+                self._startup_served = startup  # the reader's memo: start-up never ends below what was served
+                buckets[STARTUP] += startup
+                wall += startup
+            elif self._since is not None:
+                wall += t - self._since
+                if self._t is not None and t > self._t:
+                    compute += self._spread(t - self._t, buckets, waits)
         items: list[Item] = [(live.GOODPUT_BUCKET, _BUCKET_LABELS[b], buckets[b]) for b in BUCKETS]
         items.append((live.GOODPUT_WALL, (), wall))
         if phased:

@@ -74,13 +74,13 @@ class Ingest:
                     deferred.append((key, raw))
                     continue
                 self._route_safely(key, raw, routed)
-        except Exception as exc:  # a mapping whose iteration raises: keep the keys read so far
+        except Exception as exc:  # boundary: the user's mapping, whose iteration raises: keep the keys read
             self.diagnostics.bad("", f"the metrics dict could not be read past its first keys "
                                      f"({type(exc).__name__}); the keys read are logged", "bad_key")
         if deferred:
             try:  # one device-to-host copy per device (a host sync each on a GPU), not one per key
                 deferred = to_host(deferred, self._histogram_of, keep_values=mirror)
-            except Exception:  # read key by key below
+            except Exception:  # boundary: torch/CUDA copies of the user's tensors; read key by key below
                 pass
             for key, raw in deferred:
                 self._route_safely(key, raw, routed)
@@ -89,7 +89,7 @@ class Ingest:
     def _route_safely(self, key: str, raw: object, routed: Routed) -> None:
         try:
             self._route_one(key, raw, routed)
-        except Exception as exc:  # whatever a value does (a sparse tensor, a raising __float__): this key only
+        except Exception as exc:  # boundary: the user's value (a sparse tensor, a raising __float__): this key
             self.diagnostics.bad(key, f"{type(exc).__name__}: {exc}")
 
     def _histogram_of(self, key: str) -> tuple[tuple[float, ...], float] | None:

@@ -94,7 +94,7 @@ class Steps:
         if not isinstance(step, bool):
             try:
                 number = int(step)  # type: ignore[call-overload]
-            except Exception as exc:
+            except Exception as exc:  # boundary: the user's step object (its __int__ may raise anything)
                 why = f"not an int ({type(exc).__name__})"
             else:
                 if 0 <= number <= MAX_STEP:
@@ -109,6 +109,6 @@ class Steps:
 def _safe_repr(value: object) -> str:
     try:
         text = repr(value)
-    except Exception:
+    except Exception:  # boundary: the user's object's __repr__
         return f"a {type(value).__name__}"
     return text if len(text) <= 80 else text[:80] + "..."

@@ -42,7 +42,7 @@ def flatten(metrics: Mapping[Any, object], prefix: str = "") -> Iterator[tuple[s
         if type(key) is not str:
             try:
                 key = str(key)
-            except Exception as exc:
+            except Exception as exc:  # boundary: user code (the key's __str__)
                 yield (f"{prefix}/?" if prefix else "?"), BadKey(f"a key whose str() raises {type(exc).__name__}")
                 continue
         full = f"{prefix}/{key}" if prefix else key
@@ -198,12 +198,12 @@ def to_host(pairs: Iterable[tuple[str, object]], histogram: HistogramOf, *, keep
                     devices.setdefault(value.device, _DeviceValues()).vectors.append((i, _BUCKETS, part, bounds[0]))
                 else:
                     devices.setdefault(value.device, _DeviceValues()).vectors.append((i, _VALUES, value, ()))
-        except Exception:
+        except Exception:  # boundary: the user's tensor (torch: device, dtype, bucketing of any value)
             continue
     for found in devices.values():
         try:
             found.read(out)
-        except Exception:
+        except Exception:  # boundary: torch/CUDA (the device-to-host copy of one device's values)
             continue
     return out
 

@@ -249,7 +249,7 @@ class Worker(Generic[T]):
     def _report(self, reason: str) -> None:
         try:
             self._on_error(reason)
-        except Exception:
+        except Exception:  # boundary: the owner's callback, called from its producers' threads and the worker's
             pass
 
     def _run(self) -> None:
@@ -260,7 +260,7 @@ class Worker(Generic[T]):
             if final is not None:
                 try:
                     final()
-                except BaseException:
+                except BaseException:  # boundary: the owner's close hook (a sink's close: files, network)
                     self._report("internal")
         finally:
             with self._cond:
@@ -291,7 +291,7 @@ class Worker(Generic[T]):
                     self._on_flush()  # type: ignore[misc]
                 else:
                     self._handle(item)  # type: ignore[arg-type]
-            except BaseException:  # handlers catch their own errors; this is the last guard: the thread must live
+            except BaseException:  # boundary: the thread's loop; handlers catch their own errors, it must live
                 self._report("internal")
             finally:
                 with cond:

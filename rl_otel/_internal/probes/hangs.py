@@ -378,7 +378,7 @@ class HangWatch:
             self._episodes &= current
             for gone in self._seen.keys() - current:
                 del self._seen[gone]
-        except Exception:
+        except Exception:  # boundary: dumps (files, py-spy, callbacks): one failed pass must not end the watchdog
             self._count("internal")
             _log.debug("rl_otel: a hang check failed", exc_info=True)
         self.checks += 1
@@ -506,7 +506,7 @@ class HangWatch:
         if self.describe is not None:
             try:
                 lines += self.describe(now)
-            except Exception:
+            except Exception:  # boundary: the describe callback
                 self._count("internal")
         return "\n".join(lines) + "\n"
 
@@ -612,7 +612,7 @@ class HangWatch:
         current, action = os_handler(signum), os_action(signum)
         try:
             faulthandler.unregister(signum)
-        except Exception:
+        except Exception:  # boundary: faulthandler (signals)
             return False
         if current not in (None, self._handler_address) and action is not None:
             set_os_action(signum, action)  # a handler set since our registration: it stays

@@ -41,7 +41,7 @@ def process_start_time() -> float | None:
         import psutil
 
         return float(psutil.Process().create_time())
-    except Exception:
+    except Exception:  # boundary: psutil (missing, or the OS refusing)
         pass
     try:  # field 22 of /proc/self/stat: start time in clock ticks after boot (proc(5)); the name may hold spaces
         with open("/proc/self/stat", encoding="ascii") as stat:
@@ -49,7 +49,7 @@ def process_start_time() -> float | None:
         with open("/proc/stat", encoding="ascii") as boot:
             btime = next(int(line.split()[1]) for line in boot if line.startswith("btime "))
         return btime + ticks / os.sysconf("SC_CLK_TCK")
-    except Exception:
+    except Exception:  # boundary: the OS (/proc absent or of another shape)
         return None
 
 
@@ -95,7 +95,7 @@ def load_nvml() -> Any | None:
         if importlib.util.find_spec("pynvml") is None:
             return None
         return importlib.import_module("pynvml")
-    except Exception:
+    except Exception:  # boundary: importing pynvml (a broken install raises anything)
         return None
 
 
@@ -220,7 +220,7 @@ class NvmlPoller:
         if not self._thread.is_alive() and self._devices:
             try:
                 self._nvml.nvmlShutdown()
-            except Exception:
+            except Exception:  # boundary: NVML (shutdown)
                 pass
 
     def _run(self) -> None:
@@ -229,7 +229,7 @@ class NvmlPoller:
             for ordinal, handle in visible_devices(self._nvml):
                 uuid = self._nvml.nvmlDeviceGetUUID(handle)
                 self._devices.append((ordinal, uuid.decode() if isinstance(uuid, bytes) else str(uuid), handle))
-        except Exception as exc:
+        except Exception as exc:  # boundary: NVML (init, device enumeration)
             _log.debug("rl_otel: NVML is not usable (%s); device GPU memory gauges are off", exc)
             self._ready.set()
             return
@@ -240,7 +240,7 @@ class NvmlPoller:
                 items = self._poll()
                 with self._lock:
                     self._items, self._polled_at = items, time.monotonic()
-            except Exception:
+            except Exception:  # boundary: the poller thread's loop (NVML calls)
                 self._on_error("nvml")
             self._ready.set()
             self._stop.wait(self._interval)
@@ -272,14 +272,16 @@ class LiveGauges:
     :attr:`collectors`, for the recorder; ``close()`` stops the NVML poller."""
 
     def __init__(self, cpu: CpuProbe, on_error: Callable[[str], None], *, nvml: Any | None = None) -> None:
+        # the OS's and torch's reads are guarded here (counted under their own reason); the running phases and
+        # the NVML poller's last poll are rl_otel's own bookkeeping (the NVML calls are guarded in its thread)
         collectors = [_safe(on_error, "process_memory", process_memory(cpu)),
                       _safe(on_error, "torch_memory", torch_process_memory),
-                      _safe(on_error, "phases", running_phases(cpu).collect)]
+                      running_phases(cpu).collect]
         nvml = nvml if nvml is not None else load_nvml()
         self.nvml: NvmlPoller | None = None
         if nvml is not None:
             self.nvml = NvmlPoller(nvml, on_error=on_error)
-            collectors.append(_safe(on_error, "nvml", self.nvml.collect))
+            collectors.append(self.nvml.collect)
         self.collectors: tuple[Callable[[], list[Item]], ...] = tuple(collectors)
 
     def close(self) -> None:
@@ -292,7 +294,7 @@ def _safe(on_error: Callable[[str], None], reason: str, fn: Callable[[], list[It
     def collect() -> list[Item]:
         try:
             return fn()
-        except Exception:  # boundary: reads the OS (psutil), torch's allocator, NVML
+        except Exception:  # boundary: psutil/the OS, or torch's allocator
             on_error(reason)
             return []
 

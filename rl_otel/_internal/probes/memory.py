@@ -81,7 +81,7 @@ class GpuProbe:
         cuda = getattr(sys.modules.get("torch"), "cuda", None)
         try:  # asked before is_available(), whose cuInit would already spoil a later fork of this process
             initialized = cuda is not None and cuda.is_initialized()
-        except Exception:
+        except Exception:  # boundary: torch.cuda (a broken driver or a bad fork)
             initialized = False
         if not initialized:
             if not self._announced:

@@ -159,7 +159,7 @@ def _store_token(env: Mapping[str, str]) -> str | None:
             pass
         store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=STORE_TIMEOUT_S))
         token = store.compare_set(LAUNCH_KEY, "", uuid.uuid4().hex)
-    except Exception:
+    except Exception:  # boundary: sockets and torch.distributed's TCPStore
         return None
     return token.decode("ascii", "replace") if isinstance(token, bytes) else str(token)
 

@@ -49,7 +49,7 @@ class Served:
         try:
             self.targets = publish(prom, self.endpoint, host_name=host_name, run=run, rank=rank, role=role,
                                    labels=labels)
-        except BaseException:
+        except BaseException:  # boundary: the OS/Ray publishing targets: the endpoint closed, re-raised
             self.endpoint.close()
             raise
         self.url = self.endpoint.url

@@ -134,7 +134,7 @@ class PendingSteps(SpanProcessor):
                 if on_root is not None and span.name != "step":
                     try:
                         on_root(span)
-                    except Exception:  # an exemplar lost, never a span
+                    except Exception:  # boundary: the on_root callback: an exemplar lost, never a span
                         pass
         if root:
             self._sent_now()

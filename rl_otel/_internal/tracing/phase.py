@@ -205,7 +205,7 @@ class Phase:
             span = self._span or self._root
             ctx = trace.set_span_in_context(span) if span else None
             return inject(ctx)
-        except Exception:
+        except Exception:  # boundary: the OTel propagators (the user's, set globally)
             self._fail("carrier")
             return {}
 
@@ -217,7 +217,7 @@ class Phase:
         gpu = rt.gpu
         try:
             self._started = rt.running.enter(self.cluster, self.phase)  # type: ignore[union-attr]  # __post_init__
-        except Exception:
+        except Exception:  # boundary: the training thread, no guard above (the running phases' registry)
             self._fail("running")
         goodput = rt.goodput
         if goodput is not None:  # the onload part is offload time; without an onload, execute from the start
@@ -225,14 +225,14 @@ class Phase:
         # the telemetry side in a few try blocks, not a guarded call each: this runs at every phase
         try:
             self._start_root()
-        except Exception:
+        except Exception:  # boundary: the OTel SDK (span processors, the user's provider)
             self._fail("start_span")
         reading: GpuReading | None = None
         if self._memory:
             try:
                 self._peak_device = gpu.begin_peaks(reset=rt.peaks)
                 reading = gpu.snapshot(infix, "start/offload", m, at_start=True)
-            except Exception:
+            except Exception:  # boundary: torch.cuda's memory statistics
                 self._fail("gpu_snapshot")
         timer = rt.gpu_timer
         if timer is not None:
@@ -257,7 +257,7 @@ class Phase:
                 self._span = rt.tracer.context_only("execute", root_ctx)
             if self._span is not None:
                 self._token = otel_context.attach(trace.set_span_in_context(self._span, root_ctx))
-        except Exception:
+        except Exception:  # boundary: the OTel SDK and its context
             self._fail("execute")
         self._t_exec = perf_counter()
         return self
@@ -289,7 +289,7 @@ class Phase:
         if self._memory:
             try:
                 reading = rt.gpu.snapshot(infix, "end/onload", m, with_frac=True)
-            except Exception:
+            except Exception:  # boundary: torch.cuda's memory statistics
                 self._fail("gpu_snapshot")
         if self._offload is not None:
             self._call_user(self._offload, span)
@@ -307,7 +307,7 @@ class Phase:
         self._leave()
         try:
             rt.record(self.cluster, self.phase, m, durations)
-        except Exception:
+        except Exception:  # boundary: the training thread, no guard above (the phase's one record guard)
             self._fail("record")
         if timed is not None:
             self._gpu = None
@@ -336,7 +336,7 @@ class Phase:
         if started is not None:
             try:
                 self._rt.running.leave(self.cluster, self.phase, started)  # type: ignore[union-attr]
-            except Exception:
+            except Exception:  # boundary: the training thread, no guard above (the running phases' registry)
                 self._fail("running")
 
     def _snapshots(self, gpu_stage: str, cpu_stage: str, reading: GpuReading | None, *,
@@ -348,11 +348,11 @@ class Phase:
         rt, infix, m = self._rt, self.infix, self.metrics
         try:
             rt.gpu.snapshot(infix, gpu_stage, m, reading=reading, at_start=at_start)
-        except Exception:
+        except Exception:  # boundary: torch.cuda's memory statistics
             self._fail("gpu_snapshot")
         try:
             rt.cpu.snapshot(infix, cpu_stage, m)
-        except Exception:
+        except Exception:  # boundary: psutil, the OS
             self._fail("cpu_snapshot")
 
     # -- helpers: the telemetry side never raises ---------------------------------------------------------
@@ -376,7 +376,7 @@ class Phase:
     def _call_user(self, fn: Callable[[], Any], span: Span | None) -> None:
         try:
             fn()
-        except BaseException as exc:  # the user's exception: close our spans, then let it go
+        except BaseException as exc:  # boundary: the user's onload/offload; close our spans, then let it go
             self._leave()
             self._release_gpu()
             if self._token is not None:
@@ -399,7 +399,7 @@ class Phase:
     def _guard(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except Exception:
+        except Exception:  # boundary: the OTel SDK's span and context calls
             self._fail(getattr(fn, "__name__", "call"))
             return None
 

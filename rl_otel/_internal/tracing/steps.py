@@ -104,7 +104,7 @@ class StepSpans:
             self._last_logged, self._last_end_ns = step, end_ns
         try:
             self._emit(step, end_ns if start_ns is None else start_ns, end_ns)
-        except Exception:
+        except Exception:  # boundary: the OTel SDK and its span processors
             self._fail("step_span")
 
     def _emit(self, step: int, start_ns: int, end_ns: int) -> None:

@@ -73,14 +73,14 @@ class Bridge:
         def write(item: tuple[Metrics, int]) -> None:
             try:
                 sink.log(text_keys(item[0]), item[1])  # a key no tracker can encode costs only itself
-            except Exception as exc:
+            except Exception as exc:  # boundary: the tracker sink (third-party code)
                 on_error(name, error_reason(exc), exc)
 
         def guarded(call: Callable[[], object]) -> Callable[[], None]:
             def run() -> None:
                 try:
                     call()
-                except Exception as exc:
+                except Exception as exc:  # boundary: the tracker sink (third-party code)
                     on_error(name, error_reason(exc), exc)
             return run
 
@@ -166,15 +166,15 @@ def build_bridge(trackers: Sequence, *, run: str, mirror: bool, on_error: OnErro
                 raise ConfigurationError(f"tracker {spec.name!r}: {scrub(str(exc), secrets)}") from None
             except ImportError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # boundary: the tracker's constructor (third-party code)
                 on_error(spec.name, "start_failed", exc)
                 continue
             sinks.append((spec.name, sink))
-    except BaseException:
+    except BaseException:  # boundary: tracker constructors: the sinks started so far closed, re-raised
         for _, sink in sinks:
             try:
                 sink.close()
-            except Exception:
+            except Exception:  # boundary: the tracker sink's close (third-party code)
                 pass
         raise
     if not sinks:
@@ -198,7 +198,7 @@ def _start(factory: Callable[..., Sink], run: str, kwargs: dict, timeout_s: floa
     def construct() -> None:
         try:
             made: object = factory(run=run, **kwargs)
-        except BaseException as exc:
+        except BaseException as exc:  # boundary: the tracker's constructor (third-party code, any error)
             made = exc
         with lock:  # either the caller takes the sink, or it gave up and the sink is closed here: never both
             result.append(made)
@@ -207,7 +207,7 @@ def _start(factory: Callable[..., Sink], run: str, kwargs: dict, timeout_s: floa
         if late and not isinstance(made, BaseException):
             try:
                 made.close()  # type: ignore[attr-defined]
-            except Exception:
+            except Exception:  # boundary: the tracker sink's close (third-party code)
                 pass
 
     threading.Thread(target=construct, name="rl_otel-tracker-start", daemon=True).start()
