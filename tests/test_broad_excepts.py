@@ -107,7 +107,7 @@ ALLOWLIST: Places = {
     ("rl_otel/_internal/forks.py", "_after_fork_in_child"): (1, "the fork hook: a child always starts"),
     ("rl_otel/_internal/pipeline/ingest.py", "Ingest._route_safely"): (1, "a user value (a raising __float__)"),
     ("rl_otel/_internal/pipeline/ingest.py", "Ingest.route"): (2, "the user's mapping; torch copies"),
-    ("rl_otel/_internal/pipeline/recorder.py", "Recorder.collect"): (2, "a broken store; a collector (torch, NVML, OS)"),
+    ("rl_otel/_internal/pipeline/recorder.py", "Recorder.collect"): (2, "a broken store; a collector (torch, OS)"),
     ("rl_otel/_internal/pipeline/steplog.py", "StepLog._record_queued"): (1, "the metrics worker's job"),
     ("rl_otel/_internal/pipeline/steplog.py", "StepLog._run_submitted"): (1, "the user's submitted function"),
     ("rl_otel/_internal/pipeline/steps.py", "Steps._valid"): (1, "the user's step object's __int__"),
