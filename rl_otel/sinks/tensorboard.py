@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from rl_otel.sinks.uniform_histogram import uniform_histogram
 from rl_otel._internal.trackers.bridge import error_reason
 from rl_otel.sinks.base import Metrics, SinkError, missing_dependency
+from rl_otel.sinks.uniform_histogram import uniform_histogram
 
 if TYPE_CHECKING:
     from rl_otel.sinks.tfevents import EventFileWriter
