@@ -127,8 +127,8 @@ def _written_defaults(root: Path) -> list[tuple[str, str, int, object]]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 a = node.args
                 positional = [*a.posonlyargs, *a.args]
-                pairs += zip([p.arg for p in positional[len(positional) - len(a.defaults):]], a.defaults)
-                pairs += [(p.arg, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+                pairs += zip([p.arg for p in positional[len(positional) - len(a.defaults):]], a.defaults, strict=True)
+                pairs += [(p.arg, d) for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None]
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
                 pairs.append((node.target.id, node.value))
             elif isinstance(node, ast.Assign):
