@@ -106,7 +106,7 @@ if init.__doc__:  # the options' documentation is defined once, with the options
 
 
 # Telemetry's methods, which a user coming from wandb (``wandb.log``) may look for on the module
-_TELEMETRY_METHODS = frozenset({"log", "phase", "submit", "flush", "close", "value", "metrics_url", "step", "span",
+_TELEMETRY_METHODS = frozenset({"log", "phase", "submit", "flush", "close", "value", "metrics_url", "step",
                                 "catalog", "trackers", "meter_provider", "engine"})
 
 

@@ -213,3 +213,38 @@ def test_the_scrape_path_does_not_import_prometheus_client():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["before", "False", "after", "True", "True"]
+
+
+def _header_writers(package) -> list[str]:
+    """``path:line`` of every string of rl_otel's code (docstrings aside) that writes a ``# HELP``, ``# TYPE`` or
+    ``# UNIT`` line."""
+    import ast
+    from pathlib import Path
+
+    found = []
+    for path in sorted(Path(package).rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                    and any(tag in node.value for tag in ("# HELP ", "# TYPE ", "# UNIT "))):
+                found.append(f"{Path(path).relative_to(Path(package).parent).as_posix()}:{node.lineno}")
+    return found
+
+
+def test_one_function_writes_the_header_lines():
+    """textformat.header_lines is the one writer of HELP/TYPE/UNIT lines (family_header and the renderer's single
+    pass both call it): a second copy of the format anywhere in rl_otel fails here, naming where it is."""
+    import inspect
+    from pathlib import Path
+
+    import rl_otel
+    from rl_otel._internal.exporters import textformat
+
+    writers = _header_writers(Path(rl_otel.__file__).parent)
+    assert writers and {w.rsplit(":", 1)[0] for w in writers} == {"rl_otel/_internal/exporters/textformat.py"}, writers
+    source, first = inspect.getsourcelines(textformat.header_lines)
+    inside = range(first, first + len(source))
+    assert all(int(w.rsplit(":", 1)[1]) in inside for w in writers), (writers, inside)

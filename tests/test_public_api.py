@@ -40,6 +40,21 @@ def test_dir_shows_the_public_names_and_they_resolve_lazily():
         rl_otel.nope  # noqa: B018
 
 
+def test_the_module_names_it_sends_to_telemetry_are_telemetrys():
+    """``rl_otel.log`` (wandb's habit) says the name belongs to the Telemetry init() returns: every name so
+    redirected is one a Telemetry has (a method, a property, or an attribute its constructor sets)."""
+    from rl_otel import _TELEMETRY_METHODS
+    from rl_otel.telemetry import Telemetry
+
+    with rl_otel.init(run="names", prometheus=False, stack_dump_signal=None) as tel:
+        missing = sorted(name for name in _TELEMETRY_METHODS if not hasattr(Telemetry, name) and
+                         name not in vars(tel))
+    assert not missing, f"rl_otel._TELEMETRY_METHODS names {missing}, which a Telemetry does not have"
+    for name in sorted(_TELEMETRY_METHODS - set(vars(rl_otel))):  # rl_otel.catalog, once imported, is the package
+        with pytest.raises(AttributeError, match=f"tel.{name}"):
+            getattr(rl_otel, name)
+
+
 def test_wheel_ships_py_typed(tmp_path):
     """PEP 561: the package says it is typed, in a wheel built from this checkout (setuptools' own backend, no
     network, no install)."""

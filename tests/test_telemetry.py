@@ -257,8 +257,7 @@ def test_port_in_use_is_a_clear_error(tel):
 
 
 def test_default_endpoint_binds_all_interfaces_on_9464():
-    from rl_otel._internal.runtime.config import DEFAULT_HOST, DEFAULT_PORT
-    from rl_otel._internal.runtime.options import build_config
+    from rl_otel._internal.runtime.options import DEFAULT_HOST, DEFAULT_PORT, build_config
 
     config = build_config(run="r", rank=0, role="trainer", prometheus=True, max_series_per_metric=1,
                           max_unknown_keys=1, series_ttl_s=None)

@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from rl_otel._internal.pipeline.uniform_histogram import uniform_histogram
+from rl_otel.sinks.uniform_histogram import uniform_histogram
 
 pytestmark = pytest.mark.slow  # the slow layer (tests/conftest.py)
 

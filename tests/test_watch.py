@@ -108,11 +108,11 @@ def test_a_jsonl_line_without_its_newline_waits(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_bytes(b'{"step": 0, "x": 1}\n{"step": 1, "x"')
     tail = jsonl.LineTail(str(path))
-    assert tail.read(path.stat().st_size).lines == [b'{"step": 0, "x": 1}']
-    assert tail.read(path.stat().st_size).lines == []
+    assert tail.read(path.stat().st_size).records == [b'{"step": 0, "x": 1}']
+    assert tail.read(path.stat().st_size).records == []
     with open(path, "ab") as f:
         f.write(b': 2}\n')
-    assert tail.read(path.stat().st_size).lines == [b'{"step": 1, "x": 2}']
+    assert tail.read(path.stat().st_size).records == [b'{"step": 1, "x": 2}']
 
 
 def _drain(tail, path):
@@ -121,7 +121,7 @@ def _drain(tail, path):
     got, corrupt = [], 0
     while True:
         found = tail.read(os.path.getsize(path))
-        got += found.lines if hasattr(found, "lines") else found.records
+        got += found.records
         corrupt += found.corrupt
         if not found.more:
             return got, corrupt
@@ -134,9 +134,9 @@ def test_a_partial_jsonl_line_rewritten_shorter_is_read_again(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_bytes(b'{"step": 0, "x": 1}\n{"step": 1, "x": 2, "y"')
     tail = jsonl.LineTail(str(path))
-    assert tail.read(path.stat().st_size).lines == [b'{"step": 0, "x": 1}']
+    assert tail.read(path.stat().st_size).records == [b'{"step": 0, "x": 1}']
     path.write_bytes(b'{"step": 0, "x": 1}\n{"step": 1}\n')
-    assert tail.read(path.stat().st_size).lines == [b'{"step": 1}']
+    assert tail.read(path.stat().st_size).records == [b'{"step": 1}']
 
 
 @pytest.mark.slow

@@ -130,11 +130,12 @@ def run_name(args: argparse.Namespace) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The demo's options (the tracker options come from :func:`rl_otel.cli.add_tracker_arguments`)."""
+    from rl_otel._internal.runtime.options import DEFAULT_PORT
     from rl_otel.demo import DEFAULT_STEPS
 
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="PPO steps (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the whole run (default %(default)s)")
-    parser.add_argument("--port", type=int, default=9464, help="scrape endpoint port; 0 picks a free port "
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="scrape endpoint port; 0 picks a free port "
                                                                "(default %(default)s)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to serve /metrics on (default %(default)s, this machine only; 0.0.0.0: every "

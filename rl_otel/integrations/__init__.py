@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
-from rl_otel._internal.runtime.options import INTEGRATION_OPTIONS, OPTIONS, load_config_file, merge
+from rl_otel._internal.runtime.options import DEFAULT_PORT, INTEGRATION_OPTIONS, OPTIONS, load_config_file, merge
 from rl_otel.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 # On a taken port an integration serves on one of the next PORT_SEARCH ports (unless the options set port_search),
 # in steps of LOCAL_WORLD_SIZE: telemetry is never the reason a training run dies
 PORT_SEARCH = 100
-_DEFAULT_PORT = 9464
 _log = logging.getLogger("rl_otel")
 
 
@@ -88,7 +87,7 @@ def _checked(where: str, options: Mapping[str, Any], run: str | None) -> tuple[d
     if prom is True:
         prom = {}
     if isinstance(prom, Mapping) and "port_search" not in prom:
-        port, local_rank = prom.get("port", _DEFAULT_PORT), os.environ.get("LOCAL_RANK", "")
+        port, local_rank = prom.get("port", DEFAULT_PORT), os.environ.get("LOCAL_RANK", "")
         if isinstance(port, int) and not isinstance(port, bool) and 0 < port <= 65535:
             last = 65535 - port - (int(local_rank) if local_rank.isdigit() else 0)
             options["prometheus"] = {**prom, "port_search": max(0, min(PORT_SEARCH, last))}
@@ -165,7 +164,7 @@ def _lane(prom: Any) -> _Lane | None:
 
     if not isinstance(prom, Mapping) or prom.get("add_local_rank") is False:
         return None
-    port, search, size = prom.get("port", _DEFAULT_PORT), prom.get("port_search", 0), local_world_size()
+    port, search, size = prom.get("port", DEFAULT_PORT), prom.get("port_search", 0), local_world_size()
     if not port or not search or size < 2:
         return None
     return _Lane(port, env_ranks().local_rank, size, search, prom)

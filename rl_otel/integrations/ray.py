@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from rl_otel._internal.runtime.options import DEFAULT_HOST
 from rl_otel.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ class TargetsEndpoint:
     registry; also a context manager.
     """
 
-    def __init__(self, host: str = "0.0.0.0", port: int = DEFAULT_PORT, *, name: str = REGISTRY_NAME,
+    def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, name: str = REGISTRY_NAME,
                  advertise_host: str | None = None, timeout_s: float = 10.0, start_timeout_s: float = 30.0) -> None:
         ray = _ray()
         if not ray.is_initialized():
@@ -210,7 +211,7 @@ class TargetsEndpoint:
         self.close()
 
 
-def serve_targets(host: str = "0.0.0.0", port: int = DEFAULT_PORT, *, name: str = REGISTRY_NAME,
+def serve_targets(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, name: str = REGISTRY_NAME,
                   advertise_host: str | None = None, start_timeout_s: float = 30.0) -> TargetsEndpoint:
     """In the Ray driver, after ``ray.init()`` and before the actors start: create the registry (a named Ray actor
     ``name`` in the job's namespace) and serve it for Prometheus' ``http_sd_configs`` at ``.url``

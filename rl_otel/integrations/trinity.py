@@ -32,6 +32,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from rl_otel._internal.runtime.options import DEFAULT_PORT
 from rl_otel.integrations import plain_options, telemetry_from_options
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 NAME = "rl_otel"
 MONITOR_TYPE = f"{__name__}.RLOtelMonitor"  # the dotted monitor_type: "rl_otel.integrations.trinity.RLOtelMonitor"
-DEFAULT_PORTS = {"explorer": 9464, "trainer": 9465}
+DEFAULT_PORTS = {"explorer": DEFAULT_PORT, "trainer": DEFAULT_PORT + 1}  # colocated on one node: two ports
 _log = logging.getLogger("rl_otel")
 
 

@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 
+from rl_otel._internal.runtime.options import BY_NAME
 from rl_otel.catalog import Catalog, Kind, default_catalog, live, meta
 from rl_otel.catalog.goodput import bucket_of, is_step_duration
 from rl_otel.ops import contract
@@ -94,8 +95,8 @@ class Shape:
     drop_phase_buckets: bool = False  # the agents drop each rank's rl_phase_duration_seconds_bucket (agent.yml)
     engines_per_worker: int = 0    # in-process vLLM engines a worker serves (engines=; docs/engines.md), each a replica
     engine_max_model_len: int = 4096  # sets the count of vLLM's token-count histogram buckets
-    max_series_per_metric: int = 10_000
-    max_unknown_keys: int = 1_000
+    max_series_per_metric: int = BY_NAME["max_series_per_metric"].default  # init()'s caps, as a job would run
+    max_unknown_keys: int = BY_NAME["max_unknown_keys"].default
 
     def __post_init__(self) -> None:
         for f in fields(self):

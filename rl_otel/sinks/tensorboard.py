@@ -3,7 +3,7 @@
 A ROLL-style tracker calls ``SummaryWriter.add_scalar`` once per key: one proto, one event and one queue hop per
 value. Here a step is one ``Summary`` with a value per key. Scalars are stored as ``simple_value`` (float32), as
 ``add_scalar`` stores them; a distribution as a ``HistogramProto`` of ``histogram_bins`` equal bins, counted as
-``np.histogram`` counts them (:mod:`rl_otel._internal.pipeline.uniform_histogram`, at about half its cost).
+``np.histogram`` counts them (:mod:`rl_otel.sinks.uniform_histogram`, at about half its cost).
 
 Events go to an event file through :class:`rl_otel.sinks.tfevents.EventFileWriter`, on the bridge's worker thread
 that calls the sink (TensorBoard's own writer adds a thread and a pure-Python CRC that held the GIL for ~3 ms per
@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from rl_otel._internal.pipeline.uniform_histogram import uniform_histogram
 from rl_otel._internal.trackers.bridge import error_reason
 from rl_otel.sinks.base import Metrics, SinkError, missing_dependency
+from rl_otel.sinks.uniform_histogram import uniform_histogram
 
 if TYPE_CHECKING:
     from rl_otel.sinks.tfevents import EventFileWriter

@@ -10,6 +10,8 @@ import logging
 import sys
 from pathlib import Path
 
+from rl_otel._internal.runtime.options import BY_NAME, DEFAULT_HOST, DEFAULT_PORT
+
 _FRAMEWORK_HELP = ("the framework whose keys the files hold: auto (inferred from the keys), roll, verl, trl, trinity, "
                    "openrlhf, slime, areal, nemo_rl, skyrl, prime_rl; its catalog resolves the keys, and it is shown "
                    "as rl.framework in target_info")
@@ -19,13 +21,13 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> None:
     """``rl-otel watch PATH... [--host H] [--port P] [--file-sd DIR] [--state FILE] [--framework F] ...``"""
     parser.add_argument("paths", nargs="+", metavar="PATH",
                         help="TensorBoard log directories, event files or JSONL metric files to follow")
-    parser.add_argument("--host", default="0.0.0.0",
-                        help="address the endpoint binds (default 0.0.0.0, every interface: what Prometheus scrapes "
-                             "binds every interface, as rl_otel.init() does; only the demo, a toy on your own "
+    parser.add_argument("--host", default=DEFAULT_HOST,
+                        help=f"address the endpoint binds (default {DEFAULT_HOST}, every interface: what Prometheus "
+                             "scrapes binds every interface, as rl_otel.init() does; only the demo, a toy on your own "
                              "machine, binds 127.0.0.1. Pass 127.0.0.1 to keep it to this machine)")
-    parser.add_argument("--port", type=int, default=9464,
-                        help="the port every run is served on (default 9464; 0: any free port; with --port-per-run "
-                             "the first port, each run and rank taking the next free one)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"the port every run is served on (default {DEFAULT_PORT}; 0: any free port; with "
+                             "--port-per-run the first port, each run and rank taking the next free one)")
     parser.add_argument("--port-search", type=int, default=100, help="ports tried after --port (default 100)")
     parser.add_argument("--port-per-run", action="store_true",
                         help="an endpoint (and a file_sd target) per run and rank instead of one for all")
@@ -44,7 +46,7 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between saves of the state file, when something moved (1.0)")
     parser.add_argument("--step-key", action="append", metavar="KEY",
                         help="JSONL field holding the step (repeatable; default: step, _step, global_step, ...)")
-    parser.add_argument("--max-unknown-keys", type=int, default=1_000,
+    parser.add_argument("--max-unknown-keys", type=int, default=BY_NAME["max_unknown_keys"].default,
                         help="keys without a catalog entry served per run (init's max_unknown_keys)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each file and run as it is found")
 
@@ -54,7 +56,7 @@ def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="finished TensorBoard directories or JSONL files")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the OpenMetrics file to write")
     parser.add_argument("--step-key", action="append", metavar="KEY", help="JSONL field holding the step")
-    parser.add_argument("--max-unknown-keys", type=int, default=1_000,
+    parser.add_argument("--max-unknown-keys", type=int, default=BY_NAME["max_unknown_keys"].default,
                         help="keys without a catalog entry written per run (as init's max_unknown_keys)")
     parser.add_argument("--framework", default="auto", help=_FRAMEWORK_HELP)
 

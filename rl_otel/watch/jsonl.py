@@ -18,24 +18,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from rl_otel.watch import frameworks
+from rl_otel.watch.records import CHUNK, Batch
 
 STEP_KEYS = ("step", "_step", "global_step", "train/global_step", "trainer/global_step", "iteration")
 TIME_KEYS = ("timestamp", "_timestamp", "wall_time", "time")
-CHUNK = 8 * 2**20  # bytes read per call: a backlog is read in bounded steps
 MAX_LINE = 16 * 2**20  # a longer "line" is no metric record: skipped (never held whole) and counted
-
-
-@dataclass
-class Lines:
-    """What one read found: complete lines, lines too long to be records, whether more bytes are waiting."""
-
-    lines: list[bytes] = field(default_factory=list)
-    corrupt: int = 0
-    more: bool = False
 
 
 class LineTail:
@@ -63,9 +53,10 @@ class LineTail:
     def offset(self, value: int) -> None:
         self._offset, self._seen, self._skipping = value, 0, False
 
-    def read(self, size: int, chunk: int = CHUNK) -> Lines:
-        """Complete lines between the offset and ``size``, at most about ``chunk`` bytes of them read."""
-        out = Lines()
+    def read(self, size: int, chunk: int = CHUNK) -> Batch:
+        """Complete lines between the offset and ``size`` (the batch's ``records``, each without its newline), at
+        most about ``chunk`` bytes of them read; a line over :data:`MAX_LINE` counts as ``corrupt``."""
+        out = Batch()
         if size < self._offset + self._seen:  # shrank below what was looked at (rewritten): look again
             self.offset = self._offset
         start = self._offset + self._seen
@@ -83,7 +74,7 @@ class LineTail:
         if self._seen:  # the line at the offset began before this read: it ends here
             stop = start + first  # its newline
             if stop - self._offset <= MAX_LINE:
-                out.lines.append(_read(self.path, self._offset, stop - self._offset))
+                out.records.append(_read(self.path, self._offset, stop - self._offset))
             elif not self._skipping:
                 out.corrupt += 1
             self.offset = start = stop + 1
@@ -93,7 +84,7 @@ class LineTail:
         if cut > MAX_LINE:  # only with a chunk larger than MAX_LINE can one of them be too long
             out.corrupt += sum(len(line) > MAX_LINE for line in lines)
             lines = [line for line in lines if len(line) <= MAX_LINE]
-        out.lines.extend(lines)
+        out.records.extend(lines)
         self.offset = start + cut
         self._seen = len(buf) - cut  # the start of the next line, not read again until its newline comes
         out.more = start + len(buf) < size

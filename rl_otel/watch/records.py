@@ -37,11 +37,19 @@ MAX_CORRUPT_PER_READ = 64
 
 @dataclass
 class Batch:
-    """What one read found: complete records' data, corrupt records skipped, whether more bytes are waiting."""
+    """What one read of a growing file found: complete records' data (a TFRecord file's records here, a JSONL
+    file's lines in :class:`rl_otel.watch.jsonl.LineTail`), corrupt records skipped, whether more bytes are
+    waiting."""
 
     records: list[bytes] = field(default_factory=list)
     corrupt: int = 0
     more: bool = False
+
+    @property
+    def lines(self) -> list[bytes]:
+        """``records`` under the name ``watch/backfill.py`` reads a JSONL file's by (gone once it reads
+        ``records``)."""
+        return self.records
 
 
 class RecordTail:

@@ -383,7 +383,7 @@ class Watcher:
             return points, corrupt, batch.more
         lines = tail.read(size)
         corrupt = lines.corrupt
-        for line in lines.lines:
+        for line in lines.records:
             try:
                 parsed = jsonl.parse(line, self.options.step_keys, self.options.time_keys)
             except (ValueError, RecursionError):  # what a line of any content raises: no JSON object, too deep

@@ -44,6 +44,7 @@ from rl_otel._internal.exporters.textformat import (
     family_of,
     go_float,
     go_floats,
+    header_lines,
     label_text,
 )
 from rl_otel._internal.pipeline.records import Family, HistogramValue, Labels
@@ -259,7 +260,7 @@ class Renderer:
         plan = Plan(fmt, [], [], [], [], [], [])
         statics, records, numbers, deferred = plan.statics, plan.records, plan.numbers, plan.deferred
         add_static, add_record, add_number, add_seen = statics.append, records.append, numbers.append, seen.add
-        gauge, counter, words = _GAUGE, _COUNTER, _UNIT_WORDS
+        gauge, counter, words, lines = _GAUGE, _COUNTER, _UNIT_WORDS, header_lines
         fresh = not seen
         labels_text, last_base = "", None
         for spec, base, _start, points, _scrape_only in families:  # once per family of a new layout: it counts
@@ -283,13 +284,10 @@ class Renderer:
                             sample, typ = name, "gauge"
                         else:
                             sample, typ = name + "_total", "counter"
-                        if not om:
-                            add_static(f"# HELP {sample} {doc}\n# TYPE {sample} {typ}\n{sample}{labels_text} ")
-                        elif unit:
-                            add_static(f"# HELP {name} {doc}\n# TYPE {name} {typ}\n# UNIT {name} {unit}\n"
-                                       f"{sample}{labels_text} ")
-                        else:
-                            add_static(f"# HELP {name} {doc}\n# TYPE {name} {typ}\n{sample}{labels_text} ")
+                        # the text format names the header by the sample (a counter's _total), OpenMetrics by
+                        # the family, with its unit
+                        head = lines(name, typ, doc, unit) if om else lines(sample, typ, doc)
+                        add_static(f"{head}{sample}{labels_text} ")
                         add_number(source)
                         add_record(name if kind is gauge else (name, sample, 1))
                         continue

@@ -53,23 +53,33 @@ def header(spec: MetricSpec, fmt: str) -> str:
 
 
 def family_header(name: str, typ: str, unit: str, doc: str, fmt: str) -> str:
+    """The header of family ``name`` (:func:`family_of`'s name, type and unit) with description ``doc`` in
+    ``fmt``: the name and description escaped as prometheus_client escapes them, written by :func:`header_lines`."""
     if fmt == OPENMETRICS:
-        shown = _escape_name(name)
         doc = doc.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-        text = f"# HELP {shown} {doc}\n# TYPE {shown} {typ}\n" + (f"# UNIT {shown} {unit}\n" if unit else "")
+        text = header_lines(_escape_name(name), typ, doc, unit)
     elif fmt == TEXT:
         if typ == "counter":
             name += "_total"
         elif typ == "info":
             name, typ = name + "_info", "gauge"
-        shown = _escape_name(name)
         doc = doc.replace("\\", r"\\").replace("\n", r"\n")
-        text = f"# HELP {shown} {doc}\n# TYPE {shown} {typ}\n"
+        text = header_lines(_escape_name(name), typ, doc)
     else:
         raise ValueError(f"unknown exposition format {fmt!r}")
     if not text.isascii():
         text.encode()  # raises on a lone surrogate, as prometheus_client's encoder does
     return text
+
+
+def header_lines(shown: str, typ: str, doc: str, unit: str = "") -> str:
+    """The one writer of a family's header lines: HELP and TYPE, and UNIT when ``unit`` is given (OpenMetrics
+    writes it, the text format never does), for a name and a description already as the format shows them
+    (escaped). :func:`family_header` escapes and calls it; the renderer's single pass calls it directly for the
+    plain families, whose names and descriptions need no escaping (``exposition.Renderer.compile``)."""
+    if unit:
+        return f"# HELP {shown} {doc}\n# TYPE {shown} {typ}\n# UNIT {shown} {unit}\n"
+    return f"# HELP {shown} {doc}\n# TYPE {shown} {typ}\n"
 
 
 def _escape_name(name: str) -> str:

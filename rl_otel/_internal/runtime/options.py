@@ -5,10 +5,14 @@ name; a bad value raises ConfigurationError naming it).
 
 Everything that lists options reads :data:`OPTIONS`: ``init()``'s docstring (built from it), the YAML loader
 (:func:`load_config_file`), the framework integrations (:data:`INTEGRATION_OPTIONS`), ``rl-otel trackers``, and
-``docs/options.md`` (:func:`options_markdown`). ``init()`` keeps an explicit keyword signature for editors and
-type checkers; ``tests/test_architecture.py`` checks it names exactly these options, in this order, and that every
-option has a field of ``TelemetryConfig``. Adding an option: one :class:`Option` here with its check, its field in
-``TelemetryConfig``, its parameter in ``init()``.
+``docs/options.md`` (:func:`options_markdown`). An option's default is written here and nowhere else (the
+``prometheus`` option's settings: :data:`PROMETHEUS_DEFAULTS`): ``init()``'s parameters default to :data:`UNSET`,
+``TelemetryConfig``'s fields and ``PrometheusConfig``'s tunable ones have no defaults (:func:`build_config` fills
+them), and whatever else needs a default (``rl-otel watch``'s arguments, the integrations' port, the budget) reads
+it from here. ``init()`` keeps an explicit keyword signature for editors and type checkers;
+``tests/test_architecture.py`` checks it names exactly these options, in this order, that every option has a field
+of ``TelemetryConfig``, and that no default of an option is written a second time in rl_otel. Adding an option:
+one :class:`Option` here with its check, its field in ``TelemetryConfig``, its parameter in ``init()``.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rl_otel._internal.checks import boolean, check_known, positive_seconds, read_yaml
 from rl_otel._internal.exporters.otel_env import resource_attributes, selected
-from rl_otel._internal.runtime.config import DEFAULT_HOST, DEFAULT_PORT, PrometheusConfig, TelemetryConfig
+from rl_otel._internal.runtime.config import PrometheusConfig, TelemetryConfig
 from rl_otel._internal.runtime.ranks import ProcessRanks, serving_port
 from rl_otel.errors import ConfigurationError
 
@@ -34,7 +39,18 @@ if TYPE_CHECKING:
     from rl_otel._internal.exporters.otlp import OtlpConfig
     from rl_otel._internal.tracing.config import TracingConfig
 
-_PROMETHEUS_KEYS = ("host", "port", "add_local_rank", "port_search", "file_sd", "advertise_host", "web_config_file")
+# the settings of the prometheus option (a dict, or True for all of these) and their defaults; None: not given
+PROMETHEUS_DEFAULTS: Mapping[str, Any] = MappingProxyType({
+    "host": "0.0.0.0",  # every interface: Prometheus scrapes a pod or node from outside
+    "port": 9464,  # a base: a process serves on port + LOCAL_RANK (rl_otel._internal.runtime.ranks.serving_port)
+    "add_local_rank": None,  # None: add LOCAL_RANK unless the port is 0
+    "port_search": 0,  # on a taken port, try the next port_search ports
+    "file_sd": None,
+    "advertise_host": None,
+    "web_config_file": None,
+})
+DEFAULT_HOST: str = PROMETHEUS_DEFAULTS["host"]
+DEFAULT_PORT: int = PROMETHEUS_DEFAULTS["port"]
 
 
 class Unset:
@@ -134,30 +150,30 @@ def _prometheus(value: object, given: Given) -> PrometheusConfig | None:
     if value is None or value is False:
         return None
     if value is True:
-        return PrometheusConfig(port=serving_port(DEFAULT_PORT, local_rank))
+        value = {}  # every setting's default
     if not isinstance(value, Mapping):
         raise ConfigurationError(f"prometheus must be a dict like {{'host': ..., 'port': ...}}, True or False; "
                                  f"got {value!r}")
-    check_known("prometheus", value, _PROMETHEUS_KEYS)
-    host = value.get("host", DEFAULT_HOST)
-    port = value.get("port", DEFAULT_PORT)
+    check_known("prometheus", value, tuple(PROMETHEUS_DEFAULTS))
+    value = {**PROMETHEUS_DEFAULTS, **value}
+    host, port = value["host"], value["port"]
     if not isinstance(host, str):
         raise ConfigurationError(f"prometheus host must be a str, got {host!r}")
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ConfigurationError(f"prometheus port must be an int in 0..65535 (0 = a free port), got {port!r}")
-    add_local_rank = value.get("add_local_rank")
+    add_local_rank = value["add_local_rank"]
     port = serving_port(port, local_rank,
                         None if add_local_rank is None else boolean("prometheus add_local_rank", add_local_rank))
-    search = value.get("port_search", 0)
+    search = value["port_search"]
     if isinstance(search, bool) or not isinstance(search, int) or search < 0 or port + search > 65535:
         raise ConfigurationError(f"prometheus port_search must be an int >= 0 (how many next ports to try) with "
                                  f"port + port_search <= 65535, got {search!r}")
-    file_sd, advertise = value.get("file_sd"), value.get("advertise_host")
+    file_sd, advertise = value["file_sd"], value["advertise_host"]
     if file_sd is not None and (not isinstance(file_sd, (str, os.PathLike)) or not os.fspath(file_sd)):
         raise ConfigurationError(f"prometheus file_sd must be a directory or a .json/.yml file name, got {file_sd!r}")
     if advertise is not None and (not isinstance(advertise, str) or not advertise):
         raise ConfigurationError(f"prometheus advertise_host must be a host name, got {advertise!r}")
-    web = value.get("web_config_file")
+    web = value["web_config_file"]
     if web is not None and (not isinstance(web, (str, os.PathLike)) or not os.fspath(web)):
         raise ConfigurationError(f"prometheus web_config_file must be a file name, got {web!r}")
     loaded = None
@@ -315,13 +331,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("role", "trainer", "what this process does (trainer, actor, rollout, ...), on the OTel resource.",
            check=_role),
     Option("prometheus", True,
-           "``{'host': ..., 'port': ...}`` for the scrape endpoint (default ``0.0.0.0:9464``; port 0 picks a free "
-           "port, see ``Telemetry.metrics_url``), ``True`` for the defaults, ``False`` for none. The port is a "
-           "base: a process serves on port + ``$LOCAL_RANK`` (0 when unset), so the ranks torchrun starts on one "
-           "host get distinct ports (port 0 is never offset). More keys: ``add_local_rank`` (``False``: serve on "
-           "the port as given), ``port_search`` (on a taken port, try the next N), ``file_sd`` (a directory to "
-           "publish the target in for Prometheus ``file_sd_configs``), ``advertise_host`` (the host written "
-           "there), ``web_config_file`` (TLS, mTLS, basic auth in the exporter-toolkit web-config format).",
+           f"``{{'host': ..., 'port': ...}}`` for the scrape endpoint (default ``{DEFAULT_HOST}:{DEFAULT_PORT}``; "
+           "port 0 picks a free port, see ``Telemetry.metrics_url``), ``True`` for the defaults, ``False`` for "
+           "none. The port is a base: a process serves on port + ``$LOCAL_RANK`` (0 when unset), so the ranks "
+           "torchrun starts on one host get distinct ports (port 0 is never offset). More keys: "
+           "``add_local_rank`` (``False``: serve on the port as given), ``port_search`` (on a taken port, try the "
+           "next N), ``file_sd`` (a directory to publish the target in for Prometheus ``file_sd_configs``), "
+           "``advertise_host`` (the host written there), ``web_config_file`` (TLS, mTLS, basic auth in the "
+           "exporter-toolkit web-config format).",
            check=_prometheus),
     Option("max_series_per_metric", 10_000, "cap on label sets per metric; past it new series are dropped and "
                                             "counted.", check=_positive_int("max_series_per_metric")),

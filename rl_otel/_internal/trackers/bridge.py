@@ -53,8 +53,8 @@ class Bridge:
 
     active = True
 
-    def __init__(self, sinks: Sequence[tuple[str, Sink]], *, on_error: OnError, queue_size: int = 64,
-                 close_timeout_s: float = 10.0) -> None:
+    def __init__(self, sinks: Sequence[tuple[str, Sink]], *, on_error: OnError, queue_size: int,
+                 close_timeout_s: float) -> None:
         self._on_error = on_error
         self._close_timeout_s = close_timeout_s
         self._names = tuple(name for name, _ in sinks)
@@ -142,8 +142,8 @@ class NullBridge:
         pass
 
 
-def build_bridge(trackers: Sequence, *, run: str, mirror: bool, on_error: OnError, queue_size: int = 64,
-                 close_timeout_s: float = 10.0) -> Bridge | NullBridge:
+def build_bridge(trackers: Sequence, *, run: str, mirror: bool, on_error: OnError, queue_size: int,
+                 close_timeout_s: float) -> Bridge | NullBridge:
     """Create the sinks of ``trackers`` (:class:`~rl_otel._internal.trackers.config.TrackerSpec`) and their bridge.
 
     A sink whose kwargs are wrong (``ValueError``/``TypeError``) or whose package is missing (``ImportError``)
