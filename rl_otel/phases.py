@@ -9,8 +9,8 @@
 
 from __future__ import annotations
 
+from rl_otel._internal.runtime.phase import Phase
 from rl_otel._internal.tracing.carriers import extract, inject
-from rl_otel._internal.tracing.phase import Phase
 
 __all__ = ["Phase", "engine_headers", "extract", "inject"]
 

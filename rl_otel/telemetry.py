@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
 
     from rl_otel._internal.pipeline.goodput import Collective
-    from rl_otel._internal.tracing.phase import Phase
+    from rl_otel._internal.runtime.phase import Phase
 
 __all__ = ["HistogramValue", "Telemetry"]
 

@@ -88,17 +88,7 @@ def test_no_config_field_carries_a_default_of_its_own():
 
 # A default still written twice in a file of the core's rewrite (issue 40), which removes it: delete each entry
 # with its copy (the test fails on an entry whose copy is gone, so the list only shrinks).
-_COPIES_PENDING = {
-    ("rl_otel/_internal/pipeline/recorder.py", "max_series_per_metric"),
-    ("rl_otel/_internal/pipeline/recorder.py", "max_unknown_keys"),
-    ("rl_otel/_internal/pipeline/recorder.py", "submit_queue_size"),
-    ("rl_otel/_internal/pipeline/recorder.py", "close_timeout_s"),
-    ("rl_otel/watch/served.py", "role"),  # ROLE: a watched process's role, init()'s default role
-    ("rl_otel/watch/served.py", "host"),
-    ("rl_otel/watch/served.py", "port"),
-    ("rl_otel/watch/served.py", "max_unknown_keys"),
-    ("rl_otel/watch/backfill.py", "max_unknown_keys"),
-}
+_COPIES_PENDING: set[tuple[str, str]] = set()
 
 
 def _written_defaults(root: Path) -> list[tuple[str, str, int, object]]:

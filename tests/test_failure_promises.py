@@ -166,7 +166,7 @@ def test_submit_internal_a_failure_past_the_job_handler_or_inside_submit_is_coun
 def test_phase_a_failing_carrier_is_counted_and_the_phase_goes_on(tel, monkeypatch):
     """``phase``: a failure in a phase's own bookkeeping (here: building its carrier) is counted - under
     ``reason="internal"``, the failing part named in the warning - and the phase and its body go on."""
-    import rl_otel._internal.tracing.phase as phase_module
+    import rl_otel._internal.runtime.phase as phase_module
 
     def broken(ctx=None):
         raise RuntimeError("propagator exploded")

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import rl_otel
 from rl_otel._internal.probes.gpu_time import EXECUTED, START, GpuTimer
-from rl_otel._internal.tracing.phase import GPU_ATTRIBUTES
+from rl_otel._internal.runtime.phase import GPU_ATTRIBUTES
 from tests._sinks import Recorder
 from tests.gpu_fakes import FakeCuda, fake_torch, gpu_timer, real_cuda, settle
 from tests.promtools import promtool_check, samples, scrape

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import rl_otel
-from rl_otel._internal.tracing.phase import GPU_ATTRIBUTES
+from rl_otel._internal.runtime.phase import GPU_ATTRIBUTES
 from rl_otel._internal.tracing.steps import step_ids
 from tests.gpu_fakes import GIB, FakeCuda, fake_torch, legacy_snapshot, real_cuda, settle
 from tests.promtools import promtool_check, samples, scrape

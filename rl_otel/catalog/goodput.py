@@ -481,7 +481,7 @@ _SCOPED_FAMILIES = (
 
 # rl_otel's own series: its phases are decided by phase_bucket; timestamps are no durations
 _RL_OTEL_FAMILIES = (
-    _family("rl_phase_duration_seconds", "rl_otel/_internal/tracing/phase.py (tel.phase)", _inner(""),
+    _family("rl_phase_duration_seconds", "rl_otel/_internal/runtime/phase.py (tel.phase)", _inner(""),
             phases=True),
     _family("rl_phase_gpu_duration_seconds", "rl_otel/_internal/probes/gpu_time.py (CUDA events of tel.phase)",
             _inner("GPU time inside a phase whose host time is counted already")),

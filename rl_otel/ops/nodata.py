@@ -35,7 +35,7 @@ FRAMEWORK_NAMES = {"roll": "ROLL", "verl": "veRL", "trl": "TRL", "trinity": "Tri
 # Device memory, NVML, torch.cuda: families that exist only on a GPU.
 _GPU_ONLY = re.compile(r"^rl_gpu_|_gpu_memory_|_max_memory_(allocated|reserved)_|_peak_memory_")
 # ROLL's state_offload_manger keys (time/<cluster>/<phase>/..., memory/...), which rl_otel's tel.phase() writes too
-# (rl_otel/_internal/tracing/phase.py), and rl_otel's own phase families.
+# (rl_otel/_internal/runtime/phase.py), and rl_otel's own phase families.
 _PHASE_WRITTEN = frozenset({"rl_phase_last_duration_seconds", "rl_gpu_memory_bytes", "rl_gpu_memory_peak_ratio",
                             "rl_cpu_memory_bytes"})
 # Evaluation families: logged at the run's evaluation steps only (the first comes eval_every steps in).

@@ -62,7 +62,7 @@ class _Family:
         self.spool: IO[str] | None = None
 
 
-def backfill(paths: Sequence[str], out: str | os.PathLike, *, max_unknown_keys: int = 1_000,
+def backfill(paths: Sequence[str], out: str | os.PathLike, *, max_unknown_keys: int | None = None,
              step_keys: Sequence[str] = jsonl.STEP_KEYS, time_keys: Sequence[str] = jsonl.TIME_KEYS,
              catalog: Catalog | None = None, framework: str = "auto") -> Summary:
     """Write the runs under ``paths`` (directories or files, as ``rl-otel watch`` takes them) to ``out`` as
@@ -164,7 +164,7 @@ def _points(found: scan.Found, summary: Summary, step_keys: Sequence[str],
     while True:
         chunk = lines.read(size)
         summary.corrupt += chunk.corrupt
-        for line in chunk.lines:
+        for line in chunk.records:
             try:
                 parsed = jsonl.parse(line, step_keys, time_keys)
             except (ValueError, RecursionError):  # a line of any content: what json and the checks raise

@@ -45,12 +45,6 @@ class Batch:
     corrupt: int = 0
     more: bool = False
 
-    @property
-    def lines(self) -> list[bytes]:
-        """``records`` under the name ``watch/backfill.py`` reads a JSONL file's by (gone once it reads
-        ``records``)."""
-        return self.records
-
 
 class RecordTail:
     """The records of one TFRecord file, from ``offset`` (resumed from a state file) on. Setting ``offset`` (a

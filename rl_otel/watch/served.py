@@ -25,6 +25,7 @@ from rl_otel._internal.pipeline.records import HistogramValue
 from rl_otel._internal.runtime.assembly import Pipeline, pipeline
 from rl_otel._internal.runtime.config import PrometheusConfig
 from rl_otel._internal.runtime.identity import info_batch, resource_of
+from rl_otel._internal.runtime.options import PROMETHEUS_DEFAULTS, default
 from rl_otel._internal.runtime.serving import Served
 from rl_otel.catalog import Catalog, Kind
 from rl_otel.watch import frameworks
@@ -32,7 +33,7 @@ from rl_otel.watch.state import RunState
 
 _log = logging.getLogger("rl_otel.watch")
 MAX_KEYS = 100_000  # keys remembered per run for the state file (all are still served)
-ROLE = "trainer"  # what a watched process is, until a framework's files say otherwise
+ROLE: str = default("role")  # what a watched process is (init()'s default), until its files say otherwise
 _RETRY_S = 10.0
 Point = tuple[int | None, float | None, dict[str, Any]]  # (step, wall time, {key: value}) as read from a file
 
@@ -44,13 +45,13 @@ class ServeOptions:
     and rank; ``port_per_run``: an endpoint (and a file_sd target) per run and rank, as each training process
     would have. ``framework``: a name, or ``auto``; ``max_unknown_keys``: per run, as ``init()``'s."""
 
-    host: str = "0.0.0.0"
-    port: int = 9464
+    host: str = PROMETHEUS_DEFAULTS["host"]
+    port: int = PROMETHEUS_DEFAULTS["port"]
     port_search: int = 100
     file_sd: str | None = None
     advertise_host: str | None = None
     framework: str = "auto"
-    max_unknown_keys: int = 1_000
+    max_unknown_keys: int = default("max_unknown_keys")
     port_per_run: bool = False
 
     def prometheus(self) -> PrometheusConfig:

@@ -102,7 +102,7 @@ class StepLog:
     def record_phase(self, cluster: str, phase: str, metrics: dict[str, float], durations: dict[str, float]) -> None:
         """A finished phase, on the thread that ran it: its ROLL keys kept for the trackers' next step (when this
         process mirrors to trackers), and recorded now as current values, with ``rl_phase_duration_seconds`` per
-        part. The phase guards the call (``tracing/phase.py``: a failure is the phase's, counted there)."""
+        part. The phase guards the call (``runtime/phase.py``: a failure is the phase's, counted there)."""
         if self._mirror is not None:
             self._phases.add(metrics)
         routed = self._ingest.route(metrics.items())

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
 
     from rl_otel._internal.exporters.engines import EngineFamilies
-    from rl_otel._internal.tracing.phase import PhaseRuntime
+    from rl_otel._internal.runtime.phase import PhaseRuntime
     from rl_otel._internal.tracing.steps import StepSpans
 
 
@@ -214,8 +214,8 @@ class Components:
         only when something needs it."""
         runtime = self._phases
         if runtime is None:
+            from rl_otel._internal.runtime.phase import PhaseRuntime
             from rl_otel._internal.tracing.contexts import PhaseTracer
-            from rl_otel._internal.tracing.phase import PhaseRuntime
 
             with self._lazy_lock:
                 if self._phases is None:
