@@ -42,8 +42,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from rl_otel._internal.forks import reset_in_forked_child
 from rl_otel._internal.pipeline.records import HistogramValue, Labels
-from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel.catalog import Kind, MetricSpec
 from rl_otel.catalog.spec import built_in
 

@@ -44,10 +44,10 @@ from rl_otel._internal.exporters.exposition import Plan, Renderer, Rendering
 from rl_otel._internal.exporters.server import Server, serve
 from rl_otel._internal.exporters.textformat import EOF, OPENMETRICS, TEXT
 from rl_otel._internal.exporters.webconfig import WebConfig
+from rl_otel._internal.forks import reset_in_forked_child
 from rl_otel._internal.pipeline.records import Family
 from rl_otel._internal.pipeline.snapshot import Snapshot
 from rl_otel._internal.pipeline.store import StoreSnapshot
-from rl_otel._internal.pipeline.worker import reset_in_forked_child
 
 _log = logging.getLogger("rl_otel")
 

@@ -15,8 +15,8 @@ import logging
 import threading
 import time
 
+from rl_otel._internal.forks import reset_in_forked_child
 from rl_otel._internal.pipeline.records import Family, Labels, Point
-from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel.catalog import meta
 
 _log = logging.getLogger("rl_otel")

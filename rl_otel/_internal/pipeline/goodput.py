@@ -36,10 +36,10 @@ from threading import get_ident
 from time import perf_counter, time
 from types import TracebackType
 
+from rl_otel._internal.forks import reset_in_forked_child
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
 from rl_otel._internal.pipeline.records import Batch, Labels, Measurement
 from rl_otel._internal.pipeline.timing_keys import DURATIONS, STARTUP, WAITING, TimingKeys
-from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel.catalog import MetricSpec, live
 from rl_otel.catalog.goodput import BUCKETS
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from rl_otel._internal.pipeline.worker import reset_in_forked_child
+from rl_otel._internal.forks import reset_in_forked_child
 from rl_otel.catalog import Catalog, MetricSpec
 from rl_otel.catalog.naming import encodable
 

@@ -11,8 +11,8 @@ import logging
 import threading
 from collections.abc import Mapping
 
+from rl_otel._internal.forks import reset_in_forked_child
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
-from rl_otel._internal.pipeline.worker import reset_in_forked_child
 
 _log = logging.getLogger("rl_otel")
 MAX_STEP = 2**63 - 1  # the highest step every sink can hold (TensorBoard's and WandB's steps are int64)

@@ -20,9 +20,9 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from rl_otel._internal.forks import reset_in_forked_child
 from rl_otel._internal.pipeline.histogram import BulkHistogram
 from rl_otel._internal.pipeline.records import Batch, Family, HistogramValue, Info, Labels, Mark, Point
-from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel.catalog import Kind, MetricSpec, meta
 
 __all__ = ["HistogramValue", "SeriesStore", "StoreSnapshot"]

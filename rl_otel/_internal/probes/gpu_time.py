@@ -55,7 +55,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from rl_otel._internal.pipeline.worker import reset_in_forked_child
+from rl_otel._internal.forks import reset_in_forked_child
 
 START, ONLOADED, EXECUTED, END = 0, 1, 2, 3
 MAX_UNRESOLVED = 1024  # phases holding events at once (4 events each at most)

@@ -41,8 +41,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
+from rl_otel._internal.forks import reset_in_forked_child
 from rl_otel._internal.pipeline.records import Batch
-from rl_otel._internal.pipeline.worker import reset_in_forked_child
 from rl_otel._internal.probes.live import Item, RunningPhases
 from rl_otel._internal.probes.posix import faulthandler_holds
 from rl_otel.catalog import meta

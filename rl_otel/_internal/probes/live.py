@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from rl_otel._internal.pipeline.worker import reset_in_forked_child
+from rl_otel._internal.forks import reset_in_forked_child
 from rl_otel._internal.probes.memory import CpuProbe
 from rl_otel._internal.probes.torch_compat import AllocatorReader
 from rl_otel.catalog import live as specs

@@ -14,7 +14,7 @@ import threading
 import weakref
 from typing import Any, NamedTuple
 
-from rl_otel._internal.pipeline.worker import reset_in_forked_child
+from rl_otel._internal.forks import reset_in_forked_child
 from rl_otel._internal.probes.torch_compat import AllocatorReader, AllocatorStats
 
 _log = logging.getLogger("rl_otel")

@@ -23,7 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import SpanContext
 
-from rl_otel._internal.pipeline.worker import reset_in_forked_child
+from rl_otel._internal.forks import reset_in_forked_child
 
 HOLD_S = 60.0  # a process that logs no step (a worker) sends its held spans this long after the first one ended
 MAX_HELD = 4096  # spans held at most (then sent as they are)

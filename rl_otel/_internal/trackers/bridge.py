@@ -33,7 +33,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from rl_otel._internal.pipeline.worker import Worker, reset_in_forked_child
+from rl_otel._internal.forks import reset_in_forked_child
+from rl_otel._internal.pipeline.worker import Worker
 from rl_otel._internal.trackers.sinks import Metrics, Sink, SinkError, text_keys
 
 OnError = Callable[[str, str, "BaseException | None"], None]  # (sink, reason, exception)
