@@ -218,12 +218,9 @@ class RunTarget:
         # the goodput counters start again at 0 in this process (a counter reset to Prometheus, whose increase()
         # already holds what the previous process counted): the restored values' timing keys are not counted again
         # (before, every key's last value was: validation 91.15 s instead of 49.96 s)
-        parts.goodput.muted = True
-        try:
+        with parts.goodput.muted():
             for step in sorted(by_step):
                 parts.log(by_step[step], step)
-        finally:
-            parts.goodput.muted = False
         for reason, n in self.state.errors.items():  # the totals, the errors counted before it started included
             parts.diagnostics.count("watch", reason, n)
 

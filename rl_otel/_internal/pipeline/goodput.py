@@ -29,9 +29,10 @@ phases one look per routed value at its entry's name (timing keys: a cached deci
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from threading import get_ident
 from time import perf_counter, time
 from types import TracebackType
@@ -99,7 +100,7 @@ class Goodput:
         self._diag = diagnostics or Diagnostics()
         self._lock = threading.Lock()
         self.phased = False  # a phase or collective ran: the timeline accounts for this process (read unlocked)
-        self.muted = False  # steps recorded now are not counted (rl-otel watch restoring the values it had read)
+        self._muted = False  # steps recorded now are not counted (rl-otel watch restoring the values it had read)
         self._buckets = dict.fromkeys(BUCKETS, 0.0)  # committed seconds
         self._wall = 0.0  # committed wall seconds (the timeline's run on from ``_since``)
         self._waits: dict[str, float] = {}
@@ -261,7 +262,7 @@ class Goodput:
     def step(self, measurements: Sequence[Measurement], step: int, at: float) -> None:
         """Recorded step ``step`` (``at``: its Unix time): its timing keys, unless phases account for this
         process."""
-        if self.phased or self.muted:
+        if self.phased or self._muted:
             return
         keys = self._keys
         refused = keys.refused
@@ -293,10 +294,20 @@ class Goodput:
                     self._buckets[bucket] += seconds
                 self._wall += added.wall
 
+    @contextlib.contextmanager
+    def muted(self) -> Iterator[None]:
+        """Steps recorded inside the block are not counted (``rl-otel watch`` replaying the values it served
+        before a restart: their timing keys were counted by the process that read them first)."""
+        self._muted = True
+        try:
+            yield
+        finally:
+            self._muted = False
+
     def recorded(self, batch: Batch) -> None:
         """The recorder's consumer: a recorded step's timing keys (in a process without phases; the timeline
         accounts for one with phases)."""
-        if batch.step is None or batch.phase is not None or self.phased or self.muted:
+        if batch.step is None or batch.phase is not None or self.phased or self._muted:
             return
         self.step([m for m in batch.measurements if m.spec.name in DURATIONS], batch.step,
                   time() if batch.timestamp is None else batch.timestamp)
