@@ -15,24 +15,25 @@ from rl_otel._internal.pipeline.recorder import Recorder
 from rl_otel._internal.pipeline.records import HistogramValue
 from rl_otel._internal.pipeline.router import Router
 from rl_otel._internal.pipeline.snapshot import Snapshot
+from rl_otel._internal.pipeline.worker import Worker
 
 SETTLE_S = 2.0  # how long a settled read waits for the jobs submitted before it
 
 
 class SettledReads:
-    """``recorder``'s reads after ``settle(SETTLE_S)`` (the step log's wait for earlier jobs); ``router`` finds
-    a logged key's family and labels for :meth:`value`."""
+    """``recorder``'s reads after the jobs submitted to ``worker`` (the metrics worker) before them; ``router``
+    finds a logged key's family and labels for :meth:`value`."""
 
-    def __init__(self, recorder: Recorder, router: Router, settle: Callable[[float], object]) -> None:
+    def __init__(self, recorder: Recorder, router: Router, worker: Worker) -> None:
         self._recorder = recorder
         self._router = router
-        self._settle = settle
+        self._worker = worker
 
     def collect(self, *, settle: bool = True, on_error: Callable[[str], None] | None = None) -> Snapshot:
         """The recorder's collection, after the jobs submitted before this call (``settle=False``: at once, for a
         scrape that shares the rendering of one that waited)."""
-        if settle:
-            self._settle(SETTLE_S)
+        if settle and self._worker.pending:  # a hint read without the lock: no wait at all when none is pending
+            self._worker.flush(SETTLE_S)
         return self._recorder.collect(on_error=on_error)
 
     def value(self, key: str, labels: Mapping[str, str]) -> float | HistogramValue | None:

@@ -41,12 +41,6 @@ def metrics_worker(diag: Diagnostics, queue_size: int, timeout_s: float) -> Work
                   on_error=lambda reason: diag.count("submit", reason))
 
 
-def settle(worker: Worker, timeout_s: float) -> None:
-    """Wait, up to ``timeout_s``, for the jobs submitted to ``worker`` before this call (none pending: no wait)."""
-    if worker.pending:
-        worker.flush(timeout_s)
-
-
 class StepLog:
     """Steps and finished phases into ``recorder``; ``worker``: the metrics worker (:func:`metrics_worker`);
     ``mirror``: the trackers' bridge (``None``: this process does not mirror to trackers). Thread-safe; nothing

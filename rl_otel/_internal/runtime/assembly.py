@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import Any, NamedTuple
 
 from rl_otel._internal.pipeline.diagnostics import Diagnostics
@@ -17,7 +16,7 @@ from rl_otel._internal.pipeline.recorder import Collector, Consumer, Recorder
 from rl_otel._internal.pipeline.records import Batch, HistogramValue
 from rl_otel._internal.pipeline.router import Router
 from rl_otel._internal.pipeline.snapshot import Snapshot
-from rl_otel._internal.pipeline.steplog import Mirror, StepLog, metrics_worker, settle
+from rl_otel._internal.pipeline.steplog import Mirror, StepLog, metrics_worker
 from rl_otel._internal.pipeline.store import SeriesStore
 from rl_otel._internal.runtime.options import default
 from rl_otel.catalog import Catalog
@@ -79,7 +78,7 @@ def pipeline(catalog: Catalog, base: Mapping[str, str], *, max_series_per_metric
     worker = metrics_worker(diag, _or_default(submit_queue_size, "submit_queue_size"),
                             _or_default(close_timeout_s, "close_timeout_s"))
     steps = StepLog(recorder, ingest, worker, mirror=mirror)
-    return Pipeline(recorder, steps, SettledReads(recorder, router, partial(settle, worker)), goodput, ingest)
+    return Pipeline(recorder, steps, SettledReads(recorder, router, worker), goodput, ingest)
 
 
 def _or_default(value: Any, option: str) -> Any:

@@ -21,7 +21,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +34,7 @@ from rl_otel._internal.pipeline.reads import SettledReads
 from rl_otel._internal.pipeline.recorder import Collector, Recorder
 from rl_otel._internal.pipeline.records import Batch, Info
 from rl_otel._internal.pipeline.router import Router
-from rl_otel._internal.pipeline.steplog import StepLog, metrics_worker, settle
+from rl_otel._internal.pipeline.steplog import StepLog, metrics_worker
 from rl_otel._internal.pipeline.store import SeriesStore
 from rl_otel._internal.probes.hangs import HangWatch
 from rl_otel._internal.probes.live import LiveGauges, process_start_time
@@ -131,7 +130,7 @@ class Components:
                                             consumers=(goodput.recorded, hangs.recorded))
         router = Router(catalog, config.max_unknown_keys)
         worker = metrics_worker(diag, config.submit_queue_size, config.close_timeout_s)
-        self.reads = SettledReads(recorder, router, partial(settle, worker))
+        self.reads = SettledReads(recorder, router, worker)
         # build_info and target_info (the OTel resource, Prometheus' convention) are ordinary store families
         recorder.record(info_batch(self._resource))
         self.registry: ScrapeRegistry | None = None
@@ -165,7 +164,7 @@ class Components:
         """A step was logged: the spans of phases that started before any step was known go to its trace, and
         the process that writes the step spans writes this one (``tracing/pending.py``, ``tracing/steps.py``)."""
         last = self.steplog.steps.last
-        provider = self.tracers.peek()
+        provider = self.tracers.provider
         if last is None or provider is None:
             return
         pending = getattr(provider, "pending", None)

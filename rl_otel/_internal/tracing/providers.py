@@ -27,7 +27,7 @@ class TracerProviders:
 
     def __init__(self, user: Any, config: TracingConfig | None, resource: Callable[[], Resource],
                  on_error: Callable[[str], None], on_root: Callable[[Any], None] | None) -> None:
-        self._provider = user
+        self.provider = user  # the provider if it exists: the user's, or rl_otel's own once built (else None)
         self.user = user is not None
         self._config = config
         self._resource = resource
@@ -42,19 +42,19 @@ class TracerProviders:
     def peek(self) -> Any:
         """The provider if it exists (the user's, or rl_otel's once built), else ``None``: then no span processor
         can have been added to it, and a phase records no span (see ``tracing/contexts.py``)."""
-        return self._provider
+        return self.provider
 
     def get(self) -> Any:
         """The provider, rl_otel's own built now if needed."""
-        if self._provider is None:
+        if self.provider is None:
             with self._lock:
-                if self._provider is None:
+                if self.provider is None:
                     from rl_otel._internal.tracing.tracing import build_tracer_provider
 
-                    self._provider = build_tracer_provider(self._config, self._resource(), on_error=self._on_error,
+                    self.provider = build_tracer_provider(self._config, self._resource(), on_error=self._on_error,
                                                            on_root=self._on_root)
-        return self._provider
+        return self.provider
 
     def own(self) -> Any:
         """rl_otel's own provider if it was built (what rl_otel flushes and shuts down), else ``None``."""
-        return None if self.user else self._provider
+        return None if self.user else self.provider
