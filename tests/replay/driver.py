@@ -22,7 +22,7 @@ What it writes into ``--out``:
   ``rl_otel.register_sink``): step, then each key, its type and its exact value (``repr``; arrays with their dtype).
 - ``tensorboard.txt``: the TensorBoard event file read back with TensorBoard's own loader: per event its
   ``wall_time``, ``step`` and each value's tag with its scalar or histogram.
-- ``values.txt``: what ``tel.value()`` answered at the run's ``value`` events.
+- ``values.txt``: what ``tel.value()`` answered at the run's ``value`` events (and the phases whose body raised).
 - ``log.txt``: the records of the ``rl_otel`` logger (what the library says once, on bad input and failures).
 
 Determinism. The clocks rl_otel reads for what it serves - ``time.time``, ``time.time_ns``, ``time.perf_counter``,
@@ -153,16 +153,25 @@ FUNCTIONS = {"stats_dict": stats_dict, "ppo": ppo, "raises": raises}
 
 def metrics_of(event: dict[str, Any]) -> dict[str, Any]:
     """A log event's metrics: ``metrics`` as given (JSON's NaN/Infinity included), ``tensors`` as 1-d float32 torch
-    tensors, ``arrays`` as float64 numpy arrays."""
+    tensors, ``arrays`` as float64 numpy arrays, ``scalars`` as 0-d float32 torch tensors, ``numpy`` as numpy float32
+    scalars."""
     import numpy as np
     import torch
 
     metrics = dict(event.get("metrics", {}))
+    for key, value in event.get("scalars", {}).items():
+        metrics[key] = torch.tensor(value, dtype=torch.float32)
+    for key, value in event.get("numpy", {}).items():
+        metrics[key] = np.float32(value)
     for key, values in event.get("tensors", {}).items():
         metrics[key] = torch.tensor(values, dtype=torch.float32)
     for key, values in event.get("arrays", {}).items():
         metrics[key] = np.asarray(values, dtype=np.float64)
     return metrics
+
+
+class PhaseBodyError(Exception):
+    """What a phase body of the run raises (``"raises"``), caught by the driver once it has left the phase."""
 
 
 class Replay:
@@ -188,7 +197,7 @@ class Replay:
         getattr(self, f"op_{op}")(event)
 
     def op_log(self, event: dict[str, Any]) -> None:
-        self.tel.log(metrics_of(event), event.get("step"))
+        self.tel.log(metrics_of(event), event.get("step"), wait_for_trackers=event.get("wait_for_trackers", False))
 
     def op_advance(self, event: dict[str, Any]) -> None:
         CLOCK.advance(event["seconds"])
@@ -214,11 +223,16 @@ class Replay:
         onload = (lambda: CLOCK.advance(event["onload_s"])) if "onload_s" in event else None
         offload = (lambda: CLOCK.advance(event["offload_s"])) if "offload_s" in event else None
         kwargs = {k: event[k] for k in ("step", "bucket", "memory", "policy_step") if k in event}
-        with self.tel.phase(event["cluster"], event["phase"], onload=onload, offload=offload, **kwargs):
-            for inner in event.get("body", []):
-                self.run(inner)
-                self.flush(inner)
-            CLOCK.advance(event.get("seconds", 0.0))
+        try:
+            with self.tel.phase(event["cluster"], event["phase"], onload=onload, offload=offload, **kwargs):
+                for inner in event.get("body", []):
+                    self.run(inner)
+                    self.flush(inner)
+                CLOCK.advance(event.get("seconds", 0.0))
+                if event.get("raises"):  # the user's code fails: it propagates, the phase records no metrics
+                    raise PhaseBodyError(event["raises"])
+        except PhaseBodyError as exc:
+            self.values.append(f"phase {event['cluster']}/{event['phase']} raised {exc}")
 
     def op_collective(self, event: dict[str, Any]) -> None:
         with self.tel.collective(event["point"]):
