@@ -81,13 +81,15 @@ def test_a_changed_golden_value_is_reported_with_its_diff(tmp_path):
     for path in EXPECTED.iterdir():
         (tmp_path / path.name).write_bytes(path.read_bytes())
     scrape = tmp_path / "scrape_final.prom"
-    text = scrape.read_text()
-    changed = text.replace('rl_step{rank="0",role="trainer",run="replay"} 18.0',
-                           'rl_step{rank="0",role="trainer",run="replay"} 19.0')
-    assert changed != text
-    scrape.write_text(changed)
+    lines = scrape.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("rl_step{"))
+    served = lines[at].rstrip("\n")
+    changed = served.rsplit(" ", 1)[0] + " 12345.0"
+    lines[at] = changed + "\n"
+    scrape.write_text("".join(lines))
     (tmp_path / "values.txt").unlink()
     problems = mismatches(EXPECTED, tmp_path)
     assert problems[0] == "missing: values.txt"
-    assert '-rl_step{rank="0",role="trainer",run="replay"} 18.0' in problems[1]
-    assert '+rl_step{rank="0",role="trainer",run="replay"} 19.0' in problems[1]
+    assert "--- expected/scrape_final.prom" in problems[1]
+    assert f"\n-{served}\n+{changed}" in problems[1]
+    assert len(problems) == 2
