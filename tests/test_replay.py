@@ -63,7 +63,8 @@ def test_the_recorded_run_replays_to_the_golden_scrapes_and_tracker_output(tmp_p
 def test_the_golden_files_cover_the_run():
     """What the run must reach, so that the comparison above means something: every kind of event, both formats."""
     names = {p.name for p in EXPECTED.iterdir()}
-    assert {"scrape_final.prom", "scrape_final.om", "scrape_after_nan.prom", "stdout_json.txt", "sink_calls.txt",
+    assert {"scrape_final.prom", "scrape_final.om", "scrape_after_nan.prom", "scrape_in_phase.prom", "stdout_json.txt",
+            "sink_calls.txt",
             "tensorboard.txt", "values.txt", "log.txt"} <= names
     scrapes = "".join((EXPECTED / f"scrape_{name}.prom").read_text() for name in ("after_nan", "mid", "final"))
     for line in ('rl_telemetry_errors_total{rank="0",reason="bad_value",role="trainer",run="replay",sink="input"}',
@@ -72,6 +73,7 @@ def test_the_golden_files_cover_the_run():
                  "rl_actor_importance_ratio_dist_bucket", "rl_my_custom_metric", "rl_goodput_bucket_seconds_total",
                  " NaN\n", " -Inf\n"):
         assert line in scrapes, line
+    assert "rl_phase_started_timestamp_seconds{" in (EXPECTED / "scrape_in_phase.prom").read_text()
     assert (EXPECTED / "scrape_final.om").read_text().endswith("# EOF\n")
     assert "histo" in (EXPECTED / "tensorboard.txt").read_text()
 

@@ -39,7 +39,12 @@ between concurrent scrapes; nothing served or mirrored is read from it. The proc
 Options that would add the machine or chance: the host name and instance id given as ``resource`` attributes,
 ``stack_dump_signal=None``, ``stack_dump_http=False``, ``hang_min_s=None`` (no stack dumps), ``handle_sigterm=False``,
 ``otlp=False``, ``engines=False``, ``phase_memory=False`` (no memory snapshots, whose values are the machine's). torch
-runs on one CPU thread.
+runs on one CPU thread, and ``CUDA_VISIBLE_DEVICES`` is empty: no GPU family (torch's allocator, NVML) and no GPU
+time, on a machine with GPUs as without. Tracing is off: span and trace ids are random.
+
+The golden files also hold what the test environment's packages make: ``target_info``'s
+``telemetry_sdk_version`` (opentelemetry-sdk), ``ppo_stats``' float digits (torch). A change of those versions is
+a reason to regenerate them, said so in the commit.
 """
 
 from __future__ import annotations
@@ -111,6 +116,7 @@ def install_clock() -> None:
                 "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
                 "PROMETHEUS_MULTIPROC_DIR", "RAY_ADDRESS"):
             del os.environ[name]
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # no GPU for torch nor NVML: the same run on a machine with GPUs
     import psutil
 
     psutil.Process.create_time = lambda self: PROCESS_START_S  # type: ignore[method-assign]
