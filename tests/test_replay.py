@@ -64,8 +64,7 @@ def test_the_golden_files_cover_the_run():
     """What the run must reach, so that the comparison above means something: every kind of event, both formats."""
     names = {p.name for p in EXPECTED.iterdir()}
     assert {"scrape_final.prom", "scrape_final.om", "scrape_after_nan.prom", "scrape_in_phase.prom", "stdout_json.txt",
-            "sink_calls.txt",
-            "tensorboard.txt", "values.txt", "log.txt"} <= names
+            "sink_calls.txt", "tensorboard.txt", "values.txt", "log.txt"} <= names
     scrapes = "".join((EXPECTED / f"scrape_{name}.prom").read_text() for name in ("after_nan", "mid", "final"))
     for line in ('rl_telemetry_errors_total{rank="0",reason="bad_value",role="trainer",run="replay",sink="input"}',
                  'reason="bad_step"', 'reason="exception",role="trainer",run="replay",sink="submit"',

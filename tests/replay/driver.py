@@ -362,6 +362,13 @@ def replay(out: Path, work: Path) -> None:
     CLOCK.advance(1.0)
     r.scrape("final")
     tel.close()
+    # after close(): what is still served is read back; a log() is ignored (said once), a submit() refused
+    r.op_value({"key": "rl_run_finished"})
+    tel.log({"critic/score/mean": 9.0})
+    r.op_value({"key": "critic/score/mean"})
+    refused = tel.submit(stats_dict, values={"critic/score/mean": 9.5})
+    error = refused.exception(timeout=GATE_TIMEOUT_S)
+    r.values.append(f"submit() after close(): {type(error).__name__}: {error}")
     (out / "values.txt").write_text("\n".join(r.values) + "\n", encoding="utf-8")
     shutil.copyfile(work / "stdout.txt", out / "stdout_json.txt")
     (out / "tensorboard.txt").write_text(dump_tensorboard(work / "tb"), encoding="utf-8")
