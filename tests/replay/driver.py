@@ -76,6 +76,7 @@ MACHINE_FAMILIES = frozenset({
 EPOCH_NS = 1_700_000_000_000_000_000  # the fake Unix time at start: 2023-11-14T22:13:20Z
 PERF0_NS = 1_000_000_000_000  # the fake perf_counter at start: 1000 s
 PROCESS_START_S = EPOCH_NS / 1e9 - 5.0  # the process "started" 5 s before the clock's start: 5 s of start-up
+OUTPUTS = ("stdout_json.txt", "sink_calls.txt", "tensorboard.txt", "values.txt", "log.txt")  # and scrape_*
 GATE_TIMEOUT_S = 30.0  # a submitted job waits this long at most for the driver to release it
 
 
@@ -381,8 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     install_clock()
     args.out.mkdir(parents=True, exist_ok=True)
-    for stale in args.out.iterdir():
-        if stale.is_file():
+    for stale in args.out.iterdir():  # an earlier run's outputs (a scrape this run no longer takes): nothing else
+        if stale.is_file() and (stale.name in OUTPUTS or stale.name.startswith("scrape_")):
             stale.unlink()
     with tempfile.TemporaryDirectory(prefix="rl_otel_replay_") as work:
         replay(args.out, Path(work))
