@@ -450,7 +450,7 @@ class _HistSeries:
 
     def __init__(self, head: str, tail: str, plain: str) -> None:
         self.head, self.tail, self.plain = head, tail, plain
-        self.key: tuple[tuple[int, ...], float] | None = None
+        self.key: tuple[tuple[int, ...] | list[int], float] | None = None
         self.lines = ""
 
 

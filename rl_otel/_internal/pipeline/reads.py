@@ -44,4 +44,7 @@ class SettledReads:
             route = self._router.existing(key)
             if route is not None:
                 name, series = route.spec.name, dict(route.labels)
-        return self.collect().value(name, series)
+        found = self.collect().value(name, series)
+        if isinstance(found, HistogramValue):  # the caller's own list (the public type's): the snapshot keeps its tuple
+            return found._replace(counts=list(found.counts))
+        return found

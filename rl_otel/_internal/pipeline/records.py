@@ -86,9 +86,11 @@ class Mark(NamedTuple):
 class HistogramValue(NamedTuple):
     """A histogram series frozen at collection time (what a scrape renders; ``Telemetry.value`` returns one):
     ``counts`` per bucket, not cumulative, one more than the bounds (the last counts values above the highest
-    bound); ``sum``, ``count``, ``min``, ``max`` of the finite values observed (NaN/Inf are left out)."""
+    bound); ``sum``, ``count``, ``min``, ``max`` of the finite values observed (NaN/Inf are left out). In a
+    snapshot ``counts`` is a tuple (a snapshot is immutable all the way down); ``Telemetry.value`` hands the caller
+    a list of its own, as it always did."""
 
-    counts: tuple[int, ...]
+    counts: tuple[int, ...] | list[int]
     sum: float
     count: int  # type: ignore[assignment]  # a field named like tuple.count: the public name, shadowing on purpose
     min: float
