@@ -28,11 +28,14 @@ rows of several rounds). The rows have two layouts:
   rows are written at the few tokens outside the final mask through an index of them (a boolean fill reads every
   token, 14x the time on a CPU), per-sequence sums are segmented sums of the rows, which are in sequence order.
   Only the slots some round stores something in get storage (count rows are known counts here).
+
+The modules: :mod:`rl_otel.stats.tokens` (the batch's tokens and masks), this one (the call's storage and parts,
+and a round's rows as the caller writes them), :mod:`rl_otel.stats.reduce` (a round masked and reduced on either
+layout) and :mod:`rl_otel.stats.reduced` (what a round reduced, read on the host after the transfer).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -41,107 +44,11 @@ from itertools import pairwise
 import numpy as np
 import torch
 
-RESP, FIN = 0, 1
-
-_INF = math.inf
+from rl_otel.stats.reduce import reduce_compact, reduce_masked
+from rl_otel.stats.reduced import Reduced
+from rl_otel.stats.tokens import COUNT_KINDS, FIN, RESP, Tokens
 
 Slot = str | tuple[str, ...] | None  # a row's name, several names that use the slot in turn, or an unused slot
-
-
-def count_name(kind: int) -> str:
-    """The name of the row of ones of ``kind``: its sums are the kind's token counts (a section declares it in one
-    of its rounds; a variance reads the count of its own section)."""
-    return "1" if kind == RESP else "1f"
-
-
-_COUNTS = {count_name(RESP): RESP, count_name(FIN): FIN}
-
-
-@lru_cache(maxsize=64)
-def _fill(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``value`` as a 0-dim tensor on ``device``: ``torch.where``'s ``out=`` form takes no Python number. Made once
-    per device, dtype and value (three values: -inf, inf, 0) by a fill kernel: ``torch.full`` writes it on the
-    device, where ``torch.tensor(value, device=...)`` would copy it from the host (a host sync on a GPU)."""
-    return torch.full((), value, dtype=dtype, device=device)
-
-
-class Tokens:
-    """The response tokens of a ``[B, T]`` batch and, optionally, a sub-selection of them (ROLL's final mask)."""
-
-    def __init__(self, mask: torch.Tensor, final: torch.Tensor | None, compact: bool | None) -> None:
-        self.mask = mask.detach()
-        self.shape = (int(mask.shape[0]), int(mask.shape[1]))
-        self.device = mask.device
-        self.compact = self.device.type == "cpu" if compact is None else compact
-        if self.compact and self.device.type != "cpu":
-            raise ValueError(f"the compact layout reduces CPU tensors, got {self.device.type} tensors")
-        self.kinds = 1 if final is None else 2
-        if self.compact:
-            selected = self.mask.bool()
-            # int32 counts and positions: a bool sum otherwise widens the whole mask to int64 first (6x the time);
-            # numpy's flatnonzero of the bools: a quarter of torch's nonzero on a CPU
-            self.row_counts = selected.sum(-1, dtype=torch.int32)
-            index = np.flatnonzero(selected.numpy())
-            self.index = torch.from_numpy(index.astype(np.int32) if selected.numel() < 2**31 else index)
-            self.size = int(self.index.numel())
-            self.fin = None if final is None else self.take(final) != 0
-            self._off_fin: np.ndarray | None = None
-            self._fin_counts: np.ndarray | None = None
-            self._segments: tuple[np.ndarray, np.ndarray | None] | None = None
-        else:
-            # keep[k]: the positions a row of kind k counts (FIN: within the response tokens); two kernels for two
-            # kinds, where dropped-position masks took three
-            self.keep = torch.empty((self.kinds, *self.shape), dtype=torch.bool, device=self.device)
-            torch.ne(self.mask, 0, out=self.keep[RESP])
-            if final is not None:
-                torch.logical_and(final.detach(), self.mask, out=self.keep[FIN])
-            self.size = self.shape[0] * self.shape[1]
-
-    @property
-    def row_shape(self) -> tuple[int, ...]:
-        return (self.size,) if self.compact else self.shape
-
-    def take(self, x: torch.Tensor) -> torch.Tensor:
-        """A ``[B, T]`` input as a row: its selected tokens (compact) or itself (masked)."""
-        x = x.detach()
-        return x.reshape(-1).index_select(0, self.index) if self.compact else x
-
-    # -- the compact layout (CPU) ---------------------------------------------------------------------------------
-
-    def off_fin(self) -> np.ndarray:
-        """Positions, among the selected tokens, of those outside the FIN mask (compact)."""
-        if self._off_fin is None:
-            assert self.fin is not None
-            self._off_fin = np.flatnonzero(~self.fin.numpy())
-        return self._off_fin
-
-    def fin_counts(self) -> np.ndarray:
-        """FIN tokens per sequence, ``[B]`` (compact)."""
-        if self._fin_counts is None:
-            assert self.fin is not None
-            self._fin_counts = self.segment_sums(self.fin.numpy().astype(np.float32)[None])[0]
-        return self._fin_counts
-
-    def segment_sums(self, rows: np.ndarray, runs: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
-        """Per-sequence sums ``[n, B]`` of compact rows ``[n, L]`` (the tokens are in sequence order: numpy's
-        segmented sum, a fifth of ``torch.segment_reduce``'s time on a CPU); with ``runs``, only of those
-        ``[start, stop)`` rows (the others read 0)."""
-        n, b = rows.shape[0], self.shape[0]
-        out = np.zeros((n, b), dtype=rows.dtype)
-        if not self.size:
-            return out
-        if self._segments is None:
-            sizes = self.row_counts.numpy().astype(np.int64)
-            nonempty = sizes > 0  # reduceat offsets: of the sequences with tokens (it has no empty segment)
-            self._segments = ((np.cumsum(sizes) - sizes)[nonempty], None if nonempty.all() else nonempty)
-        starts, has = self._segments
-        with np.errstate(all="ignore"):  # inf/NaN tokens give inf/NaN sums, as torch's, without a warning
-            for a, z in [(0, n)] if runs is None else runs:
-                if has is None:
-                    np.add.reduceat(rows[a:z], starts, axis=1, out=out[a:z])
-                else:  # the sequences without tokens sum to 0
-                    out[a:z, has] = np.add.reduceat(rows[a:z], starts, axis=1)
-        return out
 
 
 class Fused:
@@ -268,7 +175,8 @@ class Fused:
                 counts = self.host[self._counts[kind]].astype(np.float64)
             else:
                 rows, name = self.count_rows[kind]
-                counts = rows.per_seq(name)
+                assert rows.result is not None, "the count's round is reduced before the transfer"
+                counts = rows.result.per_seq(name)
             has = counts > 0
             inverse = has / np.maximum(counts, 1.0)
             hit = self._host_counts[kind] = (counts, inverse, float(counts.sum()), int(np.count_nonzero(has)))
@@ -293,7 +201,7 @@ def _view(storage: torch.Tensor, rows: list[int], names: Sequence[str]) -> torch
 
 
 @dataclass(frozen=True)
-class _Layout:
+class Layout:
     """A round's slots, parsed once per layout (the sections build the same few layouts every call)."""
 
     widths: tuple[int, ...]
@@ -310,7 +218,7 @@ class _Layout:
 
 @lru_cache(maxsize=256)
 def _layout(kinds: tuple[tuple[Slot, ...], ...], mm: tuple[int | None, int | None, int | None] | None,
-            scratch: tuple[str, ...]) -> _Layout:
+            scratch: tuple[str, ...]) -> Layout:
     widths = tuple(len(names) for names in kinds)
     grid = len(set(widths)) == 1
     if mm is not None and not grid:
@@ -325,7 +233,7 @@ def _layout(kinds: tuple[tuple[Slot, ...], ...], mm: tuple[int | None, int | Non
                 if name in pos:
                     raise ValueError(f"row {name!r} named twice")
                 pos[name] = len(slot_kind)
-                kind = _COUNTS.get(name)
+                kind = COUNT_KINDS.get(name)
                 if kind is not None:
                     if kind != k:
                         raise ValueError(f"count row {name!r} in the rows of kind {k}")
@@ -335,13 +243,14 @@ def _layout(kinds: tuple[tuple[Slot, ...], ...], mm: tuple[int | None, int | Non
             slot_kind.append(k)
     if len(set(reduced.values())) < len(reduced):
         raise ValueError(f"rows {sorted(reduced)} reduce two in a slot: mark all but one scratch")
-    return _Layout(widths=widths, grid=grid, starts=tuple(sum(widths[:k]) for k in range(len(kinds))),
-                   size=sum(widths), scratch=frozenset(scratch), pos=pos, slot_kind=tuple(slot_kind), counts=counts,
-                   reduced=reduced, mm_slots=() if mm is None else tuple(range(*slice(*mm).indices(widths[0]))))
+    return Layout(widths=widths, grid=grid, starts=tuple(sum(widths[:k]) for k in range(len(kinds))),
+                  size=sum(widths), scratch=frozenset(scratch), pos=pos, slot_kind=tuple(slot_kind), counts=counts,
+                  reduced=reduced, mm_slots=() if mm is None else tuple(range(*slice(*mm).indices(widths[0]))))
 
 
 class Rows:
-    """One round: named rows of the call's storage, written by the caller, then masked and reduced together.
+    """One round: named rows of the call's storage, written by the caller, then masked and reduced together
+    (:meth:`reduce`, which returns the results to read on the host: a :class:`~rl_otel.stats.reduced.Reduced`).
 
     ``kinds[k]`` lists the slots of the rows of kind ``k``, in storage order, kind after kind: a name, a tuple of
     names that use the slot in turn (all but one scratch, or a count row last), or ``None`` (a slot the round
@@ -358,39 +267,32 @@ class Rows:
             raise ValueError(f"{len(kinds)} kinds of rows, the batch has {tok.kinds} masks")
         layout = _layout(tuple(tuple(names) for names in kinds), None if mm is None else (mm.start, mm.stop, mm.step),
                          tuple(scratch))
-        self.f, self.tok, self.kinds, self.mm = f, tok, len(kinds), mm
+        self.f, self.tok, self.kinds, self.mm, self.layout = f, tok, len(kinds), mm, layout
         self.widths, self.grid, self.starts, self.size = layout.widths, layout.grid, layout.starts, layout.size
         self.scratch, self.pos = layout.scratch, layout.pos
-        self._slot_kind, self._counts, self._reduced = layout.slot_kind, layout.counts, layout.reduced
-        self._mm_slots = layout.mm_slots
-        self._sums: np.ndarray | None = None
-        self._totals: np.ndarray | None = None
         self._views: dict[str, torch.Tensor] = {}
         self._storage: torch.Tensor | None = None
-        self._map: dict[int, int] | None = None
-        self.offset, self._sums_part = 0, -1
+        self.slot_rows: dict[int, int] | None = None  # compact: slot -> storage row (masked: the slots are the rows)
+        self.offset, self.sums_part = 0, -1
         self.q: torch.Tensor | None = None
         self.state = "planned"
+        self.result: Reduced | None = None  # what reduce() gave
 
     def is_count(self, name: str) -> bool:
-        return name in self._counts
+        return name in self.layout.counts
 
     def count_names(self) -> list[tuple[int, str]]:
-        return [(kind, name) for name, kind in self._counts.items()]
+        return [(kind, name) for name, kind in self.layout.counts.items()]
 
     def stored_slots(self) -> set[int]:
         """Slots that need storage on the compact layout (counts are known there, not stored)."""
-        return {slot for name, slot in self.pos.items() if name not in self._counts}
-
-    def _kind_slot(self, slot: int) -> tuple[int, int]:
-        kind = self._slot_kind[slot]
-        return kind, slot - self.starts[kind]
+        return {slot for name, slot in self.pos.items() if name not in self.layout.counts}
 
     def bind(self, storage: torch.Tensor, rows: dict[int, int] | None, *, offset: int = 0, sums_part: int = -1
              ) -> None:
         """The storage (and, compact, slot -> storage row; masked: the slots are the rows and the round's sums are
         ``offset`` rows into the section's sums buffer, part ``sums_part``)."""
-        self._storage, self._map, self.offset, self._sums_part = storage, rows, offset, sums_part
+        self._storage, self.slot_rows, self.offset, self.sums_part = storage, rows, offset, sums_part
 
     def unbind(self) -> None:
         """Let go of the storage (the round is reduced: what it read back is in its parts)."""
@@ -415,7 +317,7 @@ class Rows:
         if self.state == "planned" and self._storage is None:
             raise RuntimeError("plan() the round first")
         slot = self.pos[name]
-        return slot if self._map is None else self._map[slot]
+        return slot if self.slot_rows is None else self.slot_rows[slot]
 
     def __getitem__(self, name: str) -> torch.Tensor:
         view = self._views.get(name)
@@ -458,218 +360,28 @@ class Rows:
 
     # -- reducing them --------------------------------------------------------------------------------------------
 
-    def reduce(self, *, per_seq: Sequence[str] = (), sq: Sequence[str] = (), var: Sequence[str] = ()) -> Rows:
+    def reduce(self, *, per_seq: Sequence[str] = (), sq: Sequence[str] = (), var: Sequence[str] = ()) -> Reduced:
         """Mask and reduce every row to its sum, and the ``mm`` rows to their maxima and minima. ``per_seq``: the
         rows whose per-sequence sums are wanted (sequence means, per-sequence values; the masked layout has them
         for every row). ``sq``: the sums of these rows' squares (per sequence where ``per_seq``). ``var``:
         consecutive RESP rows whose sums of squared deviations from their mean are wanted (two passes, as the
-        frameworks compute variances; the mean divides by the RESP count of this section, reduced before)."""
+        frameworks compute variances; the mean divides by the RESP count of this section, reduced before).
+        Returns the results, to read after :meth:`Fused.read` (:mod:`rl_otel.stats.reduce` does the work)."""
         f = self.f
         if self.state != "open":
             raise RuntimeError("reduce() an open round")
         self.state, f._open = "reduced", None
-        self._var = list(var)
-        self._per_seq = set(per_seq)
-        self._sq: dict[str, int] = {}
         if var:
             self._check_var(var)
+        out = self.result = Reduced(f, self.layout, self.slot_rows, self.offset, self.sums_part, per_seq, var)
         if self.tok.compact:
-            self._reduce_compact(per_seq, sq, var)
+            reduce_compact(self, out, per_seq, sq, var)
         else:
-            self._reduce_masked(sq, var)
-        return self
+            reduce_masked(self, out, sq, var)
+        return out
 
     def _check_var(self, var: Sequence[str]) -> None:
         first = self.pos[var[0]]
         if ([self.pos[n] for n in var] != list(range(first, first + len(var)))
-                or any(self._slot_kind[self.pos[n]] != RESP for n in var)):
+                or any(self.layout.slot_kind[self.pos[n]] != RESP for n in var)):
             raise ValueError(f"var rows {var} must be consecutive RESP rows")
-
-    def _blocks(self, q: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The round's rows and the keep masks to broadcast over them: one grid, or one block a kind."""
-        tok, (b, t) = self.tok, self.tok.shape
-        if self.grid:
-            return [(q[:self.size].view(self.kinds, self.widths[0], b, t), tok.keep[:self.kinds].unsqueeze(1))]
-        return [(q[s:s + w], tok.keep[k]) for k, (s, w) in enumerate(zip(self.starts, self.widths, strict=True)) if w]
-
-    def _reduce_masked(self, sq: Sequence[str], var: Sequence[str]) -> None:
-        f, tok = self.f, self.tok
-        q = self.q
-        assert q is not None and f.sums is not None
-        counts = sorted(self._counts, key=self.pos.__getitem__)
-        if counts:
-            self.rows(*counts).fill_(1.0)
-        sums = f.sums[self.offset:self.offset + self.size]
-        b, slots = tok.shape[0], len(self._mm_slots)
-        dtype, device = q.dtype, q.device
-        if tok.size == 0:  # nothing to mask or reduce (amax of an empty tensor raises)
-            full = (lambda value, *shape: f.part(torch.full(shape, value, dtype=dtype, device=device)))
-            if slots:
-                self._mx, self._mn = full(-_INF, self.kinds, slots), full(_INF, self.kinds, slots)
-            sums.zero_()
-            self._sq = {name: full(0.0, b) for name in sq}
-            if var:
-                self._m2 = full(0.0, len(var))
-            return
-        blocks = self._blocks(q)
-        if slots:
-            grid, keep = blocks[0]
-            block = grid[:, self.mm]
-            torch.where(keep, block, _fill(-_INF, dtype, device), out=block)
-            self._mx = f.part(block.amax((-2, -1)))
-            torch.where(keep, block, _fill(_INF, dtype, device), out=block)
-            self._mn = f.part(block.amin((-2, -1)))
-        zero = _fill(0.0, dtype, device)
-        for rows, keep in blocks:
-            torch.where(keep, rows, zero, out=rows)
-        torch.sum(q[:self.size], -1, out=sums)  # [rows, B]
-        for name in sq:  # per sequence sqrt(sum x^2): one reduction, squared on the host
-            self._sq[name] = f.part(torch.linalg.vector_norm(self[name], dim=-1))
-        if var:
-            self._m2 = f.part(self._deviations(q, var))
-
-    def _deviations(self, q: torch.Tensor, var: Sequence[str]) -> torch.Tensor:
-        """Masked: the ``var`` rows' means subtracted in place (padding refilled with 0), and the norms of what is
-        left. The mean divides by the section's RESP count; one ``sum`` gives the count and the rows' totals
-        where the count row's sums sit right before theirs in the sums buffer (two otherwise)."""
-        f = self.f
-        assert f.sums is not None
-        counter, name = f.section_counts[RESP]
-        if counter.state != "reduced":  # (this round's own count is summed with its rows, before this)
-            raise RuntimeError("a variance divides by a count reduced before it: reduce the count's round first")
-        count = counter.offset + counter.pos[name]
-        first = self.pos[var[0]]
-        at = self.offset + first
-        if count == at - 1:
-            totals = f.sums[count:at + len(var)].sum(-1)
-            n, totals = totals[0], totals[1:]
-        else:
-            n, totals = f.sums[count].sum(), f.sums[at:at + len(var)].sum(-1)
-        block = q[first:first + len(var)]
-        block.addcdiv_(totals[:, None, None], n, value=-1.0)
-        torch.where(self.tok.keep[RESP], block, _fill(0.0, block.dtype, block.device), out=block)
-        return torch.linalg.vector_norm(block, dim=(-2, -1))
-
-    def _reduce_compact(self, per_seq: Sequence[str], sq: Sequence[str], var: Sequence[str]) -> None:
-        """On numpy views of the rows (the compact layout's are CPU tensors): numpy's reductions cost a third of
-        torch's per call on small rows, and the results need no copy."""
-        f, tok = self.f, self.tok
-        assert self.q is not None
-        v = self.q.numpy()
-        assert self._map is not None
-        stored = {name: self._map[slot] for name, slot in self._reduced.items()}
-        kind, mm_slots, starts = self._slot_kind, self._mm_slots, self.starts
-        fin = [stored[n] for n, slot in self._reduced.items() if kind[slot] == FIN] if self.kinds > FIN else []
-        with np.errstate(all="ignore"):  # inf/NaN tokens give inf/NaN results, as torch's, without a warning
-            if mm_slots:
-                mm = [stored[n] for n, slot in self._reduced.items() if slot - starts[kind[slot]] in mm_slots]
-                mm_fin = _runs(sorted(set(mm) & set(fin)))
-                off = tok.off_fin() if mm_fin else None
-                mx, mn = np.full(v.shape[0], -_INF, dtype=v.dtype), np.full(v.shape[0], _INF, dtype=v.dtype)
-                for a, b in mm_fin:  # FIN rows: outside the final mask -inf for the maximum, +inf for the minimum
-                    v[a:b, off] = -_INF
-                for a, b in _runs(sorted(mm)) if tok.size else ():
-                    np.maximum.reduce(v[a:b], axis=1, out=mx[a:b])
-                for a, b in mm_fin:
-                    v[a:b, off] = _INF
-                for a, b in _runs(sorted(mm)) if tok.size else ():
-                    np.minimum.reduce(v[a:b], axis=1, out=mn[a:b])
-                self._mx, self._mn = f.part(mx), f.part(mn)
-            for a, b in _runs(sorted(fin)):  # FIN rows: zero outside the final mask
-                v[a:b, tok.off_fin()] = 0.0
-            totals = np.zeros(v.shape[0], dtype=v.dtype)
-            for a, b in _runs(sorted(stored.values())):
-                np.add.reduce(v[a:b], axis=1, out=totals[a:b])
-            self._rs = f.part(totals)
-            if per_seq:
-                self._seq = f.part(tok.segment_sums(v, _runs(sorted(stored[n] for n in per_seq))))
-            for name in sq:
-                row = v[stored[name]]
-                self._sq[name] = f.part(tok.segment_sums(np.square(row)[None])[0] if name in self._per_seq
-                                        else np.dot(row, row)[None])
-            if var:
-                first = stored[var[0]]
-                block = v[first:first + len(var)]
-                if tok.size:
-                    block -= totals[first:first + len(var), None] / tok.size
-                self._m2 = f.part(np.sqrt(np.einsum("ij,ij->i", block, block)))
-
-    # -- reading them on the host (after Fused.read) ---------------------------------------------------------------
-
-    def _kind(self, name: str) -> int:
-        return self._slot_kind[self.pos[name]]
-
-    def per_seq(self, name: str) -> np.ndarray:
-        """Per-sequence sums ``[B]`` (float64; on the compact layout, of the rows reduced with ``per_seq``)."""
-        if self.tok.compact:
-            if name in self._counts:
-                return self.f.counts(self._kind(name))
-            if name not in self._per_seq:
-                raise KeyError(f"row {name!r} was not reduced per sequence: reduce(per_seq=[{name!r}, ...])")
-        return self._host_sums()[self._host_row(name)]
-
-    def _host_row(self, name: str) -> int:
-        return self.row_index(name) if self.tok.compact else self.pos[name]
-
-    def _host_sums(self) -> np.ndarray:
-        if self._sums is None:
-            b = self.tok.shape[0]
-            if self.tok.compact:
-                seq = self.f.host[self._seq]
-                self._sums = seq.astype(np.float64).reshape(-1, b) if b else np.zeros((len(self.f.host[self._rs]), 0))
-            else:
-                sums = self.f.host64(self._sums_part).reshape(-1, b) if b else np.zeros((self.offset + self.size, 0))
-                self._sums = sums[self.offset:self.offset + self.size]
-        return self._sums
-
-    def total(self, name: str) -> float:
-        if name in self._counts:
-            return float(self.per_seq(name).sum())
-        if self._totals is None:
-            self._totals = (self.f.host[self._rs].astype(np.float64) if self.tok.compact
-                            else self._host_sums().sum(1))
-        return float(self._totals[self._host_row(name)])
-
-    def seq_sum(self, name: str) -> float:
-        """Sum over the sequences that have tokens of the row's kind of each one's mean (the others add 0)."""
-        return float(self.per_seq(name) @ self.f.inverse_counts(self._kind(name)))
-
-    def sq_per_seq(self, name: str) -> np.ndarray:
-        """Per-sequence sums of the row's squares (float64)."""
-        x = self.f.host[self._sq[name]].astype(np.float64)
-        return x if self.tok.compact else np.square(x)
-
-    def sq_total(self, name: str) -> float:
-        return float(self.sq_per_seq(name).sum())
-
-    def sq_seq_sum(self, name: str) -> float:
-        """:meth:`seq_sum` of the row's squares."""
-        return float(self.sq_per_seq(name) @ self.f.inverse_counts(self._kind(name)))
-
-    def _mm(self, name: str, part: int) -> float:
-        if self.tok.compact:
-            return float(self.f.host[part][self.row_index(name)])
-        kind, i = self._kind_slot(self.pos[name])
-        return float(self.f.host[part][kind * len(self._mm_slots) + self._mm_slots.index(i)])
-
-    def max(self, name: str) -> float:
-        """Over the row's tokens; NaN when there are none."""
-        return self._mm(name, self._mx) if self.f.n(self._kind(name)) else math.nan
-
-    def min(self, name: str) -> float:
-        return self._mm(name, self._mn) if self.f.n(self._kind(name)) else math.nan
-
-    def m2(self, name: str) -> float:
-        """Sum of squared deviations from the mean of a ``var`` row."""
-        return float(self.f.host[self._m2][self._var.index(name)]) ** 2
-
-
-def _runs(rows: list[int]) -> list[tuple[int, int]]:
-    """Ascending row indices as ``[start, stop)`` runs of consecutive ones."""
-    runs: list[tuple[int, int]] = []
-    for r in rows:
-        if runs and runs[-1][1] == r:
-            runs[-1] = (runs[-1][0], r + 1)
-        else:
-            runs.append((r, r + 1))
-    return runs

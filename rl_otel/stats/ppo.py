@@ -21,8 +21,10 @@ import torch
 
 from rl_otel._internal.pipeline.histogram import BucketCounts, BulkHistogram
 from rl_otel.catalog import Catalog, default_catalog
-from rl_otel.stats.fused import FIN, RESP, Fused, Rows, Slot, Tokens, count_name
+from rl_otel.stats.fused import Fused, Rows, Slot
 from rl_otel.stats.histogram import as_float, bucket_vector
+from rl_otel.stats.reduced import Reduced
+from rl_otel.stats.tokens import FIN, RESP, Tokens, count_name
 
 KL_PENALTIES = ("kl", "abs", "mse", "k3", "low_var_kl")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
@@ -484,7 +486,7 @@ class _Stats:
     def host(self, part: int | None) -> np.ndarray | None:
         return None if part is None else self.f.host[part].astype(np.float64)
 
-    def agg(self, rows: Rows, name: str) -> float:
+    def agg(self, rows: Reduced, name: str) -> float:
         """``loss_agg_mode`` over the response tokens: a token mean, or the mean over the sequences that have
         tokens of each one's token mean (NaN when there are none)."""
         if self.seq_mean:
@@ -618,7 +620,7 @@ def _roll(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
     s.dist("actor/log_prob_dist", lp)
     if has_adv:
         s.dist("critic/advantages_dist", A["advantages"], fin_kind)
-    A.reduce(per_seq=[*(["lr"] if s.seq_mean else []), *(["rewards"] if rewards_2d else [])], sq=["lr"])
+    Ar = A.reduce(per_seq=[*(["lr"] if s.seq_mean else []), *(["rewards"] if rewards_2d else [])], sq=["lr"])
 
     P.start()  # slot 0 (high) holds A's lr until the exp, slot 2 (low) A's ref until kl is taken
     if k3:  # ROLL's compute_approx_kl "k3": exp(kl) - kl - 1 with kl = ref - logp, not clamped first (as ROLL)
@@ -653,8 +655,9 @@ def _roll(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
         if clip_c is not None:  # dual_clip_loss: -max(-loss, c * A) where A < 0; objective >= 0 where A >= 0
             torch.maximum(P["obj"], torch.clamp(adv, max=0.0, out=P["s2"]).mul_(clip_c), out=P["obj"])
     del adv
-    P.reduce(per_seq=["ratio", *([n for n in ("clip", "obj", "k3") if n in P.pos] if s.seq_mean else [])])
+    Pr = P.reduce(per_seq=["ratio", *([n for n in ("clip", "obj", "k3") if n in P.pos] if s.seq_mean else [])])
 
+    Cr: Reduced | None = None
     if C is not None:
         C.start()
         ret = s.src("returns")
@@ -670,7 +673,7 @@ def _roll(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
             if "err" in C.pos:
                 torch.sub(C["vpr" if vpr_in is not None else "val"], ret, out=C["err"]).square_()  # type: ignore[arg-type]
         del ret
-        C.reduce(per_seq=[n for n in ("val", "vpr", "err", "loss", "flag") if n in C.pos])  # row means
+        Cr = C.reduce(per_seq=[n for n in ("val", "vpr", "err", "loss", "flag") if n in C.pos])  # row means
     rewards_part = None if a["rewards"] is None or rewards_2d else s.seq_input("rewards")
     shape = tok.shape
 
@@ -678,25 +681,25 @@ def _roll(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
         n_r, n_f = f.n(RESP), f.n(fin_kind)
         seqs = {RESP: f.n_seqs(RESP), FIN: f.n_seqs(fin_kind)}
 
-        def roll_agg(rows: Rows, name: str, kind: int, n_tokens: float) -> float:
+        def roll_agg(rows: Reduced, name: str, kind: int, n_tokens: float) -> float:
             """agg_loss: token-mean sums over response_mask (ROLL sums every position) and divides by
             ``n_tokens``; seq-mean-token-mean averages the sequences with tokens (0 if none: ROLL's + 1e-8)."""
             if s.seq_mean:
                 return _div(rows.seq_sum(name), _eps(seqs[kind]))
             return _div(rows.total(name), n_tokens)
 
-        def roll_family(prefix: str, rows: Rows, name: str, n: float) -> Host:
+        def roll_family(prefix: str, rows: Reduced, name: str, n: float) -> Host:
             """masked_mean (sum / (count + 1e-8): 0 for none), max and min (NaN for none)."""
             return {f"{prefix}/mean": _div(rows.total(name), _eps(n)), f"{prefix}/max": rows.max(name),
                     f"{prefix}/min": rows.min(name)}
 
-        out: Host = roll_family("critic/old_log_prob", A, "old", n_r)
+        out: Host = roll_family("critic/old_log_prob", Ar, "old", n_r)
         if has_ref:
-            out["actor/kl_loss"] = roll_agg(P, "k3", FIN, n_f)
-            out.update(roll_family("critic/ref_log_prob", A, "ref_log_probs", n_r))
-        sq = _div(A.sq_seq_sum("lr"), _eps(seqs[RESP])) if s.seq_mean else _div(A.sq_total("lr"), n_r)
+            out["actor/kl_loss"] = roll_agg(Pr, "k3", FIN, n_f)
+            out.update(roll_family("critic/ref_log_prob", Ar, "ref_log_probs", n_r))
+        sq = _div(Ar.sq_seq_sum("lr"), _eps(seqs[RESP])) if s.seq_mean else _div(Ar.sq_total("lr"), n_r)
         out["actor/approxkl"] = 0.5 * sq  # halving is exact
-        out["actor/policykl"] = roll_agg(A, "lr", RESP, n_r)  # compute_approx_kl(logp, logp_old, "kl")
+        out["actor/policykl"] = roll_agg(Ar, "lr", RESP, n_r)  # compute_approx_kl(logp, logp_old, "kl")
         positions = shape[0] * shape[1]
         if seq_ratio_part is not None:
             sr = f.host[seq_ratio_part].astype(np.float64)
@@ -706,41 +709,41 @@ def _roll(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
             n_high = float(np.count_nonzero(sr > 1.0 + clip_high)) * shape[1]  # a clipped sequence: all T
             n_low = float(np.count_nonzero(sr < 1.0 - clip_low)) * shape[1]
         else:
-            hi = _exp(A.max("lr")) if n_r else -math.inf
-            lo = _exp(A.min("lr")) if n_r else math.inf
-            n_high, n_low = P.total("high"), P.total("low")
+            hi = _exp(Ar.max("lr")) if n_r else -math.inf
+            lo = _exp(Ar.min("lr")) if n_r else math.inf
+            n_high, n_low = Pr.total("high"), Pr.total("low")
         if not positions:
             hi = lo = math.nan
         elif n_r < positions:  # max(ratio * mask) reads 0 and min(ratio * mask + (1 - mask) * 1e10) 1e10 off it
             hi = hi if math.isnan(hi) else max(hi, 0.0)
             lo = lo if math.isnan(lo) else min(lo, ROLL_RATIO_MIN_FILL)
-        out.update({"actor/ratio_mean": _div(P.seq_sum("ratio"), _eps(seqs[RESP])), "actor/ratio_max": hi,
+        out.update({"actor/ratio_mean": _div(Pr.seq_sum("ratio"), _eps(seqs[RESP])), "actor/ratio_max": hi,
                     "actor/ratio_min": lo, "actor/ppo_ratio_high_clipfrac": _div(n_high, n_f),
                     "actor/ppo_ratio_low_clipfrac": _div(n_low, n_f),
                     "actor/ppo_ratio_clipfrac": _div(n_high + n_low, n_f)})  # clipped = clipped_low + clipped_high
         if has_adv:
-            out["actor/clipfrac"] = roll_agg(P, "clip", RESP, n_f)
-            out["actor/pg_loss"] = -roll_agg(P, "obj", FIN, n_f)
+            out["actor/clipfrac"] = roll_agg(Pr, "clip", RESP, n_f)
+            out["actor/pg_loss"] = -roll_agg(Pr, "obj", FIN, n_f)
         if a["entropy"] is not None:  # agg_loss(entropy, response_mask, "token-mean")
-            out.update({"critic/entropy/mean": _div(A.total("entropy"), n_r),
-                        "critic/entropy/max": A.max("entropy"), "critic/entropy/min": A.min("entropy")})
+            out.update({"critic/entropy/mean": _div(Ar.total("entropy"), n_r),
+                        "critic/entropy/max": Ar.max("entropy"), "critic/entropy/min": Ar.min("entropy")})
         for name, prefix in (("advantages", "critic/advantages"), ("returns", "critic/returns"),
                              ("values", "critic/values")):
             if a[name] is not None:
-                out.update(roll_family(prefix, A, name, n_f))
-        if C is not None:  # masked_mean(x, response_mask, dim=-1).mean() over all B sequences
+                out.update(roll_family(prefix, Ar, name, n_f))
+        if Cr is not None:  # masked_mean(x, response_mask, dim=-1).mean() over all B sequences
             for name, key in (("val", "critic/value"), ("vpr", "critic/vpred"), ("err", "critic/error"),
                               ("flag", "critic/clipfrac")):
-                if name in C.pos:
-                    out[key] = _div(C.seq_sum(name), shape[0])
-            if "loss" in C.pos:
-                out["critic/loss"] = 0.5 * _div(C.seq_sum("loss"), shape[0])
-            elif vpr_in is not None and "err" in C.pos:
+                if name in Cr.pos:
+                    out[key] = _div(Cr.seq_sum(name), shape[0])
+            if "loss" in Cr.pos:
+                out["critic/loss"] = 0.5 * _div(Cr.seq_sum("loss"), shape[0])
+            elif vpr_in is not None and "err" in Cr.pos:
                 out["critic/loss"] = 0.5 * out["critic/error"]
         if a["rewards"] is not None:
             # token_level_rewards.sum(-1), the rewards zeroed off final_response_mask (compute_advantage)
             if rewards_2d:
-                seq_rewards = A.per_seq("rewards")
+                seq_rewards = Ar.per_seq("rewards")
                 with np.errstate(divide="ignore", invalid="ignore"):
                     out.update(_family("critic/token_level_rewards_mean", seq_rewards / shape[1]))
             else:
@@ -804,9 +807,10 @@ def _trl(s: _Stats, *, clip_low: float, clip_high: float, value_clip: float | No
         s.dist("objective/ref_logprobs", ref)
         del ref
     del old
-    B.reduce(per_seq=[*(["lr", "clip"] if s.seq_mean and has_adv else ["lr"] if s.seq_mean else []),
-                      *(["okl"] if has_ref and s.distributions else [])], sq=["lr"])
+    Br = B.reduce(per_seq=[*(["lr", "clip"] if s.seq_mean and has_adv else ["lr"] if s.seq_mean else []),
+                           *(["okl"] if has_ref and s.distributions else [])], sq=["lr"])
 
+    Cr: Reduced | None = None
     if C is not None:
         C.start()
         if clipped:  # the errors in err and clipped, then vf_losses2 > vf_losses1 in vflag (err's slot)
@@ -817,56 +821,57 @@ def _trl(s: _Stats, *, clip_low: float, clip_high: float, value_clip: float | No
         s.load(C, {"vpreds": "vpreds", "advantages": "advantages"})
         if has_adv:
             s.dist("ppo/policy/advantages", C["advantages"])
-        C.reduce(per_seq=["vflag"] if clipped and s.seq_mean else [])
+        Cr = C.reduce(per_seq=["vflag"] if clipped and s.seq_mean else [])
 
     R.start()
     s.load(R, {"entropy": "entropy", "old": "old_log_probs"})
     s.dist("objective/logprobs", R["old"])
-    R.reduce()
+    Rr = R.reduce()
 
+    Vr: Reduced | None = None
     if V is not None:
         V.start()
         if has_err:  # returns - prediction: its squares are the value head's errors, its variance explained's
             torch.sub(s.src("returns"), s.src(pred), out=V["rp"])  # type: ignore[arg-type]
         s.load(V, {"returns": "returns", "values": "values"})
-        V.reduce(sq=["rp"] if has_err else [], var=var)
+        Vr = V.reduce(sq=["rp"] if has_err else [], var=var)
     n_seqs = s.tokens.shape[0]
 
     def finish() -> Host:
         n = f.n(RESP)
         out: Host = {}
         if has_ref:
-            out["objective/kl"] = _div(B.total("okl"), n_seqs)
+            out["objective/kl"] = _div(Br.total("okl"), n_seqs)
             if kl_coef is not None:
                 out["objective/kl_coef"] = float(kl_coef)
-                out["ppo/mean_non_score_reward"] = _div(-float(kl_coef) * B.total("okl"), n_seqs)
-            out.update(s.seq_dist("objective/kl_dist", lambda: B.per_seq("okl")))
-        out["objective/entropy"] = _div(-R.total("old"), n_seqs)
-        sq = _div(B.sq_seq_sum("lr"), f.n_seqs(RESP)) if s.seq_mean else _div(B.sq_total("lr"), n)
+                out["ppo/mean_non_score_reward"] = _div(-float(kl_coef) * Br.total("okl"), n_seqs)
+            out.update(s.seq_dist("objective/kl_dist", lambda: Br.per_seq("okl")))
+        out["objective/entropy"] = _div(-Rr.total("old"), n_seqs)
+        sq = _div(Br.sq_seq_sum("lr"), f.n_seqs(RESP)) if s.seq_mean else _div(Br.sq_total("lr"), n)
         out["ppo/policy/approxkl"] = 0.5 * sq
-        out["ppo/policy/policykl"] = -s.agg(B, "lr")  # TRL: masked_mean(old_logprobs - logprobs)
+        out["ppo/policy/policykl"] = -s.agg(Br, "lr")  # TRL: masked_mean(old_logprobs - logprobs)
         if has_adv:
-            assert C is not None
-            out["ppo/policy/clipfrac"] = s.agg(B, "clip")
-            out["ppo/policy/advantages_mean"] = _div(C.total("advantages"), n)
+            assert Cr is not None
+            out["ppo/policy/clipfrac"] = s.agg(Br, "clip")
+            out["ppo/policy/advantages_mean"] = _div(Cr.total("advantages"), n)
         if a["entropy"] is not None:
-            out["ppo/policy/entropy"] = _div(R.total("entropy"), n)
+            out["ppo/policy/entropy"] = _div(Rr.total("entropy"), n)
         for name, prefix in (("returns", "ppo/returns"), ("values", "ppo/val")):
             if a[name] is not None:
-                assert V is not None
-                out[f"{prefix}/mean"] = _div(V.total(name), n)
-                out[f"{prefix}/var"] = _div(V.m2(name), n - 1) if n > 1 else math.nan
+                assert Vr is not None
+                out[f"{prefix}/mean"] = _div(Vr.total(name), n)
+                out[f"{prefix}/var"] = _div(Vr.m2(name), n - 1) if n > 1 else math.nan
         if vpr is not None:
-            assert C is not None
-            out["ppo/val/vpred"] = _div(C.total("vpreds"), n)
+            assert Cr is not None
+            out["ppo/val/vpred"] = _div(Cr.total("vpreds"), n)
         if has_err:
-            assert V is not None
-            out["ppo/val/error"] = _div(V.sq_total("rp"), n)
+            assert Vr is not None
+            out["ppo/val/error"] = _div(Vr.sq_total("rp"), n)
             # Explained variance: a ratio of variances, so population and Bessel-corrected agree.
-            out["ppo/val/var_explained"] = 1.0 - _div(V.m2("rp"), V.m2("returns")) if n else math.nan
+            out["ppo/val/var_explained"] = 1.0 - _div(Vr.m2("rp"), Vr.m2("returns")) if n else math.nan
         if clipped:
-            assert C is not None
-            out["ppo/val/clipfrac"] = s.agg(C, "vflag")
+            assert Cr is not None
+            out["ppo/val/clipfrac"] = s.agg(Cr, "vflag")
         return out
 
     s.finish.append(finish)
@@ -922,8 +927,9 @@ def _verl(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
     if not has_adv:
         s.load(P1, {"entropy": "entropy"})
     seq = [n for n in ("k3", "entropy") if n in P1.pos] if s.seq_mean else []
-    P1.reduce(per_seq=seq)
+    P1r = P1.reduce(per_seq=seq)
 
+    P2r: Reduced | None = None
     if P2 is not None:
         # veRL's losses are the negated surrogates: pg_losses2 > pg_losses1 <=> surr2 < surr1; clip_pg_losses1 =
         # -min(surr1, surr2); the dual clip's bound -A * c: where A < 0 the objective is raised to A * c
@@ -941,42 +947,43 @@ def _verl(s: _Stats, *, clip_low: float, clip_high: float, clip_c: float | None,
         torch.gt(P2["pg"], P2["s1"], out=P2["lower"])
         del adv, bound
         s.load(P2, {"entropy": "entropy"})
-        P2.reduce(per_seq=[n for n in ("pg", "entropy") if n in P2.pos] if s.seq_mean else [])
+        P2r = P2.reduce(per_seq=[n for n in ("pg", "entropy") if n in P2.pos] if s.seq_mean else [])
 
+    Ar: Reduced | None = None
     if A is not None:
         A.start()
         s.load(A, {n: n for n in ("returns", "values", "advantages")})
         if rv:
             torch.sub(A["returns"], A["values"], out=A["rv"])
-        A.reduce(var=["rv", "returns"] if rv else [])
+        Ar = A.reduce(var=["rv", "returns"] if rv else [])
     lengths_part = s.seq_input("response_lengths")
     score_parts = {n: s.seq_input(n) for n in ("scores", "rewards") if _dims(a[n]) == 1}
     prompt_part = s.prompt_lengths()
     width = s.width
     prompt_width = None if a["prompt_mask"] is None else a["prompt_mask"].shape[-1]
-    ent_rows = P2 if P2 is not None else P1
+    ent_rows = P2r if P2r is not None else P1r
 
     def finish() -> Host:
         n = f.n(RESP)
         den = _eps(n)  # veRL's masked_mean: sum / (count + 1e-8)
-        out: Host = {"actor/ppo_kl": -_div(P1.total("neg_kl"), den)}  # masked_mean(-negative_approx_kl)
+        out: Host = {"actor/ppo_kl": -_div(P1r.total("neg_kl"), den)}  # masked_mean(-negative_approx_kl)
         if has_ref:
-            out["actor/kl_loss"] = s.agg(P1, "k3")
-        if P2 is not None:
-            out["actor/pg_clipfrac"] = _div(P2.total("clip"), den)
-            out["actor/pg_clipfrac_lower"] = _div(P2.total("lower"), den)
-            out["actor/pg_loss"] = -s.agg(P2, "pg")
+            out["actor/kl_loss"] = s.agg(P1r, "k3")
+        if P2r is not None:
+            out["actor/pg_clipfrac"] = _div(P2r.total("clip"), den)
+            out["actor/pg_clipfrac_lower"] = _div(P2r.total("lower"), den)
+            out["actor/pg_loss"] = -s.agg(P2r, "pg")
         for name, prefix in (("advantages", "critic/advantages"), ("returns", "critic/returns"),
                              ("values", "critic/values")):
             if a[name] is not None:
-                assert A is not None
-                out.update({f"{prefix}/mean": _div(A.total(name), n), f"{prefix}/max": A.max(name),
-                            f"{prefix}/min": A.min(name)})
+                assert Ar is not None
+                out.update({f"{prefix}/mean": _div(Ar.total(name), n), f"{prefix}/max": Ar.max(name),
+                            f"{prefix}/min": Ar.min(name)})
         if has_ent:
             out["actor/entropy"] = s.agg(ent_rows, "entropy")
         if rv:
-            assert A is not None
-            unbiased = (lambda name: _div(A.m2(name), n - 1) if n > 1 else math.nan)
+            assert Ar is not None
+            unbiased = (lambda name: _div(Ar.m2(name), n - 1) if n > 1 else math.nan)
             out["critic/vf_explained_var"] = 1.0 - unbiased("rv") / (unbiased("returns") + 1e-5)
         # metric_utils.compute_data_metrics
         lengths = s.host(lengths_part) if lengths_part is not None else f.counts(RESP)

@@ -296,7 +296,7 @@ class Renderer:
                     continue
                 add_seen(state.name)
                 deferred.append((len(records), state, base, list(points)))
-            except Exception as exc:  # one family must not blank the scrape
+            except Exception as exc:  # boundary: a family as written (labels, values): one must not blank the scrape
                 plan.failed.append((spec.name, exc))
         if fresh:
             plan._names = frozenset(seen)
@@ -316,7 +316,7 @@ class Renderer:
             done = at
             try:
                 self._compile_family(plan, state, base, points)
-            except Exception as exc:
+            except Exception as exc:  # boundary: a family as written (labels, values): one must not blank the scrape
                 plan.failed.append((state.spec.name, exc))
         plan.statics += statics[done:]
         plan.numbers += numbers[done:]
@@ -337,7 +337,7 @@ class Renderer:
             head = state.head(plan.fmt)
             prefixes = (self._hist_slots(state, points, base, len(plan.statics), hists, hist_at) if state.le else
                         self._number_slots(state, points, base, numbers))
-        except Exception:
+        except Exception:  # a rollback, re-raised: nothing of the failed family stays in the plan
             del numbers[n_numbers:], hists[n_hists:], hist_at[n_hists:]
             raise
         prefixes[0] = head + prefixes[0]
@@ -406,7 +406,7 @@ class Renderer:
                                         for (_i, state, entry), h in zip(plan.hist_at, hists, strict=True)],
                                 [i for i, _state, _entry in plan.hist_at])
             return Rendering(plan.text(slots), plan.names, plan, slots)
-        except Exception:  # a value that is not a number: find its family, serve the others
+        except Exception:  # boundary: a stored value that is not a number: find its family, serve the others
             return self._fill_by_family(plan, numbers, hists, on_error)
 
     def _fill_by_family(self, plan: Plan, numbers: Sequence[object], hists: Sequence[object],
@@ -422,7 +422,7 @@ class Renderer:
                 else:  # a series still without a value (None) writes no line, as before its first write
                     slots = [None if v is None else go_float(cast(float, v)) for v in numbers[a:b]]
                 texts.append(plan.family_text(part, slots))
-            except Exception:
+            except Exception:  # boundary: this family's stored values (the others are served)
                 if part.state is not None:
                     part.state.hists.clear()
                 self._failed(part.name, on_error)

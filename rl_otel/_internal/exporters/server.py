@@ -19,26 +19,27 @@ it lets in and what it may spend is :mod:`rl_otel._internal.exporters.admission`
 
 It counts through ``on_event(reason)`` (``rl_telemetry_errors_total{sink="prometheus",reason}``): ``bad_request``,
 ``client_timeout``, ``connection_limit``, ``internal``, and the policy's reasons.
+
+This module holds the loop (accepting, deadlines, the CPU budget) and ``serve``; each connection's states are
+:mod:`rl_otel._internal.exporters.connection`'s, the application thread :mod:`rl_otel._internal.exporters.appworker`.
 """
 
 from __future__ import annotations
 
-import collections
 import errno
 import logging
 import os
-import queue
 import selectors
 import socket
-import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rl_otel._internal.exporters import cputime
-from rl_otel._internal.exporters.admission import DONE, REFUSED, WANT_READ, Admission, Limits
-from rl_otel._internal.exporters.http1 import REASONS, ResponseHeads, parse_head
+from rl_otel._internal.exporters.admission import Admission, Limits
+from rl_otel._internal.exporters.appworker import AppWorker, WsgiApp
+from rl_otel._internal.exporters.connection import BUSY, HANDSHAKE, READ, WRITE, Connections
 from rl_otel.errors import PortInUseError
 
 if TYPE_CHECKING:  # loaded with a web-config file only (TLS, auth): a plain endpoint never imports it
@@ -46,91 +47,87 @@ if TYPE_CHECKING:  # loaded with a web-config file only (TLS, auth): a plain end
 
 _log = logging.getLogger("rl_otel")
 
-WsgiApp = Callable[[dict, Callable], Iterable[bytes]]
-
-
-HANDSHAKE, READ, QUEUED, BUSY, WRITE, LINGER = range(6)
-_SEND_CHUNK = 256 * 1024
 _ACCEPT_BATCH = 16
-class _Conn:
-    __slots__ = ("addr", "buf", "deadline", "events", "head", "keep_alive", "linger", "out", "pipelined", "served",
-                 "sock", "state")
 
-    def __init__(self, sock: socket.socket, addr: Any, state: int, deadline: float) -> None:
-        self.sock = sock
-        self.addr = addr
-        self.state = state
-        self.buf = bytearray()
-        self.out: collections.deque[memoryview] = collections.deque()
-        self.deadline: float | None = deadline
-        self.keep_alive = True
-        self.events = 0
-        self.served = 0
-        self.head = False  # bytes of a request head are buffered (the header timeout runs, not the idle one)
-        self.linger = False  # refused: after the answer, held unread until its deadline instead of closed
-        self.pipelined = False  # its request was sent before the previous answer was taken (it does not read)
 
-    # what eviction knows of it (admission.Standing)
-    @property
-    def held(self) -> bool:
-        return self.state == LINGER
+class _Waker:
+    """Wakes the loop out of ``select``: a byte in a socket pair whose read end the loop watches."""
 
-    @property
-    def unread(self) -> bool:
-        return self.state != BUSY and (self.pipelined or (self.state == WRITE and self.events == selectors.EVENT_WRITE))
+    def __init__(self) -> None:
+        self.reader, self._writer = socket.socketpair()
+        self.reader.setblocking(False)
+        self._writer.setblocking(False)
+        self._pending = False  # a wake-up byte is in the socket pair, not read yet
 
-    @property
-    def answering(self) -> bool:
-        return self.state not in (HANDSHAKE, READ)
+    def wake(self) -> None:
+        try:
+            self._writer.send(b"\0")
+        except (BlockingIOError, OSError):  # full: the loop is awake already; closed: it is gone
+            pass
+
+    def notify(self) -> None:
+        """The worker's: one byte wakes the loop; more, while it is pending, would cost a syscall each."""
+        if not self._pending:
+            self._pending = True
+            self.wake()
+
+    def drain(self) -> None:
+        try:
+            self.reader.recv(4096)
+        except (BlockingIOError, OSError):
+            pass
+        # after reading: a result the worker added meanwhile without a byte of its own (it saw one pending) is
+        # taken by AppWorker.finish, which runs before the loop waits again; before reading, a byte sent between
+        # the two would be read with this one and its result left waiting
+        self._pending = False
+
+    def close(self) -> None:
+        for sock in (self.reader, self._writer):
+            try:
+                sock.close()
+            except OSError:
+                pass
 
 
 class Server:
-    """Serves ``app`` (WSGI, one request at a time) on the listening socket ``listener``; see the module."""
+    """Serves ``app`` (WSGI, one request at a time) on the listening socket ``listener``; see the module. The loop
+    accepts and keeps the budget; :class:`.connection.Connections` drives each connection, :class:`.appworker.
+    AppWorker` runs the application."""
 
     def __init__(self, app: WsgiApp, listener: socket.socket, admission: Admission,
                  on_event: Callable[[str], None] | None = None) -> None:
-        self._app = app
         self._listener = listener
         self.admission = admission
         self._on_event = on_event or (lambda reason: None)
         self.limits = admission.limits
         self.governor = admission.governor
         self.server_port: int = listener.getsockname()[1]
-        self._conns: collections.OrderedDict[_Conn, None] = collections.OrderedDict()  # oldest activity first
         self._sel = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._ready: collections.deque[tuple[_Conn, dict]] = collections.deque()  # fresh requests
-        self._pipelined: collections.deque[tuple[_Conn, dict]] = collections.deque()  # answered when none is fresh
-        self._done: collections.deque[tuple[_Conn, list[bytes]]] = collections.deque()
-        self._jobs: queue.SimpleQueue[tuple[_Conn, dict] | None] = queue.SimpleQueue()
-        self._busy = False
-        self._failure_logged = -float("inf")  # the worker's: when a failed request's traceback was last logged
-        self._woken = False  # a wake-up byte is in the socket pair, not read yet
+        self._waker = _Waker()
+        self._stop = threading.Event()
+        self._app = AppWorker(app, admission, self._on_event, self._waker.notify)
+        self._conns = Connections(self._sel, admission, self.server_port, self._stop, self._on_event,
+                                  self._app.submit, self._room_made)
         self._accepting = False
         self._accept_at = 0.0  # when accepting may resume after EMFILE
-        self._stop = threading.Event()
         self._closed = False
         self._pid = os.getpid()
-        self._heads = ResponseHeads()  # the worker's
-        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._sel.register(self._waker.reader, selectors.EVENT_READ, None)
         self._resume_accept()
         self._loop_thread = threading.Thread(target=self._run, name="rl_otel-scrape", daemon=True)
-        self._worker = threading.Thread(target=self._work, name="rl_otel-scrape-app", daemon=True)
 
     def start(self) -> None:
-        self._worker.start()
+        self._app.start()
         self._loop_thread.start()
 
     @property
     def connections(self) -> int:
-        return len(self._conns)
+        return len(self._conns.open)
 
     @property
     def sending(self) -> bool:
         """Whether an answer is being computed or is not all handed to the kernel yet (close() would cut it)."""
-        return any(c.state == BUSY or (c.state == WRITE and c.out) for c in list(self._conns))
+        return any(c.state == BUSY or (c.state == WRITE and c.out) for c in list(self._conns.open))
 
     # ---- lifecycle
 
@@ -140,31 +137,25 @@ class Server:
             return
         self._closed = True
         self._stop.set()
-        self._jobs.put(None)
+        self._app.stop()
         if os.getpid() == self._pid and self._loop_thread.is_alive():
-            self._wake()
+            self._waker.wake()
             self._loop_thread.join(timeout_s)
             if not self._loop_thread.is_alive():
                 return
         self._close_all()  # a forked child (no loop thread runs here) or a loop that did not stop in time
 
     def _close_all(self) -> None:
-        for conn in list(self._conns):
-            self._drop(conn, unregister=False)
-        for sock in (self._listener, self._wake_r, self._wake_w):
-            try:
-                sock.close()
-            except OSError:
-                pass
+        for conn in list(self._conns.open):
+            self._conns.drop(conn, unregister=False)
+        try:
+            self._listener.close()
+        except OSError:
+            pass
+        self._waker.close()
         try:
             self._sel.close()
         except (OSError, ValueError):
-            pass
-
-    def _wake(self) -> None:
-        try:
-            self._wake_w.send(b"\0")
-        except (BlockingIOError, OSError):  # full: the loop is awake already; closed: it is gone
             pass
 
     # ---- the loop
@@ -172,7 +163,7 @@ class Server:
     def _run(self) -> None:
         try:
             self._loop()
-        except Exception:  # a bug here must not take the process down; the endpoint stops serving
+        except Exception:  # boundary: the event loop's thread; a bug here must not take the process down
             _log.exception("rl_otel: the scrape endpoint's loop failed; the endpoint stops serving")
             self._on_event("internal")
         finally:
@@ -180,6 +171,7 @@ class Server:
             self._close_all()
 
     def _loop(self) -> None:
+        conns, app = self._conns, self._app
         cputime.begin()  # the process's older-generation garbage collections are not charged to the budget
         cpu = cputime.own_cpu_s()
         while not self._stop.is_set():
@@ -191,8 +183,8 @@ class Server:
                 self.governor.paused_s += pause
                 self._deliver_until(time.monotonic() + pause)
                 continue
-            self._finish_done()
-            self._dispatch()
+            app.finish(conns.respond)
+            app.dispatch()
             if not self._accepting and not self._accept_at and not self._closed:
                 self._accept_if_room()
             timeout = self._expire(time.monotonic())
@@ -202,15 +194,15 @@ class Server:
             for key, _events in events:
                 conn = key.data
                 if conn is None:
-                    self._drain_wake()
+                    self._waker.drain()
                 elif conn is self:
                     self._accept()
                 elif conn.state == HANDSHAKE:
-                    self._handshake(conn)
+                    conns.handshake(conn)
                 elif conn.state == READ:
-                    self._read(conn)
+                    conns.read(conn)
                 elif conn.state == WRITE:
-                    self._write(conn)
+                    conns.write(conn)
             check_at = self.admission.next_check()
             if check_at is not None and time.monotonic() >= check_at:
                 self.admission.check_web_config()
@@ -219,44 +211,17 @@ class Server:
         """While paused: no accepting, reading or dispatching, but responses already computed are sent (a scrape
         that put the budget in debt is not held back by it)."""
         while not self._stop.is_set():
-            self._finish_done()
-            now = time.monotonic()
-            for conn in [c for c in self._conns if c.state == WRITE and c.out]:
-                if conn.deadline is not None and conn.deadline <= now:  # its reader stalled: dropped even now
-                    self._on_event("client_timeout")
-                    self._drop(conn)
-                else:
-                    self._write(conn)
+            self._app.finish(self._conns.respond)
+            self._conns.flush()
             remaining = end - time.monotonic()
             if remaining <= 0:
                 return
             self._stop.wait(min(remaining, 0.01))
 
-    def _drain_wake(self) -> None:
-        try:
-            self._wake_r.recv(4096)
-        except (BlockingIOError, OSError):
-            pass
-        # after reading: a result the worker added meanwhile without a byte of its own (it saw one pending) is
-        # taken by _finish_done, which runs before the loop waits again; before reading, a byte sent between the
-        # two would be read with this one and its result left waiting
-        self._woken = False
-
     def _expire(self, now: float) -> float | None:
-        """Close connections past their deadline; the time until the next deadline (None: none)."""
-        soonest = None
-        for conn in list(self._conns):
-            deadline = conn.deadline
-            if deadline is None:
-                continue
-            if deadline <= now:
-                if conn.state == LINGER:  # refused and counted already
-                    pass
-                elif conn.state != READ or conn.head or not conn.served:  # a keep-alive one going idle is normal
-                    self._on_event("client_timeout")
-                self._drop(conn)
-            elif soonest is None or deadline < soonest:
-                soonest = deadline
+        """Close connections past their deadline; the time until the next deadline, the web-config file's next
+        check or accepting's resumption (None: none)."""
+        soonest = self._conns.expire(now)
         check_at = self.admission.next_check()  # the web-config file is checked even when nobody connects
         if check_at is not None:
             soonest = check_at if soonest is None else min(soonest, check_at)
@@ -279,18 +244,23 @@ class Server:
             self._sel.unregister(self._listener)
             self._accepting = False
 
+    def _room_made(self) -> None:
+        """A connection closed: accepting resumes, unless it waits out EMFILE or the server stops."""
+        if not self._accepting and not self._accept_at and not self._closed and not self._stop.is_set():
+            self._resume_accept()
+
     def _accept_if_room(self) -> None:
         """Accepting paused because every connection held a fresh request: it resumes once one may make room
         (answered and idle, not reading its answers, or held refused), not only when one closes: clients that
         never read nor hang up leave their answered connections open until the idle timeout (60 s)."""
-        if len(self._conns) < self.limits.max_connections or self.admission.victim(self._conns) is not None:
+        if len(self._conns.open) < self.limits.max_connections or self.admission.victim(self._conns.open) is not None:
             self._resume_accept()
 
     def _accept(self) -> None:
-        limits = self.limits
+        limits, open_ = self.limits, self._conns.open
         for _ in range(_ACCEPT_BATCH):
-            full = len(self._conns) >= limits.max_connections
-            victim = self.admission.victim(self._conns) if full else None  # oldest activity first
+            full = len(open_) >= limits.max_connections
+            victim = self.admission.victim(open_) if full else None  # oldest activity first
             if full and victim is None:
                 self._pause_accept()  # resumed when one closes; the backlog holds the rest meanwhile
                 return
@@ -306,7 +276,7 @@ class Server:
                 return
             if victim is not None:  # room for the newcomer
                 self._on_event("connection_limit")
-                self._drop(victim)  # type: ignore[arg-type]  # one of self._conns
+                self._conns.drop(victim)  # type: ignore[arg-type]  # one of the open connections
             sock.setblocking(False)
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -315,244 +285,7 @@ class Server:
             if wrapped is None:
                 continue
             sock, tls = wrapped
-            conn = _Conn(sock, addr, HANDSHAKE if tls else READ, deadline)
-            self._conns[conn] = None
-            # with TCP_DEFER_ACCEPT the request (or the TLS hello) is usually here already: no round of select
-            if conn.state == HANDSHAKE:
-                self._handshake(conn)
-            else:
-                self._read(conn)
-
-    # ---- per connection
-
-    def _want(self, conn: _Conn, events: int) -> None:
-        if conn.events == events:
-            return
-        if conn.events == 0:
-            self._sel.register(conn.sock, events, conn)
-        elif events == 0:
-            self._sel.unregister(conn.sock)
-        else:
-            self._sel.modify(conn.sock, events, conn)
-        conn.events = events
-
-    def _drop(self, conn: _Conn, unregister: bool = True) -> None:
-        if conn not in self._conns:  # dropped already
-            return
-        del self._conns[conn]
-        if unregister and conn.events:
-            try:
-                self._sel.unregister(conn.sock)
-            except (KeyError, ValueError, OSError):
-                pass
-        conn.events = 0
-        conn.state = -1
-        conn.out.clear()
-        try:
-            conn.sock.close()
-        except OSError:
-            pass
-        if not self._accepting and not self._accept_at and not self._closed and not self._stop.is_set():
-            self._resume_accept()
-
-    def _handshake(self, conn: _Conn) -> None:
-        step = self.admission.handshake(conn.sock, conn.addr)
-        if step == REFUSED:
-            self._drop(conn)
-        elif step != DONE:
-            self._want(conn, selectors.EVENT_READ if step == WANT_READ else selectors.EVENT_WRITE)
-        else:
-            conn.state = READ
-            self._read(conn)
-
-    def _read(self, conn: _Conn) -> None:
-        limits = self.limits
-        buf = conn.buf
-        while True:
-            end = buf.find(b"\r\n\r\n")
-            if end >= 0:
-                self._request(conn, end)
-                return
-            room = limits.max_header_bytes - len(buf)
-            if room <= 0:
-                self._refuse(conn, 431)
-                return
-            try:
-                data = conn.sock.recv(room)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
-                self._want(conn, selectors.EVENT_READ)
-                return
-            except ssl.SSLWantWriteError:
-                self._want(conn, selectors.EVENT_WRITE)
-                return
-            except OSError:
-                self._drop(conn)
-                return
-            if not data:
-                self._drop(conn)
-                return
-            if not conn.head:
-                conn.head = True
-                conn.deadline = time.monotonic() + limits.header_timeout_s
-            buf += data
-
-    def _request(self, conn: _Conn, end: int) -> None:
-        head = bytes(conn.buf[:end])
-        del conn.buf[:end + 4]
-        parsed = parse_head(head, self.limits.max_headers, self.server_port, conn.addr, self.admission.scheme)
-        if isinstance(parsed, int):
-            self._refuse(conn, parsed)
-            return
-        environ, conn.keep_alive = parsed
-        conn.head = bool(conn.buf)
-        conn.pipelined = conn.pipelined or conn.head  # the next request came with it: not Prometheus' way
-        conn.state = QUEUED
-        conn.deadline = None
-        self._want(conn, 0)  # one request at a time: nothing more is read until it is answered
-        self._conns.move_to_end(conn)
-        (self._pipelined if conn.pipelined else self._ready).append((conn, environ))
-
-    def _refuse(self, conn: _Conn, status: int) -> None:
-        """Answer a request the server refuses by itself, then hold the connection (:meth:`_hold`)."""
-        self._on_event("bad_request")
-        conn.keep_alive = False
-        conn.linger = True
-        body = f"{status} {REASONS[status]}\n".encode()
-        head = self._heads.head(f"{status} {REASONS[status]}", [("Content-Type", "text/plain")], len(body), False)
-        self._respond(conn, [head + body])
-
-    def _hold(self, conn: _Conn) -> None:
-        """Keep a refused connection, unread, until its header deadline (a lingering close). Closing at once would
-        have a client that streams a huge or malformed head reconnect and start over as fast as it can; held, it
-        waits (its unread bytes stay in a kernel buffer of 64 kB at most). The answer is sent and, on plain TCP,
-        followed by a FIN. The oldest held connection makes room for a newcomer first."""
-        self._want(conn, 0)
-        conn.state = LINGER
-        conn.buf = bytearray()
-        conn.deadline = time.monotonic() + self.limits.header_timeout_s
-        if not isinstance(conn.sock, ssl.SSLSocket):
-            try:
-                conn.sock.shutdown(socket.SHUT_WR)
-            except OSError:
-                self._drop(conn)
-
-    def _respond(self, conn: _Conn, parts: list[bytes]) -> None:
-        if len(parts) > 1 and sum(len(p) for p in parts) <= _SEND_CHUNK:
-            parts = [b"".join(parts)]  # one send; a large cached body is sent as it is, never copied
-        conn.out.extend(memoryview(p) for p in parts if p)
-        conn.state = WRITE
-        conn.deadline = time.monotonic() + self.limits.write_timeout_s
-        self._write(conn)
-
-    def _write(self, conn: _Conn) -> None:
-        out = conn.out
-        while out:
-            data = out[0]
-            chunk = data[:_SEND_CHUNK]  # the same slice again after a TLS want-write, as OpenSSL requires
-            try:
-                sent = conn.sock.send(chunk)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
-                self._want(conn, selectors.EVENT_WRITE)
-                return
-            except ssl.SSLWantReadError:
-                self._want(conn, selectors.EVENT_READ)
-                return
-            except OSError:
-                self._drop(conn)
-                return
-            conn.deadline = time.monotonic() + self.limits.write_timeout_s
-            if sent >= len(data):
-                out.popleft()
-            else:
-                out[0] = data[sent:]
-        if conn.linger and not self._stop.is_set():
-            self._hold(conn)
-            return
-        if not conn.keep_alive or self._stop.is_set():
-            self._drop(conn)
-            return
-        conn.served += 1
-        conn.state = READ
-        conn.deadline = time.monotonic() + (self.limits.header_timeout_s if conn.head
-                                            else self.limits.idle_timeout_s)
-        self._conns.move_to_end(conn)
-        conn.pipelined = True  # what is read now was sent before this answer was taken
-        self._read(conn)  # a pipelined request, or bytes TLS has already decrypted, may be waiting
-        if conn.state == READ:
-            conn.pipelined = bool(conn.buf)  # the rest of a head begun before: still pipelined
-
-    # ---- the application
-
-    def _dispatch(self) -> None:
-        while not self._busy and (self._ready or self._pipelined):
-            conn, environ = (self._ready or self._pipelined).popleft()
-            if conn.state != QUEUED:  # dropped meanwhile
-                continue
-            conn.state = BUSY
-            self._busy = True
-            self._jobs.put((conn, environ))
-
-    def _finish_done(self) -> None:
-        while self._done:
-            conn, parts = self._done.popleft()
-            self._busy = False
-            if conn.state == BUSY:
-                self._respond(conn, parts)
-
-    def _work(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            conn, environ = job
-            cputime.begin()
-            cpu = cputime.own_cpu_s()
-            auth_cpu = 0.0
-            try:
-                parts, auth_cpu = self._call(environ, conn.keep_alive)
-            except Exception:
-                now = time.monotonic()
-                if now - self._failure_logged >= 60.0:  # a client repeating the request must not flood stderr
-                    self._failure_logged = now
-                    _log.exception("rl_otel: the scrape endpoint failed to answer a request (a traceback a "
-                                   "minute at most; each failure is counted)")
-                self._on_event("internal")
-                conn.keep_alive = False
-                parts = [self._heads.head("500 Internal Server Error", [], 0, False)]
-            # bcrypt has a budget of its own (webconfig.UNCACHED_CHECKS_PER_S): charged here, one check would
-            # pause the endpoint for its 65 ms / cpu_share = 1.3 s
-            self.governor.charge(cputime.own_cpu_s() - cpu - auth_cpu)
-            cputime.end()
-            self._done.append((conn, parts))
-            if not self._woken:  # one byte in the socket pair wakes the loop; more would cost a syscall each
-                self._woken = True
-                self._wake()
-
-    def _call(self, environ: dict, keep_alive: bool) -> tuple[list[bytes], float]:
-        """The answer to one request, and the thread time its credentials check took."""
-        extra = self.admission.headers
-        refusal, auth_cpu = self.admission.authorize(environ)
-        if refusal is not None:
-            return [self._heads.head(refusal.status, [*refusal.headers, *extra], len(refusal.body), keep_alive),
-                    refusal.body], auth_cpu
-        captured: list = []
-
-        def start_response(status: str, headers: list, exc_info: Any = None) -> Callable:
-            captured[:] = [status, headers]
-            return lambda data: None  # the legacy write() callable: the apps served here never call it
-
-        result = self._app(environ, start_response)
-        try:
-            parts = [bytes(p) for p in result]
-        finally:
-            close = getattr(result, "close", None)
-            if close is not None:
-                close()
-        status, headers = captured
-        length = sum(len(p) for p in parts)
-        if environ["REQUEST_METHOD"] == "HEAD":
-            parts = []
-        return [self._heads.head(status, [*headers, *extra], length, keep_alive), *parts], auth_cpu
+            self._conns.add(sock, addr, tls, deadline)
 
 
 def _listen(host: str, port: int, backlog: int, defer_s: float) -> socket.socket:
@@ -572,7 +305,7 @@ def _listen(host: str, port: int, backlog: int, defer_s: float) -> socket.socket
         sock.bind(sockaddr)
         sock.listen(backlog)  # the kernel caps it at net.core.somaxconn (4096 on Linux >= 5.4)
         sock.setblocking(False)
-    except BaseException:
+    except BaseException:  # a rollback, re-raised: the socket is closed on any failure of the OS's calls
         sock.close()
         raise
     return sock
