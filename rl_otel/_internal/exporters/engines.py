@@ -107,7 +107,7 @@ class DirectoryClaim:
 
 
 class EngineFamilies:
-    """A live collector (``Recorder.add_collector``) of the engine families of this process (see the module's doc).
+    """A live collector (one of the ``Recorder``'s) of the engine families of this process (see the module's doc).
 
     ``count(reason)`` counts what a collection leaves out; ``registry``: a prometheus_client registry to read
     instead of ``prometheus_client.REGISTRY`` (tests). Never raises from :meth:`collect`. Thread-safe: a claim is

@@ -54,7 +54,7 @@ def merge(data: MetricsData | None, resource: Resource, extra: list[Metric]) -> 
 
 def store_metrics(snapshot: Snapshot) -> list[Metric]:
     """Every family of a snapshot as an OTel ``Metric`` (cumulative), not the info families
-    (``SeriesStore.write_info``), which are the scrape endpoint's."""
+    (``Info`` records of a ``Batch``), which are the scrape endpoint's."""
     now = time.time_ns()
     return [to_metric(fam, now) for fam in snapshot.families if not fam.scrape_only]
 

@@ -30,7 +30,7 @@ from rl_otel.catalog.spec import MetricSpec
 
 _log = logging.getLogger("rl_otel")
 
-# what a collector hands the store (SeriesStore.add_collector): (spec, labels, value), never stored
+# what a live collector hands the recorder (its collectors, given to Recorder()): (spec, labels, value), never stored
 Item = tuple[MetricSpec, tuple[tuple[str, str], ...], float]
 
 
