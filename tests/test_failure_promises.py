@@ -145,12 +145,12 @@ def test_submit_internal_a_failure_past_the_job_handler_or_inside_submit_is_coun
     ok = tel.submit(lambda: {"critic/score/mean": 0.5}, step=1)
     assert ok.result(timeout=10) == {"critic/score/mean": 0.5}  # the worker thread lived on
 
-    import rl_otel._internal.pipeline.recorder as recorder_module
+    import rl_otel._internal.pipeline.steplog as steplog_module
 
     def broken(values):
         raise RuntimeError("a bug in submit()")
 
-    monkeypatch.setattr(recorder_module, "caller_streams", broken)
+    monkeypatch.setattr(steplog_module, "caller_streams", broken)
     with caplog.at_level(logging.WARNING, logger="rl_otel"):
         future = tel.submit(lambda: {"critic/score/mean": 0.7}, step=2)  # never raises
     assert isinstance(future.exception(timeout=5), RuntimeError)
