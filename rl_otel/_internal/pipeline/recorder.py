@@ -56,13 +56,13 @@ class Recorder:
     def record(self, batch: Batch) -> None:
         """Store ``batch`` at once (a reader sees all of it or none), then hand it to the consumers. A histogram's
         NaN/Inf values (Prometheus buckets cannot hold them) and a series past the cap are counted and said once."""
-        written = self.store.write(batch)
+        non_finite, capped = self.store.write(batch)
         diag = self.diagnostics
-        for spec, n in written.non_finite:
+        for spec, n in non_finite:
             diag.count("input", "non_finite_in_distribution", n)
             diag.warn_once("non_finite", spec.name, f"rl_otel: {n} NaN/Inf values left out of the histogram "
                                                     f"{spec.name} (Prometheus buckets cannot hold them)")
-        for name in written.capped:
+        for name in capped:
             diag.warn_once("series_cap", name, f"rl_otel: {name} reached max_series_per_metric="
                                                f"{self.store.max_series_per_metric}; new label sets are dropped "
                                                "(counted in rl_telemetry_dropped_series_total)")

@@ -32,7 +32,7 @@ class Written(NamedTuple):
     """What a write left out: ``(spec, n)`` for a histogram measurement with ``n`` NaN/Inf values (Prometheus
     buckets cannot hold them), and the metrics whose series cap refused a new series."""
 
-    non_finite: list[tuple[MetricSpec, int]]
+    non_finite: tuple[tuple[MetricSpec, int], ...]
     capped: tuple[str, ...]
 
 
@@ -181,7 +181,7 @@ class SeriesStore:
         ``gone``: gauge series to remove (a ``None`` logged). ``counts``, ``infos``: rl_otel's own counters and
         info series (never expiring, outside the series cap)."""
         now = self.clock()
-        step = batch.step
+        measurements, step, timestamp, gone, counts, infos, _phase = batch  # one unpack, not seven lookups
         left_out: list[tuple[MetricSpec, int]] = []
         capped: list[str] = []
         with self._lock:
@@ -189,7 +189,7 @@ class SeriesStore:
             if self._next_expiry_ns is not None and now >= self._next_expiry_ns:
                 self._remove_expired(now)
             families = self._families
-            for spec, labels, value in batch.measurements:
+            for spec, labels, value in measurements:
                 fam = families.get(spec.name)
                 series = None if fam is None else fam.series.get(labels)
                 if series is None:
@@ -210,12 +210,11 @@ class SeriesStore:
                 else:
                     series.value = value  # type: ignore[assignment]  # a float (the pipeline coerced it)
                 series.time_ns = now
-            for spec, labels in batch.gone:
+            for spec, labels in gone:
                 fam = families.get(spec.name)
                 if fam is not None and fam.series.pop(labels, None) is not None:
                     self._layout += 1
             if step is not None:
-                timestamp = batch.timestamp
                 for spec, value, keep_newest in (Mark(meta.STEP, float(step), True),
                                                  Mark(meta.LAST_STEP_TIMESTAMP, time.time() if timestamp is None
                                                       else timestamp, False)):
@@ -223,11 +222,13 @@ class SeriesStore:
                     if series is None or (keep_newest and series.step is not None and step < series.step):
                         continue
                     series.value, series.time_ns, series.step = value, now, step
-            for spec, labels, amount in batch.counts:
+            for spec, labels, amount in counts:
                 self._add(spec, labels, amount, now)
-            for info in batch.infos:
+            for info in infos:
                 self._info(info, now)
-        return Written(left_out, tuple(dict.fromkeys(capped)))
+        if not left_out and not capped:
+            return _NOTHING_LEFT_OUT  # the per-step case: one object, made once
+        return Written(tuple(left_out), tuple(dict.fromkeys(capped)))
 
     def _info(self, info: Info, now: int) -> None:
         """Set an info series (the caller holds the lock)."""
@@ -371,6 +372,7 @@ class SeriesStore:
 
 
 _HISTOGRAM = Kind.HISTOGRAM
+_NOTHING_LEFT_OUT = Written((), ())
 
 
 def _wall_clock() -> int:
