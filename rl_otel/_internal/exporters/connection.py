@@ -58,12 +58,11 @@ class Conn:
 
 class Connections:
     """The open connections, oldest activity first (:attr:`open`), each driven through its states on the loop's
-    thread. A parsed request goes to ``on_request(conn, environ)``; ``on_drop()`` runs after a connection closes
-    (the loop may accept again); ``stop`` set: an answer sent closes its connection."""
+    thread. A parsed request goes to ``on_request(conn, environ)``; the loop sees a closed connection's room in
+    :attr:`open`; ``stop`` set: an answer sent closes its connection."""
 
     def __init__(self, sel: selectors.BaseSelector, admission: Admission, port: int, stop: threading.Event,
-                 on_event: Callable[[str], None], on_request: Callable[[Conn, dict], None],
-                 on_drop: Callable[[], None]) -> None:
+                 on_event: Callable[[str], None], on_request: Callable[[Conn, dict], None]) -> None:
         self.open: collections.OrderedDict[Conn, None] = collections.OrderedDict()
         self._sel = sel
         self._admission = admission
@@ -72,7 +71,6 @@ class Connections:
         self._stop = stop
         self._on_event = on_event
         self._on_request = on_request
-        self._on_drop = on_drop
         self._heads = ResponseHeads()  # the refusals' (one per thread that answers)
 
     def add(self, sock: socket.socket, addr: Any, tls: bool, deadline: float) -> None:
@@ -139,7 +137,6 @@ class Connections:
             conn.sock.close()
         except OSError:
             pass
-        self._on_drop()
 
     def handshake(self, conn: Conn) -> None:
         step = self._admission.handshake(conn.sock, conn.addr)

@@ -107,7 +107,7 @@ class Server:
         self._stop = threading.Event()
         self._app = AppWorker(app, admission, self._on_event, self._waker.notify)
         self._conns = Connections(self._sel, admission, self.server_port, self._stop, self._on_event,
-                                  self._app.submit, self._room_made)
+                                  self._app.submit)
         self._accepting = False
         self._accept_at = 0.0  # when accepting may resume after EMFILE
         self._closed = False
@@ -185,9 +185,11 @@ class Server:
                 continue
             app.finish(conns.respond)
             app.dispatch()
+            timeout = self._expire(time.monotonic())
+            # a connection closed or answered since the last pass (by an event, an answer, a deadline) may make
+            # room: accepting resumes before the loop waits (the connections never call back into the loop)
             if not self._accepting and not self._accept_at and not self._closed:
                 self._accept_if_room()
-            timeout = self._expire(time.monotonic())
             cputime.end()  # no gc callback while the endpoint waits for its next scrape
             events = self._sel.select(timeout)
             cputime.begin()
@@ -243,11 +245,6 @@ class Server:
         if self._accepting:
             self._sel.unregister(self._listener)
             self._accepting = False
-
-    def _room_made(self) -> None:
-        """A connection closed: accepting resumes, unless it waits out EMFILE or the server stops."""
-        if not self._accepting and not self._accept_at and not self._closed and not self._stop.is_set():
-            self._resume_accept()
 
     def _accept_if_room(self) -> None:
         """Accepting paused because every connection held a fresh request: it resumes once one may make room
